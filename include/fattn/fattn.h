@@ -1,0 +1,280 @@
+/*
+ * fattn.h — the one public C header of fattn (C99-compatible).
+ *
+ * fattn: exact attention *training* kernels (forward + backward) whose memory grows linearly
+ * with sequence length, bitwise deterministic, for C/C++ training engines first.
+ *
+ * Lifecycle of every op (see docs and ../shared/DESIGN.md §2):
+ *   describe params -> fattn_*_supports() -> fattn_*_workspace_size() -> fattn_*_fwd / _bwd.
+ * A library call never aborts, never exits, never prints. Errors come back as a fattn_status;
+ * fattn_ctx_last_error() gives a message naming the argument and the rule.
+ * A CUDA context never runs anything on the CPU: what it cannot run is FATTN_ERR_UNSUPPORTED.
+ *
+ * Layout: every tensor is a view with logical dims [B, S, H, D] and *element* strides.
+ * Only the innermost stride (nb[3]) must be 1; any other stride (0 = broadcast, or a
+ * non-contiguous view into a fused QKV buffer) is accepted and never copied.
+ */
+#ifndef FATTN_FATTN_H
+#define FATTN_FATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FATTN_VERSION_MAJOR 0
+#define FATTN_VERSION_MINOR 1
+#define FATTN_VERSION_PATCH 0
+
+#if defined(_WIN32) && defined(FATTN_SHARED_BUILD)
+#define FATTN_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define FATTN_API __attribute__((visibility("default")))
+#else
+#define FATTN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Each validation rule has its own status, so a caller (and a test) can tell them apart. */
+typedef enum fattn_status {
+    FATTN_OK = 0,
+    FATTN_ERR_NULL_POINTER = 1,          /* a required pointer (ctx, params, tensor data) is NULL */
+    FATTN_ERR_DTYPE_MISMATCH = 2,        /* tensors that must share a dtype do not; lse not f32 */
+    FATTN_ERR_SHAPE_MISMATCH = 3,        /* a dim disagrees with q/k/v (B, S, H, D, Dv) */
+    FATTN_ERR_GQA_HEADS = 4,             /* Hq % Hkv != 0 */
+    FATTN_ERR_BAD_STRIDE = 5,            /* innermost stride != 1, or a negative stride */
+    FATTN_ERR_OVERLAP = 6,               /* two outputs (or an output and an input) share memory */
+    FATTN_ERR_BAD_BIAS = 7,              /* bias not broadcastable to [B, Hq, Sq, Skv], or bad dtype */
+    FATTN_ERR_BAD_MASK = 8,              /* invalid causal/window combination or value */
+    FATTN_ERR_BAD_SEQLENS = 9,           /* cu_seqlens: length, monotonicity, totals, B != 1 */
+    FATTN_ERR_BAD_HEAD_DIM = 10,         /* D or Dv is 0, negative, or not run by this backend */
+    FATTN_ERR_BAD_VALUE = 11,            /* a scalar parameter out of range (scale NaN, enum value) */
+    FATTN_ERR_UNSUPPORTED = 12,          /* valid request this backend/build does not run */
+    FATTN_ERR_BACKEND_UNAVAILABLE = 13,  /* backend not compiled in, or no device */
+    FATTN_ERR_WORKSPACE_TOO_SMALL = 14,  /* caller-provided workspace smaller than required */
+    FATTN_ERR_OUT_OF_MEMORY = 15,        /* the context's allocator failed */
+    FATTN_ERR_DEVICE = 16,               /* a CUDA runtime / cuBLAS error */
+    FATTN_ERR_INTERNAL = 17
+} fattn_status;
+
+FATTN_API const char *fattn_status_string(fattn_status s);
+
+FATTN_API const char *fattn_version(void); /* "MAJOR.MINOR.PATCH" */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Data types, precision, algorithm                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef enum fattn_dtype {
+    FATTN_F32 = 0,
+    FATTN_F16 = 1,
+    FATTN_BF16 = 2
+} fattn_dtype;
+
+FATTN_API size_t fattn_dtype_size(fattn_dtype t);
+FATTN_API const char *fattn_dtype_name(fattn_dtype t);
+
+/* Arithmetic precision. AUTO resolves per backend and device (DESIGN §4):
+ *   f32 inputs  -> TF32 on CUDA sm_80+, F32 elsewhere;
+ *   f16/bf16    -> NATIVE on CUDA, F32 on the CPU.
+ * Log fattn_resolve_prec()'s answer, never the requested value. */
+typedef enum fattn_prec {
+    FATTN_PREC_AUTO = 0,
+    FATTN_PREC_F32 = 1,    /* strict IEEE fp32 FMA arithmetic */
+    FATTN_PREC_TF32 = 2,   /* f32 inputs on tensor cores (CUDA only) */
+    FATTN_PREC_NATIVE = 3  /* f16/bf16 tensor cores, fp32 accumulation (CUDA only) */
+} fattn_prec;
+
+FATTN_API const char *fattn_prec_name(fattn_prec p);
+
+typedef enum fattn_algo {
+    FATTN_ALGO_FUSED = 0,  /* flash: O and LSE are all that is kept for the backward */
+    FATTN_ALGO_EXACT = 1   /* materialized [B, Hq, Sq, Skv] probabilities kept for the backward */
+} fattn_algo;
+
+FATTN_API const char *fattn_algo_name(fattn_algo a);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Context                                                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+typedef struct fattn_ctx fattn_ctx_t;
+
+typedef enum fattn_backend {
+    FATTN_BACKEND_CPU = 0,
+    FATTN_BACKEND_CUDA = 1
+} fattn_backend;
+
+/* nthreads <= 0: use the hardware concurrency. Results never depend on nthreads. */
+FATTN_API fattn_status fattn_ctx_init_cpu(int nthreads, fattn_ctx_t **out_ctx);
+/* stream: a cudaStream_t (NULL = legacy default stream). FATTN_ERR_BACKEND_UNAVAILABLE when the
+ * library was built without CUDA or the device does not exist. */
+FATTN_API fattn_status fattn_ctx_init_cuda(int device, void *stream, fattn_ctx_t **out_ctx);
+FATTN_API void fattn_ctx_free(fattn_ctx_t *ctx);
+
+FATTN_API fattn_backend fattn_ctx_backend(const fattn_ctx_t *ctx);
+FATTN_API int fattn_ctx_nthreads(const fattn_ctx_t *ctx);          /* CPU: resolved thread count */
+FATTN_API fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads);
+FATTN_API fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream); /* CUDA only */
+
+/* Message of the last failed call on ctx ("k: ne[3] (head dim) is 80 but q has 64").
+ * ctx == NULL: the calling thread's last failure of a call that had no context (ctx init). */
+FATTN_API const char *fattn_ctx_last_error(const fattn_ctx_t *ctx);
+
+/* Allocator used when a call is given no workspace (workspace == NULL). Memory is in the
+ * context's space (host for CPU, device for CUDA). Defaults: aligned malloc / cudaMallocAsync. */
+typedef void *(*fattn_alloc_fn)(size_t bytes, void *user);
+typedef void (*fattn_free_fn)(void *ptr, void *user);
+FATTN_API fattn_status fattn_ctx_set_allocator(fattn_ctx_t *ctx, fattn_alloc_fn alloc,
+                                               fattn_free_fn free_fn, void *user);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Tensor views                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Logical dims ne = [B, S, H, D]; nb = element strides of those dims (nb[3] must be 1).
+ * lse views use ne = [B, Hq, Sq, 1] (nb[2] must be 1). A bias uses ne = [B|1, Hq|1, Sq, Skv]. */
+typedef struct fattn_tensor {
+    void *data;
+    fattn_dtype dtype;
+    int64_t ne[4];
+    int64_t nb[4];
+} fattn_tensor;
+
+/* Contiguous view: strides derived from ne. */
+FATTN_API fattn_tensor fattn_tensor_contiguous(void *data, fattn_dtype dtype, int64_t n0, int64_t n1,
+                                               int64_t n2, int64_t n3);
+FATTN_API fattn_tensor fattn_tensor_4d(void *data, fattn_dtype dtype, int64_t n0, int64_t n1,
+                                       int64_t n2, int64_t n3, int64_t s0, int64_t s1, int64_t s2,
+                                       int64_t s3);
+FATTN_API fattn_tensor fattn_tensor_none(void); /* data NULL: "not given" (e.g. no bias) */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Softmax attention                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ * O = softmax(scale·Q·Kᵀ + bias + masks) · V, row-wise over keys.
+ *   q [B, Sq, Hq, D]   k [B, Skv, Hkv, D]   v [B, Skv, Hkv, Dv]   o [B, Sq, Hq, Dv]
+ *   lse [B, Hq, Sq] float32: natural log of each row's softmax denominator (scale, bias included).
+ * GQA: Hq % Hkv == 0, query head h reads kv head h / (Hq / Hkv).
+ * Masks are defined against one diagonal: TOP_LEFT (key j = i for query i) or BOTTOM_RIGHT
+ * (j = i + Skv - Sq, FlashAttention's convention). Causal allows j <= diagonal; a window
+ * (left, right) allows diagonal - left <= j <= diagonal + right, -1 = unbounded. Combined with
+ * causal, window_right must be -1 or 0, and window_align must equal the causal alignment.
+ * A query row with no allowed key: o = 0, lse = -inf, its gradients 0. Never NaN from finite inputs.
+ * Varlen: cu_seqlens_q / cu_seqlens_kv (int32, num_seqs + 1 entries, in the context's memory
+ * space); tensors then have B = 1 and S = total tokens; masks use each sequence's own lengths;
+ * a bias is indexed by packed (global) token positions: [1, Hq|1, total_q, total_kv].
+ */
+
+typedef enum fattn_causal {
+    FATTN_CAUSAL_NONE = 0,
+    FATTN_CAUSAL_TOP_LEFT = 1,
+    FATTN_CAUSAL_BOTTOM_RIGHT = 2
+} fattn_causal;
+
+typedef enum fattn_align {
+    FATTN_ALIGN_TOP_LEFT = 0,
+    FATTN_ALIGN_BOTTOM_RIGHT = 1
+} fattn_align;
+
+typedef struct fattn_attn_params {
+    float scale;               /* 0 (default) means 1/sqrt(D) */
+    fattn_tensor bias;         /* optional additive bias (data NULL = none); f32/f16/bf16; may hold -inf */
+    fattn_causal causal;
+    int64_t window_left;       /* -1 = unbounded */
+    int64_t window_right;      /* -1 = unbounded */
+    fattn_align window_align;  /* diagonal the window is measured from */
+    const int32_t *cu_seqlens_q;   /* varlen (NULL = dense); num_seqs + 1 entries */
+    const int32_t *cu_seqlens_kv;  /* varlen, required with cu_seqlens_q */
+    int64_t num_seqs;
+    int64_t max_seqlen_q;      /* varlen: upper bound of the sequence lengths (0 = derive; CPU only) */
+    int64_t max_seqlen_kv;
+    fattn_prec prec;
+    fattn_algo algo;
+} fattn_attn_params;
+
+FATTN_API fattn_attn_params fattn_attn_params_default(void);
+
+/* The precision a call with these params and this q would run (never AUTO). */
+FATTN_API fattn_prec fattn_resolve_prec(const fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                        const fattn_tensor *q);
+
+/* FATTN_OK if this context runs the forward and backward for these shapes; otherwise the
+ * status of the first rule broken and, in why (may be NULL), the reason. Same function that
+ * dispatch uses: "supported" and "what runs" cannot disagree. */
+FATTN_API fattn_status fattn_attn_supports(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                           const fattn_tensor *q, const fattn_tensor *k,
+                                           const fattn_tensor *v, char *why, size_t why_len);
+
+typedef enum fattn_dir {
+    FATTN_DIR_FWD = 0,
+    FATTN_DIR_BWD = 1
+} fattn_dir;
+
+/* Scratch bytes a call needs (freed by the caller after the call). */
+FATTN_API fattn_status fattn_attn_workspace_size(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                                 const fattn_tensor *q, const fattn_tensor *k,
+                                                 const fattn_tensor *v, fattn_dir dir,
+                                                 size_t *bytes);
+
+/* Bytes of the auxiliary buffer the forward fills and the backward reads (0 for FUSED; the
+ * probabilities for EXACT). The caller keeps it between the two calls, like o and lse. */
+FATTN_API fattn_status fattn_attn_saved_size(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                             const fattn_tensor *q, const fattn_tensor *k,
+                                             const fattn_tensor *v, size_t *bytes);
+
+/* workspace == NULL: the context allocates it (and frees it before returning). */
+FATTN_API fattn_status fattn_attn_fwd(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                      const fattn_tensor *q, const fattn_tensor *k,
+                                      const fattn_tensor *v, const fattn_tensor *o,
+                                      const fattn_tensor *lse, void *saved, void *workspace,
+                                      size_t workspace_bytes);
+
+FATTN_API fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                      const fattn_tensor *q, const fattn_tensor *k,
+                                      const fattn_tensor *v, const fattn_tensor *o,
+                                      const fattn_tensor *lse, const void *saved,
+                                      const fattn_tensor *dout, const fattn_tensor *dq,
+                                      const fattn_tensor *dk, const fattn_tensor *dv,
+                                      void *workspace, size_t workspace_bytes);
+
+/* Memory model (DESIGN §8), bytes for one call with these shapes and p->algo.
+ * Never under-predicts the measured peak. "inputs" = q, k, v (+ bias); "outputs" = o, lse. */
+typedef struct fattn_attn_memory_info {
+    uint64_t inputs_bytes;        /* q, k, v, bias as described by the views (dense extents) */
+    uint64_t saved_bytes;         /* kept between fwd and bwd beyond the inputs: o, lse, saved buffer */
+    uint64_t fwd_workspace_bytes;
+    uint64_t bwd_workspace_bytes;
+    uint64_t grads_bytes;         /* dout, dq, dk, dv */
+    uint64_t fwd_peak_bytes;      /* inputs + saved + fwd workspace */
+    uint64_t bwd_peak_bytes;      /* inputs + saved + grads + bwd workspace */
+} fattn_attn_memory_info;
+
+FATTN_API fattn_status fattn_attn_memory(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                         const fattn_tensor *q, const fattn_tensor *k,
+                                         const fattn_tensor *v, fattn_attn_memory_info *out);
+
+/* Longest S (self-attention, Sq = Skv = S) whose bwd_peak_bytes fits in budget_bytes, for the
+ * geometry B, Hq, Hkv, D, Dv, dtype and p (masks, algo). 0 if even S = 1 does not fit. */
+FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                             fattn_dtype dtype, int64_t B, int64_t Hq, int64_t Hkv,
+                                             int64_t D, int64_t Dv, uint64_t budget_bytes,
+                                             int64_t *max_s);
+
+/* ------------------------------------------------------------------------------------------ */
+/* PaTH attention (../shared/PATH.md) — section owned by the PaTH family                       */
+/* ------------------------------------------------------------------------------------------ */
+/* FATTN_PATH_API_BEGIN */
+/* FATTN_PATH_API_END */
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FATTN_FATTN_H */

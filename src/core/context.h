@@ -1,0 +1,31 @@
+// context.h — the opaque fattn_ctx behind the C API: backend, threads/stream, allocator,
+// the last error message. Only src/core and the backends' entry files include it.
+#pragma once
+
+#include <string>
+
+#include "fattn/fattn.h"
+
+struct fattn_ctx {
+    fattn_backend backend = FATTN_BACKEND_CPU;
+    int nthreads = 1;          // CPU: resolved thread count (>= 1)
+    int device = -1;           // CUDA: device ordinal
+    void *stream = nullptr;    // CUDA: cudaStream_t
+    int sm_major = 0, sm_minor = 0, num_sms = 0;  // CUDA: filled at init
+    size_t smem_optin = 0;                       // CUDA: opt-in shared memory per block
+    fattn_alloc_fn alloc = nullptr;  // nullptr: the backend's default
+    fattn_free_fn free_fn = nullptr;
+    void *alloc_user = nullptr;
+    std::string last_error;
+};
+
+namespace fattn {
+
+// Record msg as ctx's last error (or the thread's, when ctx is null) and return s.
+fattn_status set_error(fattn_ctx *ctx, fattn_status s, const std::string &msg);
+
+// Workspace from the context's allocator (host or device). Returns nullptr on failure.
+void *ctx_alloc(fattn_ctx *ctx, size_t bytes);
+void ctx_free(fattn_ctx *ctx, void *ptr);
+
+}  // namespace fattn
