@@ -1,0 +1,37 @@
+// attn_kernels.h — internal interface of the fused CUDA softmax-attention kernels (src/cuda/attn).
+// Plain C++ (no CUDA types): attn_cuda.cpp includes it. The one selection function `choose`
+// decides which kernel family, dtype and head-dim bucket runs; attn_select (support query) and
+// attn_fwd/attn_bwd (dispatch) both call it, so "supported" and "what runs" cannot disagree.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "core/attn_params.h"
+#include "cuda/attn_cuda.h"
+
+namespace fattn::cuda::attn {
+
+// Which kernel family runs a request.
+enum class Family {
+    SCALAR_F32,   // strict IEEE fp32 FMA, any sm_75+, any head dim <= 256, any input dtype
+    MMA_NATIVE,   // bf16/f16 mma.sync.m16n8k16, fp32 accumulation, sm_80+
+    MMA_TF32,     // f32 inputs on mma.sync.m16n8k8 (tf32), sm_80+
+};
+
+struct Choice {
+    Family family = Family::SCALAR_F32;
+    int d_bucket = 0;  // head dim the kernel is instantiated for (>= max(d, dv), padded loads masked)
+};
+
+// FATTN_OK and *c filled, or UNSUPPORTED with *why.
+fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, std::string *why);
+
+size_t workspace_size(const AttnFwdParams &p, const Choice &c, fattn_dir dir);
+
+fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, const Choice &c, void *workspace,
+                 std::string *err);
+fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const Choice &c, void *workspace,
+                 std::string *err);
+
+}  // namespace fattn::cuda::attn
