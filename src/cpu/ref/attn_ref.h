@@ -1,0 +1,72 @@
+// attn_ref.h — the float64 softmax-attention oracle (namespace fattn::ref).
+//
+// Naive and materialized on purpose: for every (sequence, query head) it builds the logits S,
+// the probabilities P, dP and dS as full double matrices, straight from DESIGN §3. It is never a
+// backend and never optimized; it shares no code with the kernels (its mask test and its f16/bf16
+// decoding are written here from the definitions; it includes attn_params.h only to read the
+// struct). Checked against central finite differences by tests/test_ref_grad.cpp and by
+// `fattn-test grad`.
+//
+// Two layers:
+//   core   — dense double arrays: q [B,Sq,Hq,D], k [B,Skv,Hkv,D], v [B,Skv,Hkv,Dv],
+//            bias [B,Hq,Sq,Skv] (expanded; empty = none), o [B,Sq,Hq,Dv], lse [B,Hq,Sq].
+//            Varlen: B = 1, Sq/Skv = total tokens, cu_q/cu_kv hold the sequence offsets.
+//   gather — reads AttnFwdParams / AttnBwdParams whose pointers are host memory (any dtype,
+//            any strides, broadcast bias) into core arrays and runs the core.
+// A query row with no allowed key (masks and -inf bias together): o = 0, lse = -inf, its dq = 0
+// and it contributes nothing to dk/dv — set directly, never through a 0/0.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/attn_params.h"
+
+namespace fattn::ref {
+
+// Masks as the public API states them: causal against its own diagonal, and a window
+// (left, right; -1 = unbounded) against the window's diagonal. Diagonal of query i in a sequence
+// of lengths (len_q, len_kv): i (top-left) or i + len_kv - len_q (bottom-right).
+struct Mask {
+    int causal = 0;  // 0 none, 1 top-left, 2 bottom-right
+    int64_t window_left = -1;
+    int64_t window_right = -1;
+    bool window_bottom_right = false;
+};
+
+// True if query i may see key j (indices inside their sequence).
+bool key_allowed(const Mask &m, int64_t i, int64_t j, int64_t len_q, int64_t len_kv);
+
+struct Problem {
+    int64_t B = 1, Sq = 0, Skv = 0, Hq = 1, Hkv = 1, D = 0, Dv = 0;
+    double scale = 1.0;
+    Mask mask;
+    std::vector<int64_t> cu_q, cu_kv;  // varlen: num_seqs + 1 offsets each; empty = dense
+    bool has_bias = false;             // bias is [B, Hq, Sq, Skv], expanded
+
+    int64_t num_seqs() const { return cu_q.empty() ? B : int64_t(cu_q.size()) - 1; }
+};
+
+// Inputs (and the incoming gradient) of one problem, as dense doubles.
+struct Tensors {
+    std::vector<double> q, k, v, bias, dout;
+};
+
+struct Outputs {
+    std::vector<double> o, lse;           // lse: -inf on fully-masked rows
+    std::vector<double> dq, dk, dv, dbias; // dbias only when asked for
+};
+
+// Core. fwd fills out->o, out->lse; bwd fills out->dq, dk, dv (and dbias when want_dbias and the
+// problem has a bias). bwd recomputes the forward itself (it needs nothing from fwd).
+void attn_fwd(const Problem &p, const Tensors &t, Outputs *out);
+void attn_bwd(const Problem &p, const Tensors &t, Outputs *out, bool want_dbias = false);
+
+// Gather layer: p's pointers must be host memory. Fills prob and t (t.dout only from bwd params).
+void gather(const AttnFwdParams &p, Problem *prob, Tensors *t);
+void gather(const AttnBwdParams &p, Problem *prob, Tensors *t);
+
+// Decode one stored element (own implementation of f16/bf16, independent of core/dtype.h).
+double decode(const void *base, fattn_dtype t, int64_t i);
+
+}  // namespace fattn::ref
