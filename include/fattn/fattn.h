@@ -271,6 +271,118 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
 /* PaTH attention (../shared/PATH.md) — section owned by the PaTH family                       */
 /* ------------------------------------------------------------------------------------------ */
 /* FATTN_PATH_API_BEGIN */
+/*
+ * PaTH attention: softmax attention whose score walks the query back through Householder-like
+ * matrices H_t = I - beta_t w_t w_t^T (Yang et al. 2025; spec: ../shared/PATH.md):
+ *   s_ij = q_i^T H_i H_{i-1} ... H_{j+1} k_j   (j <= i, causal; empty product = I)
+ *   G_t  = sum_{u <= t} g_u                    (prefix sum done inside, restarting per sequence)
+ *   l_ij = scale * (s_ij + G_i - G_j)          (the gate is multiplied by scale too, as FLA)
+ *   o_i  = sum_j softmax_j(l_i.) v_j,  lse_i = log sum_j exp(l_ij)  (natural log)
+ * Tensors (fattn_tensor views, element strides, innermost stride 1):
+ *   q [B, T, Hq, K]   k [B, T, H, K]   v [B, T, H, V]   (f32, f16 or bf16; one dtype)
+ *   w [B, T, H, K] f32          beta: ne = [B, T, H, 1] f32      g (optional): ne = [B, T, Hq, 1] f32
+ *   o [B, T, Hq, V] (q's dtype) lse: ne = [B, Hq, T, 1] f32, nb[2] = 1
+ *   backward: dout like o; dq, dk, dv like q, k, v (q's dtype); dw like w, dbeta like beta,
+ *   dg like g (all f32). dg must be given exactly when g is.
+ * GQA: Hq % H == 0; query head hq uses kv head hq / (Hq / H) (w, beta belong to the kv head, the
+ * gate to the query head). K, V in {16, 32, 64, 128}, V may differ from K, any T >= 1.
+ * Varlen: cu_seqlens (int32, num_seqs + 1 entries, host memory) with B = 1, T = total tokens;
+ * every sequence restarts its chunks, segments, gate prefix sum and Householder products.
+ *
+ * w / beta check: the products are only bounded (spectral norm <= 1) when |w_t| = 1 and
+ * beta_t in [0, 2]; low-precision walks (FLA's, and the planned CUDA kernels) rely on that.
+ *   FATTN_PATH_CHECK_STRICT (default): fwd, bwd and supports-with-data reject any token whose
+ *     | |w_t|_2 - 1 | > check_tol (0 = 1e-3) or beta_t outside [0, 2] or a non-finite value, with
+ *     FATTN_ERR_BAD_VALUE and a message naming the token and head. Cost: one pass over w and beta.
+ *   FATTN_PATH_CHECK_NONE: no check; the CPU backend then computes the definition above as is in
+ *     f32 (results are exact to f32 rounding while the products stay moderate; nothing clamps).
+ *
+ * History (PATH.md §6): the backward keeps q_t walked back to every 512-token segment start.
+ *   PACKED (default): exactly sum_seq sum_{r=1}^{N-1} (L - r*512) token-snapshots x Hq x K x
+ *     sizeof(q dtype) bytes (N = ceil(L / 512)); RECTANGULAR: T_total x max N snapshots (FLA's
+ *     layout; debug baseline only). Both are part of the backward workspace.
+ * Backends: CPU only in this version; a CUDA context answers FATTN_ERR_UNSUPPORTED.
+ * The forward saves nothing beyond o and lse: the backward recomputes everything else.
+ */
+typedef enum fattn_path_history {
+    FATTN_PATH_HISTORY_PACKED = 0,
+    FATTN_PATH_HISTORY_RECTANGULAR = 1
+} fattn_path_history;
+
+typedef enum fattn_path_check {
+    FATTN_PATH_CHECK_STRICT = 0,
+    FATTN_PATH_CHECK_NONE = 1
+} fattn_path_check;
+
+typedef struct fattn_path_params {
+    float scale;                  /* 0 (default) means 1/sqrt(K) */
+    const int32_t *cu_seqlens;    /* varlen (NULL = dense); num_seqs + 1 entries, host memory */
+    int64_t num_seqs;
+    fattn_path_history history;   /* backward's transformed-query history layout */
+    fattn_path_check check;       /* w / beta input check, see above */
+    float check_tol;              /* STRICT: allowed | |w| - 1 |; 0 means 1e-3 */
+} fattn_path_params;
+
+FATTN_API fattn_path_params fattn_path_params_default(void);
+
+/* FATTN_OK if this context runs PaTH fwd and bwd for these views (shapes, dtypes, strides; the
+ * w/beta values are checked by fwd/bwd, not here). g may be NULL or have data NULL (no gate). */
+FATTN_API fattn_status fattn_path_supports(fattn_ctx_t *ctx, const fattn_path_params *p,
+                                           const fattn_tensor *q, const fattn_tensor *k,
+                                           const fattn_tensor *v, const fattn_tensor *w,
+                                           const fattn_tensor *beta, const fattn_tensor *g,
+                                           char *why, size_t why_len);
+
+/* Scratch of one call; history_bytes is the part of total_bytes that holds the history (bwd
+ * only; 0 for fwd), in the layout p->history selects. */
+typedef struct fattn_path_workspace_info {
+    uint64_t total_bytes;
+    uint64_t history_bytes;
+} fattn_path_workspace_info;
+
+FATTN_API fattn_status fattn_path_workspace_size(fattn_ctx_t *ctx, const fattn_path_params *p,
+                                                 const fattn_tensor *q, const fattn_tensor *k,
+                                                 const fattn_tensor *v, const fattn_tensor *w,
+                                                 const fattn_tensor *beta, const fattn_tensor *g,
+                                                 fattn_dir dir, fattn_path_workspace_info *out);
+
+/* workspace == NULL: the context allocates it (and frees it before returning). */
+FATTN_API fattn_status fattn_path_fwd(fattn_ctx_t *ctx, const fattn_path_params *p,
+                                      const fattn_tensor *q, const fattn_tensor *k,
+                                      const fattn_tensor *v, const fattn_tensor *w,
+                                      const fattn_tensor *beta, const fattn_tensor *g,
+                                      const fattn_tensor *o, const fattn_tensor *lse,
+                                      void *workspace, size_t workspace_bytes);
+
+FATTN_API fattn_status fattn_path_bwd(fattn_ctx_t *ctx, const fattn_path_params *p,
+                                      const fattn_tensor *q, const fattn_tensor *k,
+                                      const fattn_tensor *v, const fattn_tensor *w,
+                                      const fattn_tensor *beta, const fattn_tensor *g,
+                                      const fattn_tensor *o, const fattn_tensor *lse,
+                                      const fattn_tensor *dout, const fattn_tensor *dq,
+                                      const fattn_tensor *dk, const fattn_tensor *dv,
+                                      const fattn_tensor *dw, const fattn_tensor *dbeta,
+                                      const fattn_tensor *dg, void *workspace,
+                                      size_t workspace_bytes);
+
+/* Memory model, bytes for one fwd + bwd with these shapes (dense extents of the views). */
+typedef struct fattn_path_memory_info {
+    uint64_t inputs_bytes;               /* q, k, v, w, beta, g */
+    uint64_t saved_bytes;                /* kept between fwd and bwd: o, lse */
+    uint64_t fwd_workspace_bytes;
+    uint64_t bwd_workspace_bytes;        /* includes the history in p->history's layout */
+    uint64_t history_packed_bytes;       /* the history alone, PACKED */
+    uint64_t history_rectangular_bytes;  /* the history alone, RECTANGULAR */
+    uint64_t grads_bytes;                /* dout, dq, dk, dv, dw, dbeta, dg */
+    uint64_t fwd_peak_bytes;             /* inputs + saved + fwd workspace */
+    uint64_t bwd_peak_bytes;             /* inputs + saved + grads + bwd workspace */
+} fattn_path_memory_info;
+
+FATTN_API fattn_status fattn_path_memory(fattn_ctx_t *ctx, const fattn_path_params *p,
+                                         const fattn_tensor *q, const fattn_tensor *k,
+                                         const fattn_tensor *v, const fattn_tensor *w,
+                                         const fattn_tensor *beta, const fattn_tensor *g,
+                                         fattn_path_memory_info *out);
 /* FATTN_PATH_API_END */
 
 #ifdef __cplusplus
