@@ -1,0 +1,311 @@
+// attn_api.cpp — the C entry points of softmax attention: params defaults, precision resolution,
+// supports / workspace / saved-size queries, and fwd / bwd dispatch. Every entry goes through
+// attn_validate (the one support surface), then the backend; every C++ exception is caught here so
+// nothing crosses the C boundary (std::bad_alloc -> OUT_OF_MEMORY, anything else -> INTERNAL).
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+
+#include "core/attn_dispatch.h"
+#include "core/attn_validate.h"
+#include "core/dtype.h"
+#include "cpu/attn_cpu.h"
+#ifdef FATTN_WITH_CUDA
+#include "cuda/attn_cuda.h"
+#endif
+
+namespace fattn {
+
+#ifdef FATTN_WITH_CUDA
+static cuda::DeviceInfo device_of(const fattn_ctx *ctx) {
+    cuda::DeviceInfo d;
+    d.device = ctx->device;
+    d.sm_major = ctx->sm_major;
+    d.sm_minor = ctx->sm_minor;
+    d.num_sms = ctx->num_sms;
+    d.smem_optin = ctx->smem_optin;
+    return d;
+}
+#endif
+
+size_t attn_backend_workspace_size(const fattn_ctx *ctx, const AttnFwdParams &p, fattn_dir dir) {
+#ifdef FATTN_WITH_CUDA
+    if (ctx->backend == FATTN_BACKEND_CUDA) return cuda::attn_workspace_size(p, device_of(ctx), dir);
+#endif
+    (void)ctx;
+    return cpu::attn_workspace_size(p, dir);
+}
+
+size_t attn_backend_saved_size(const fattn_ctx *ctx, const AttnFwdParams &p) {
+#ifdef FATTN_WITH_CUDA
+    if (ctx->backend == FATTN_BACKEND_CUDA) return cuda::attn_saved_size(p, device_of(ctx));
+#endif
+    (void)ctx;
+    return cpu::attn_saved_size(p);
+}
+
+fattn_status attn_backend_fwd(const fattn_ctx *ctx, const AttnFwdParams &p, void *saved,
+                              void *workspace, std::string *err) {
+#ifdef FATTN_WITH_CUDA
+    if (ctx->backend == FATTN_BACKEND_CUDA)
+        return cuda::attn_fwd(p, device_of(ctx), saved, workspace, err);
+#endif
+    (void)ctx;
+    return cpu::attn_fwd(p, saved, workspace, err);
+}
+
+fattn_status attn_backend_bwd(const fattn_ctx *ctx, const AttnBwdParams &p, const void *saved,
+                              void *workspace, std::string *err) {
+#ifdef FATTN_WITH_CUDA
+    if (ctx->backend == FATTN_BACKEND_CUDA)
+        return cuda::attn_bwd(p, device_of(ctx), saved, workspace, err);
+#endif
+    (void)ctx;
+    return cpu::attn_bwd(p, saved, workspace, err);
+}
+
+}  // namespace fattn
+
+namespace {
+
+using fattn::AttnOp;
+using fattn::AttnResolved;
+using fattn::AttnViews;
+using fattn::AttnWork;
+
+// Runs body and turns any escaping exception into a status (the C API never throws).
+template <class Body>
+fattn_status guarded(fattn_ctx *ctx, const char *fn, Body &&body) {
+    try {
+        return body();
+    } catch (const std::bad_alloc &) {
+        return fattn::set_error(ctx, FATTN_ERR_OUT_OF_MEMORY, std::string(fn) + ": out of host memory");
+    } catch (const std::exception &e) {
+        return fattn::set_error(ctx, FATTN_ERR_INTERNAL, std::string(fn) + ": " + e.what());
+    } catch (...) {
+        return fattn::set_error(ctx, FATTN_ERR_INTERNAL, std::string(fn) + ": unknown exception");
+    }
+}
+
+// Validate (and select) with the error recorded on ctx (or the thread when ctx is NULL).
+fattn_status validate(fattn_ctx *ctx, const fattn_attn_params *p, AttnOp op, const AttnViews &v,
+                      AttnResolved *r) {
+    std::string why;
+    fattn_status s = fattn::attn_validate(ctx, p, op, v, /*select=*/true, r, &why);
+    if (s != FATTN_OK) return fattn::set_error(ctx, s, why);
+    return FATTN_OK;
+}
+
+// Host fill of a strided [n0, n1, n2, n3] view (innermost stride 1) with one value.
+void fill_view(void *base, fattn_dtype t, const int64_t ne[4], int64_t s0, int64_t s1, int64_t s2,
+               float value) {
+    for (int64_t a = 0; a < ne[0]; ++a)
+        for (int64_t b = 0; b < ne[1]; ++b)
+            for (int64_t c = 0; c < ne[2]; ++c) {
+                int64_t off = a * s0 + b * s1 + c * s2;
+                for (int64_t d = 0; d < ne[3]; ++d) fattn::store_f32(base, t, off + d, value);
+            }
+}
+
+// Outputs of a call in which nothing attends (Sq, Skv or Hq is 0 while other outputs are not
+// empty), on a CPU context: the defined values of fully-masked rows and of unseen keys.
+void fill_fwd(const fattn::AttnFwdParams &p) {
+    const int64_t B = p.cu_seqlens_q ? 1 : p.batch;
+    const int64_t ne_o[4] = {B, p.total_q, p.hq, p.dv};
+    fill_view(p.o, p.dtype, ne_o, p.o_sb, p.o_ss, p.o_sh, 0.0f);
+    const int64_t ne_l[4] = {B, p.hq, p.total_q, 1};
+    fill_view(p.lse, FATTN_F32, ne_l, p.lse_sb, p.lse_sh, 1, -std::numeric_limits<float>::infinity());
+}
+
+void fill_bwd(const fattn::AttnBwdParams &p) {
+    const int64_t B = p.cu_seqlens_q ? 1 : p.batch;
+    const int64_t ne_q[4] = {B, p.total_q, p.hq, p.d};
+    fill_view(p.dq, p.dtype, ne_q, p.dq_sb, p.dq_ss, p.dq_sh, 0.0f);
+    const int64_t ne_k[4] = {B, p.total_kv, p.hkv, p.d};
+    fill_view(p.dk, p.dtype, ne_k, p.dk_sb, p.dk_ss, p.dk_sh, 0.0f);
+    const int64_t ne_v[4] = {B, p.total_kv, p.hkv, p.AttnFwdParams::dv};
+    fill_view(p.dv, p.dtype, ne_v, p.dv_sb, p.dv_ss, p.dv_sh, 0.0f);
+}
+
+// Workspace: the caller's (checked for size) or the context allocator's (freed on scope exit).
+struct Workspace {
+    fattn_ctx *ctx;
+    void *ptr = nullptr;
+    bool owned = false;
+    ~Workspace() {
+        if (owned) fattn::ctx_free(ctx, ptr);
+    }
+    fattn_status acquire(void *given, size_t given_bytes, size_t need) {
+        if (given) {
+            if (given_bytes < need)
+                return fattn::set_error(ctx, FATTN_ERR_WORKSPACE_TOO_SMALL,
+                                        "workspace: " + std::to_string(given_bytes) +
+                                            " bytes given but the call needs " + std::to_string(need));
+            ptr = given;
+            return FATTN_OK;
+        }
+        if (need == 0) return FATTN_OK;
+        ptr = fattn::ctx_alloc(ctx, need);
+        if (!ptr)
+            return fattn::set_error(ctx, FATTN_ERR_OUT_OF_MEMORY,
+                                    "workspace: the context allocator failed to provide " +
+                                        std::to_string(need) + " bytes");
+        owned = true;
+        return FATTN_OK;
+    }
+};
+
+}  // namespace
+
+extern "C" {
+
+fattn_attn_params fattn_attn_params_default(void) {
+    fattn_attn_params p;
+    std::memset(&p, 0, sizeof p);
+    p.scale = 0.0f;  // 1/sqrt(D)
+    p.bias = fattn_tensor_none();
+    p.causal = FATTN_CAUSAL_NONE;
+    p.window_left = -1;
+    p.window_right = -1;
+    p.window_align = FATTN_ALIGN_TOP_LEFT;
+    p.cu_seqlens_q = nullptr;
+    p.cu_seqlens_kv = nullptr;
+    p.num_seqs = 0;
+    p.max_seqlen_q = 0;
+    p.max_seqlen_kv = 0;
+    p.prec = FATTN_PREC_AUTO;
+    p.algo = FATTN_ALGO_FUSED;
+    return p;
+}
+
+fattn_prec fattn_resolve_prec(const fattn_ctx_t *ctx, const fattn_attn_params *p,
+                              const fattn_tensor *q) {
+    // Missing or invalid arguments resolve as AUTO for f32 would: the answer is never AUTO.
+    fattn_prec req = p ? p->prec : FATTN_PREC_AUTO;
+    if (req < FATTN_PREC_AUTO || req > FATTN_PREC_NATIVE) req = FATTN_PREC_AUTO;
+    fattn_dtype dt = q ? q->dtype : FATTN_F32;
+    if (dt != FATTN_F16 && dt != FATTN_BF16) dt = FATTN_F32;
+    return fattn::attn_resolve_prec(ctx, req, dt);
+}
+
+fattn_status fattn_attn_supports(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                 const fattn_tensor *q, const fattn_tensor *k,
+                                 const fattn_tensor *v, char *why, size_t why_len) {
+    fattn_status s = guarded(ctx, "fattn_attn_supports", [&] {
+        AttnViews vw;
+        vw.q = q; vw.k = k; vw.v = v;
+        AttnResolved r;
+        return validate(ctx, p, AttnOp::QUERY, vw, &r);
+    });
+    if (why && why_len > 0) {
+        const char *msg = s == FATTN_OK ? "" : fattn_ctx_last_error(ctx);
+        std::strncpy(why, msg, why_len - 1);
+        why[why_len - 1] = '\0';
+    }
+    return s;
+}
+
+fattn_status fattn_attn_workspace_size(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                       const fattn_tensor *q, const fattn_tensor *k,
+                                       const fattn_tensor *v, fattn_dir dir, size_t *bytes) {
+    return guarded(ctx, "fattn_attn_workspace_size", [&] {
+        if (!bytes) return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER, "bytes: is NULL");
+        *bytes = 0;
+        if (dir != FATTN_DIR_FWD && dir != FATTN_DIR_BWD)
+            return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE,
+                                    "dir: " + std::to_string(int(dir)) + " is not a fattn_dir");
+        AttnViews vw;
+        vw.q = q; vw.k = k; vw.v = v;
+        AttnResolved r;
+        fattn_status s = validate(ctx, p, AttnOp::QUERY, vw, &r);
+        if (s != FATTN_OK) return s;
+        if (r.work == AttnWork::COMPUTE) *bytes = fattn::attn_backend_workspace_size(ctx, r.p, dir);
+        return FATTN_OK;
+    });
+}
+
+fattn_status fattn_attn_saved_size(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                   const fattn_tensor *q, const fattn_tensor *k,
+                                   const fattn_tensor *v, size_t *bytes) {
+    return guarded(ctx, "fattn_attn_saved_size", [&] {
+        if (!bytes) return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER, "bytes: is NULL");
+        *bytes = 0;
+        AttnViews vw;
+        vw.q = q; vw.k = k; vw.v = v;
+        AttnResolved r;
+        fattn_status s = validate(ctx, p, AttnOp::QUERY, vw, &r);
+        if (s != FATTN_OK) return s;
+        if (r.work == AttnWork::COMPUTE) *bytes = fattn::attn_backend_saved_size(ctx, r.p);
+        return FATTN_OK;
+    });
+}
+
+fattn_status fattn_attn_fwd(fattn_ctx_t *ctx, const fattn_attn_params *p, const fattn_tensor *q,
+                            const fattn_tensor *k, const fattn_tensor *v, const fattn_tensor *o,
+                            const fattn_tensor *lse, void *saved, void *workspace,
+                            size_t workspace_bytes) {
+    return guarded(ctx, "fattn_attn_fwd", [&] {
+        AttnViews vw;
+        vw.q = q; vw.k = k; vw.v = v; vw.o = o; vw.lse = lse;
+        AttnResolved r;
+        fattn_status s = validate(ctx, p, AttnOp::FWD, vw, &r);
+        if (s != FATTN_OK) return s;
+        if (r.work == AttnWork::NONE) return FATTN_OK;
+        if (r.work == AttnWork::FILL) {  // CPU only: validate turns it into COMPUTE on CUDA
+            fill_fwd(r.p);
+            return FATTN_OK;
+        }
+        size_t saved_bytes = fattn::attn_backend_saved_size(ctx, r.p);
+        if (saved_bytes > 0 && !saved)
+            return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER,
+                                    "saved: is NULL but algo " + std::string(fattn_algo_name(r.p.algo)) +
+                                        " keeps " + std::to_string(saved_bytes) +
+                                        " bytes for the backward (query fattn_attn_saved_size)");
+        Workspace ws{ctx};
+        s = ws.acquire(workspace, workspace_bytes,
+                       fattn::attn_backend_workspace_size(ctx, r.p, FATTN_DIR_FWD));
+        if (s != FATTN_OK) return s;
+        std::string err;
+        s = fattn::attn_backend_fwd(ctx, r.p, saved, ws.ptr, &err);
+        if (s != FATTN_OK) return fattn::set_error(ctx, s, err.empty() ? "fwd: backend failed" : err);
+        return FATTN_OK;
+    });
+}
+
+fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params *p, const fattn_tensor *q,
+                            const fattn_tensor *k, const fattn_tensor *v, const fattn_tensor *o,
+                            const fattn_tensor *lse, const void *saved, const fattn_tensor *dout,
+                            const fattn_tensor *dq, const fattn_tensor *dk, const fattn_tensor *dv,
+                            void *workspace, size_t workspace_bytes) {
+    return guarded(ctx, "fattn_attn_bwd", [&] {
+        AttnViews vw;
+        vw.q = q; vw.k = k; vw.v = v; vw.o = o; vw.lse = lse;
+        vw.dout = dout; vw.dq = dq; vw.dk = dk; vw.dv = dv;
+        AttnResolved r;
+        fattn_status s = validate(ctx, p, AttnOp::BWD, vw, &r);
+        if (s != FATTN_OK) return s;
+        if (r.work == AttnWork::NONE) return FATTN_OK;
+        if (r.work == AttnWork::FILL) {
+            fill_bwd(r.p);
+            return FATTN_OK;
+        }
+        size_t saved_bytes = fattn::attn_backend_saved_size(ctx, r.p);
+        if (saved_bytes > 0 && !saved)
+            return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER,
+                                    "saved: is NULL but algo " + std::string(fattn_algo_name(r.p.algo)) +
+                                        " reads " + std::to_string(saved_bytes) +
+                                        " bytes the forward kept");
+        Workspace ws{ctx};
+        s = ws.acquire(workspace, workspace_bytes,
+                       fattn::attn_backend_workspace_size(ctx, r.p, FATTN_DIR_BWD));
+        if (s != FATTN_OK) return s;
+        std::string err;
+        s = fattn::attn_backend_bwd(ctx, r.p, saved, ws.ptr, &err);
+        if (s != FATTN_OK) return fattn::set_error(ctx, s, err.empty() ? "bwd: backend failed" : err);
+        return FATTN_OK;
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,173 @@
+// context.cpp — lifecycle of the opaque fattn_ctx (CPU and CUDA), its setters, the last-error
+// message (per context, or per thread for calls that had no context), and the workspace
+// allocator (caller-settable; defaults: 64-byte aligned host malloc / the CUDA backend's
+// stream-ordered device allocator).
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "core/context.h"
+
+#ifdef FATTN_WITH_CUDA
+#include "cuda/attn_cuda.h"
+#endif
+
+namespace {
+
+// Failures of calls that had no context to record them in (ctx init, ctx == NULL).
+thread_local std::string t_last_error;
+
+// 64 bytes: a cache line, and enough for any SIMD load the CPU kernels use.
+constexpr size_t kHostAlign = 64;
+
+void *host_alloc(size_t bytes) {
+    size_t rounded = (bytes + kHostAlign - 1) / kHostAlign * kHostAlign;  // aligned_alloc rule
+    if (rounded < bytes) return nullptr;                                   // wrapped around
+    return std::aligned_alloc(kHostAlign, rounded);
+}
+
+int resolve_nthreads(int nthreads) {
+    if (nthreads > 0) return nthreads;
+    unsigned hc = std::thread::hardware_concurrency();
+    return hc > 0 ? int(hc) : 1;
+}
+
+}  // namespace
+
+namespace fattn {
+
+fattn_status set_error(fattn_ctx *ctx, fattn_status s, const std::string &msg) {
+    try {
+        if (ctx) {
+            ctx->last_error = msg;
+        } else {
+            t_last_error = msg;
+        }
+    } catch (...) {
+        // Out of memory while storing the message: the status still says what happened.
+    }
+    return s;
+}
+
+void *ctx_alloc(fattn_ctx *ctx, size_t bytes) {
+    if (!ctx || bytes == 0) return nullptr;
+    if (ctx->alloc) return ctx->alloc(bytes, ctx->alloc_user);
+    if (ctx->backend == FATTN_BACKEND_CPU) return host_alloc(bytes);
+#ifdef FATTN_WITH_CUDA
+    return fattn::cuda::device_alloc(bytes, ctx->stream);
+#else
+    return nullptr;  // unreachable: a CUDA context cannot exist in a build without CUDA
+#endif
+}
+
+void ctx_free(fattn_ctx *ctx, void *ptr) {
+    if (!ctx || !ptr) return;
+    if (ctx->free_fn) {
+        ctx->free_fn(ptr, ctx->alloc_user);
+        return;
+    }
+    if (ctx->backend == FATTN_BACKEND_CPU) {
+        std::free(ptr);
+        return;
+    }
+#ifdef FATTN_WITH_CUDA
+    fattn::cuda::device_free(ptr, ctx->stream);
+#endif
+}
+
+}  // namespace fattn
+
+extern "C" {
+
+fattn_status fattn_ctx_init_cpu(int nthreads, fattn_ctx_t **out_ctx) {
+    if (!out_ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "out_ctx: is NULL");
+    *out_ctx = nullptr;
+    fattn_ctx *ctx = new (std::nothrow) fattn_ctx();
+    if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_OUT_OF_MEMORY, "ctx: allocation failed");
+    ctx->backend = FATTN_BACKEND_CPU;
+    ctx->nthreads = resolve_nthreads(nthreads);
+    *out_ctx = ctx;
+    return FATTN_OK;
+}
+
+fattn_status fattn_ctx_init_cuda(int device, void *stream, fattn_ctx_t **out_ctx) {
+    if (!out_ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "out_ctx: is NULL");
+    *out_ctx = nullptr;
+#ifdef FATTN_WITH_CUDA
+    try {
+        fattn::cuda::DeviceInfo info;
+        std::string err;
+        fattn_status s = fattn::cuda::device_info(device, &info, &err);
+        if (s != FATTN_OK) return fattn::set_error(nullptr, s, "device " + std::to_string(device) + ": " + err);
+        fattn_ctx *ctx = new fattn_ctx();
+        ctx->backend = FATTN_BACKEND_CUDA;
+        ctx->nthreads = 1;
+        ctx->device = info.device;
+        ctx->stream = stream;
+        ctx->sm_major = info.sm_major;
+        ctx->sm_minor = info.sm_minor;
+        ctx->num_sms = info.num_sms;
+        ctx->smem_optin = info.smem_optin;
+        *out_ctx = ctx;
+        return FATTN_OK;
+    } catch (const std::bad_alloc &) {
+        return fattn::set_error(nullptr, FATTN_ERR_OUT_OF_MEMORY, "ctx: allocation failed");
+    } catch (...) {
+        return fattn::set_error(nullptr, FATTN_ERR_INTERNAL, "fattn_ctx_init_cuda: unexpected exception");
+    }
+#else
+    (void)device;
+    (void)stream;
+    return fattn::set_error(nullptr, FATTN_ERR_BACKEND_UNAVAILABLE,
+                            "fattn_ctx_init_cuda: this fattn library was built without CUDA "
+                            "(configure with -DFATTN_CUDA=ON)");
+#endif
+}
+
+void fattn_ctx_free(fattn_ctx_t *ctx) { delete ctx; }
+
+fattn_backend fattn_ctx_backend(const fattn_ctx_t *ctx) {
+    return ctx ? ctx->backend : FATTN_BACKEND_CPU;
+}
+
+int fattn_ctx_nthreads(const fattn_ctx_t *ctx) { return ctx ? ctx->nthreads : 0; }
+
+fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads) {
+    if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
+    if (ctx->backend != FATTN_BACKEND_CPU)
+        return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE,
+                                "nthreads: only a CPU context has a thread count");
+    ctx->nthreads = resolve_nthreads(nthreads);
+    return FATTN_OK;
+}
+
+fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream) {
+    if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
+    if (ctx->backend != FATTN_BACKEND_CUDA)
+        return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, "stream: only a CUDA context has a stream");
+    ctx->stream = stream;
+    return FATTN_OK;
+}
+
+const char *fattn_ctx_last_error(const fattn_ctx_t *ctx) {
+    return ctx ? ctx->last_error.c_str() : t_last_error.c_str();
+}
+
+fattn_status fattn_ctx_set_allocator(fattn_ctx_t *ctx, fattn_alloc_fn alloc, fattn_free_fn free_fn,
+                                     void *user) {
+    if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
+    // Both or neither: a custom alloc freed by the default free (or vice versa) is a heap bug.
+    if ((alloc == nullptr) != (free_fn == nullptr))
+        return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER,
+                                alloc ? "free_fn: is NULL but alloc is set (give both, or neither "
+                                        "to restore the default)"
+                                      : "alloc: is NULL but free_fn is set (give both, or neither "
+                                        "to restore the default)");
+    ctx->alloc = alloc;
+    ctx->free_fn = free_fn;
+    ctx->alloc_user = alloc ? user : nullptr;
+    return FATTN_OK;
+}
+
+}  // extern "C"
