@@ -1,0 +1,339 @@
+"""_attn.py — softmax attention as torch custom ops over the fattn C API.
+
+Two ops, both opaque to torch.compile and both with fake (meta) kernels:
+  fattn::attn_fwd(q, k, v, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>) -> (o, lse, saved)
+  fattn::attn_bwd(dout, q, k, v, o, lse, saved, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>)
+      -> (dq, dk, dv)
+`saved` is the library's auxiliary forward buffer (uint8): empty for algo "fused", the
+probabilities for "exact" (its size is data-dependent for the fake kernel, so it is an unbacked
+size there). fattn::attn_fwd's autograd formula calls fattn::attn_bwd. The user-facing
+attention() normalizes the keyword arguments into the ops' plain scalars.
+
+Every tensor the library writes (o, lse, saved, workspaces, grads) is allocated with torch on
+the inputs' device, so CUDA memory comes from torch's caching allocator, never cudaMalloc.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._lib import check, lib, view, lse_view, ptr
+
+# ------------------------------------------------------------------------------- arguments
+_SCALARS = ("causal", "window_left", "window_right", "window_align", "scale",
+            "max_seqlen_q", "max_seqlen_k", "prec", "algo")
+
+
+def _causal_code(causal) -> int:
+    # True means bottom-right, FlashAttention's convention: the last query sees the last key,
+    # which is what a decoder with a KV cache (Skv > Sq) needs.
+    if causal is None or causal is False or causal == "none":
+        return _lib.CAUSAL_NONE
+    if causal is True or causal == "bottom_right":
+        return _lib.CAUSAL_BOTTOM_RIGHT
+    if causal == "top_left":
+        return _lib.CAUSAL_TOP_LEFT
+    raise ValueError(f"fattn: causal must be False, True, 'top_left' or 'bottom_right', got {causal!r}")
+
+
+def _align_code(window_align, causal_code: int) -> int:
+    if window_align is None:
+        # A window measured from the same diagonal as the causal mask (the library requires it).
+        return _lib.ALIGN_TOP_LEFT if causal_code == _lib.CAUSAL_TOP_LEFT else _lib.ALIGN_BOTTOM_RIGHT
+    if window_align == "top_left":
+        return _lib.ALIGN_TOP_LEFT
+    if window_align == "bottom_right":
+        return _lib.ALIGN_BOTTOM_RIGHT
+    raise ValueError(f"fattn: window_align must be 'top_left' or 'bottom_right', got {window_align!r}")
+
+
+def _enum(table: dict, value: str, name: str) -> int:
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"fattn: {name} must be one of {sorted(table)}, got {value!r}") from None
+
+
+def normalize(q: Tensor, *, causal=False, window=None, window_align=None, scale=None,
+              cu_seqlens_q=None, max_seqlen_q=None, max_seqlen_k=None, cu_seqlens_k=None,
+              prec="auto", algo="fused") -> tuple:
+    """Keyword arguments -> the ops' scalar tuple (order of _SCALARS)."""
+    c = _causal_code(causal)
+    if window is None:
+        wl, wr = -1, -1
+    else:
+        if not isinstance(window, Sequence) or len(window) != 2:
+            raise ValueError(f"fattn: window must be (left, right), got {window!r}")
+        wl, wr = (-1 if w is None else int(w) for w in window)
+    if (cu_seqlens_q is None) != (cu_seqlens_k is None):
+        raise ValueError("fattn: cu_seqlens_q and cu_seqlens_k must be given together")
+    msq = int(max_seqlen_q or 0)
+    msk = int(max_seqlen_k or 0)
+    if cu_seqlens_q is not None and q.device.type == "cuda" and (msq == 0 or msk == 0):
+        # The CUDA backend needs the bounds to size its grid; derive them (one host sync),
+        # as FlashAttention's callers usually pass them.
+        if msq == 0:
+            msq = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item())
+        if msk == 0:
+            msk = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item())
+    return (c, wl, wr, _align_code(window_align, c), float(scale or 0.0), msq, msk,
+            _enum(_lib.PREC, prec, "prec"), _enum(_lib.ALGO, algo, "algo"))
+
+
+def _params(bias, cu_q, cu_k, causal, wl, wr, walign, scale, msq, msk, prec, algo,
+            dummy_data: bool = False) -> _lib.AttnParams:
+    p = lib().fattn_attn_params_default()
+    p.scale = scale
+    if bias is not None:
+        p.bias = _view(bias, "bias", dummy_data)
+    p.causal = causal
+    p.window_left, p.window_right, p.window_align = wl, wr, walign
+    if cu_q is not None:
+        p.cu_seqlens_q = ptr(cu_q)
+        p.cu_seqlens_kv = ptr(cu_k)
+        p.num_seqs = cu_q.numel() - 1
+    p.max_seqlen_q, p.max_seqlen_kv = msq, msk
+    p.prec, p.algo = prec, algo
+    return p
+
+
+def _view(t, name, dummy_data=False):
+    if dummy_data and t is not None and t.device.type == "meta":
+        # Shape-only queries (memory, supports) on meta tensors: the library reads no data.
+        if t.dim() != 4:
+            raise ValueError(f"fattn: {name} must have 4 dims, got shape {tuple(t.shape)}")
+        v = _lib.Tensor()
+        v.data = 64
+        v.dtype = _lib.dtype_code(t, name)
+        for i in range(4):
+            v.ne[i], v.nb[i] = t.shape[i], t.stride(i)
+        return v
+    return view(t, name)
+
+
+def _same_device(q: Tensor, named: dict) -> None:
+    for name, t in named.items():
+        if t is not None and t.device != q.device:
+            raise ValueError(f"fattn: {name} is on {t.device} but q is on {q.device}: all "
+                             "tensors of a call must be on one device")
+
+
+def _workspace(ctx, p, qv, kv, vv, direction, device) -> Tuple[Optional[Tensor], int]:
+    n = ctypes.c_size_t()
+    check(ctx, lib().fattn_attn_workspace_size(ctx, ctypes.byref(p), ctypes.byref(qv),
+                                               ctypes.byref(kv), ctypes.byref(vv), direction,
+                                               ctypes.byref(n)), "attn_workspace_size")
+    if n.value == 0:
+        return None, 0
+    return torch.empty(n.value, dtype=torch.uint8, device=device), n.value
+
+
+# ------------------------------------------------------------------------------- forward op
+@torch.library.custom_op("fattn::attn_fwd", mutates_args=())
+def attn_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+             causal: int, window_left: int, window_right: int, window_align: int, scale: float,
+             max_seqlen_q: int, max_seqlen_k: int, prec: int, algo: int
+             ) -> Tuple[Tensor, Tensor, Tensor]:
+    _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
+                     "cu_seqlens_k": cu_seqlens_k})
+    ctx = _lib.context(q.device)
+    p = _params(bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
+                window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo)
+    qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
+    L = lib()
+    n_saved = ctypes.c_size_t()
+    # saved_size validates every argument first: a bad call fails before anything is allocated.
+    check(ctx, L.fattn_attn_saved_size(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
+                                       ctypes.byref(vv), ctypes.byref(n_saved)), "attn_fwd")
+    B, Sq, Hq, _ = q.shape
+    o = torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
+    saved = torch.empty(n_saved.value, dtype=torch.uint8, device=q.device)
+    ws, ws_bytes = _workspace(ctx, p, qv, kv, vv, _lib.DIR_FWD, q.device)
+    ov, lv = view(o, "o"), lse_view(lse)
+    check(ctx, L.fattn_attn_fwd(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
+                                ctypes.byref(vv), ctypes.byref(ov), ctypes.byref(lv),
+                                ptr(saved), ptr(ws), ws_bytes), "attn_fwd")
+    return o, lse, saved
+
+
+@attn_fwd.register_fake
+def _attn_fwd_fake(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
+                   window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo):
+    B, Sq, Hq, _ = q.shape
+    o = q.new_empty((B, Sq, Hq, v.shape[3]))
+    lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
+    if algo == _lib.ALGO["exact"]:
+        # The probabilities' byte count is the backend's business: an unbacked size.
+        n = torch.library.get_ctx().new_dynamic_size()
+    else:
+        n = 0  # FUSED keeps nothing but o and lse (fattn.h: saved size 0)
+    return o, lse, q.new_empty((n,), dtype=torch.uint8)
+
+
+# ------------------------------------------------------------------------------- backward op
+@torch.library.custom_op("fattn::attn_bwd", mutates_args=())
+def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, saved: Tensor,
+             bias: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+             cu_seqlens_k: Optional[Tensor], causal: int, window_left: int, window_right: int,
+             window_align: int, scale: float, max_seqlen_q: int, max_seqlen_k: int, prec: int,
+             algo: int) -> Tuple[Tensor, Tensor, Tensor]:
+    _same_device(q, {"dout": dout, "k": k, "v": v, "o": o, "lse": lse, "bias": bias,
+                     "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
+    if dout.dim() == 4 and dout.stride(3) != 1:
+        # Autograd hands over whatever layout the next op produced (e.g. an expanded scalar
+        # gradient with stride 0); the library needs unit innermost stride. Inputs q/k/v are
+        # never copied: this is the incoming gradient only.
+        dout = dout.contiguous()
+    ctx = _lib.context(q.device)
+    p = _params(bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
+                window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo)
+    qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
+    ws, ws_bytes = _workspace(ctx, p, qv, kv, vv, _lib.DIR_BWD, q.device)
+    ov, lv, dov = view(o, "o"), lse_view(lse), view(dout, "dout")
+    dqv, dkv, dvv = view(dq, "dq"), view(dk, "dk"), view(dv, "dv")
+    check(ctx, lib().fattn_attn_bwd(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
+                                    ctypes.byref(vv), ctypes.byref(ov), ctypes.byref(lv),
+                                    ptr(saved), ctypes.byref(dov), ctypes.byref(dqv),
+                                    ctypes.byref(dkv), ctypes.byref(dvv), ptr(ws), ws_bytes),
+          "attn_bwd")
+    return dq, dk, dv
+
+
+@attn_bwd.register_fake
+def _attn_bwd_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *scalars):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# ------------------------------------------------------------------------------- autograd
+def _setup_context(ctx, inputs, output):
+    q, k, v, bias, cu_q, cu_k = inputs[:6]
+    o, lse, saved = output
+    ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
+    ctx.scalars = inputs[6:]
+    # The library has no d(lse) term and no d(bias) (yet): say so instead of returning zeros.
+    ctx.mark_non_differentiable(lse, saved)
+
+
+def _backward(ctx, do, _dlse, _dsaved):
+    q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = attn_bwd(do, q, k, v, o, lse, saved, bias, cu_q, cu_k, *ctx.scalars)
+    return (dq, dk, dv) + (None,) * (3 + len(_SCALARS))
+
+
+attn_fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------------------- public API
+def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
+              causal: Union[bool, str] = False, window: Optional[Tuple[int, int]] = None,
+              window_align: Optional[str] = None, scale: Optional[float] = None,
+              cu_seqlens_q: Optional[Tensor] = None, cu_seqlens_k: Optional[Tensor] = None,
+              max_seqlen_q: Optional[int] = None, max_seqlen_k: Optional[int] = None,
+              prec: str = "auto", algo: str = "fused", return_lse: bool = False):
+    """O = softmax(scale·QKᵀ + bias + masks)·V, differentiable in q, k, v.
+
+    q [B, Sq, Hq, D], k [B, Skv, Hkv, D], v [B, Skv, Hkv, Dv] (FlashAttention's layout); any
+    strides with a unit innermost one (views into a fused QKV buffer are not copied).
+    Hq % Hkv == 0 (GQA/MQA by head counts). Varlen: cu_seqlens_q/k int32 [num_seqs + 1] on the
+    tensors' device, and q/k/v either [1, total, H, D] or [total, H, D].
+    causal: False, True (= "bottom_right", FlashAttention's convention: query i sees keys
+    j <= i + Skv - Sq), "top_left" (j <= i) or "bottom_right".
+    window: (left, right), None or -1 = unbounded, measured from the same diagonal
+    (window_align, default: the causal alignment, else "bottom_right").
+    bias: additive, broadcastable to [B, Hq, Sq, Skv] (size-1 or stride-0 dims; may hold -inf).
+    No gradient flows to bias. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
+    Returns o [B, Sq, Hq, Dv] in q's dtype, and with return_lse also lse [B, Hq, Sq] float32
+    (natural log of each row's softmax denominator; -inf for a fully masked row; no gradient).
+    """
+    squeeze = cu_seqlens_q is not None and q.dim() == 3
+    if squeeze:
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    if bias is not None:
+        if bias.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("fattn: the gradient with respect to bias is not "
+                                      "implemented; pass bias.detach()")
+        while bias.dim() < 4:
+            bias = bias.unsqueeze(0)
+    scalars = normalize(q, causal=causal, window=window, window_align=window_align, scale=scale,
+                        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                        max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, prec=prec,
+                        algo=algo)
+    o, lse, _ = attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, *scalars)
+    if squeeze:
+        o, lse = o.squeeze(0), lse.squeeze(0)
+    return (o, lse) if return_lse else o
+
+
+def _query_args(q, k, v, bias, kw):
+    if kw.get("cu_seqlens_q") is not None and q.dim() == 3:
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    if bias is not None:
+        while bias.dim() < 4:
+            bias = bias.unsqueeze(0)
+    kw = dict(kw)
+    device = kw.pop("device", None)
+    cu_q, cu_k = kw.get("cu_seqlens_q"), kw.get("cu_seqlens_k")
+    scalars = normalize(q, **kw)
+    device = q.device if q.device.type != "meta" else torch.device(device or "cpu")
+    ctx = _lib.context(device)
+    p = _params(bias, cu_q, cu_k, *scalars, dummy_data=True)
+    return ctx, p, _view(q, "q", True), _view(k, "k", True), _view(v, "v", True)
+
+
+def resolve_prec(q: Tensor, k: Optional[Tensor] = None, v: Optional[Tensor] = None, *,
+                 bias=None, device=None, **kw) -> str:
+    """The precision a call with these arguments would run ("f32", "tf32" or "native"),
+    never "auto". Log this, not the requested one."""
+    if kw.get("cu_seqlens_q") is not None and q.dim() == 3:
+        q = q.unsqueeze(0)
+    scalars = normalize(q, **kw)
+    dev = q.device if q.device.type != "meta" else torch.device(device or "cpu")
+    ctx = _lib.context(dev)
+    p = _params(None, kw.get("cu_seqlens_q"), kw.get("cu_seqlens_k"), *scalars)
+    qv = _view(q, "q", True)
+    return _lib.PREC_NAME.get(lib().fattn_resolve_prec(ctx, ctypes.byref(p), ctypes.byref(qv)),
+                              "unknown")
+
+
+def supports(q: Tensor, k: Tensor, v: Tensor, *, bias=None, **kw) -> Tuple[bool, str]:
+    """(True, "") if this device's backend runs forward and backward for these arguments,
+    else (False, the library's reason). Tensors may be on the meta device (pass device=)."""
+    ctx, p, qv, kv, vv = _query_args(q, k, v, bias, kw)
+    why = ctypes.create_string_buffer(512)
+    s = lib().fattn_attn_supports(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
+                                  ctypes.byref(vv), why, len(why))
+    return s == _lib.FATTN_OK, why.value.decode(errors="replace")
+
+
+def memory(q: Tensor, k: Tensor, v: Tensor, *, bias=None, **kw) -> dict:
+    """fattn_attn_memory(): bytes for one call with these shapes and algo (DESIGN §8) as a dict
+    (inputs, saved, fwd/bwd workspace, grads, fwd/bwd peak). Meta tensors work (pass device=)."""
+    ctx, p, qv, kv, vv = _query_args(q, k, v, bias, kw)
+    info = _lib.AttnMemoryInfo()
+    check(ctx, lib().fattn_attn_memory(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
+                                       ctypes.byref(vv), ctypes.byref(info)), "attn_memory")
+    return {name: int(getattr(info, name)) for name, _ in info._fields_}
+
+
+def max_seqlen(budget_bytes: int, *, dtype=torch.bfloat16, batch: int = 1, heads_q: int,
+               heads_kv: Optional[int] = None, head_dim: int, head_dim_v: Optional[int] = None,
+               device="cpu", **kw) -> int:
+    """Longest self-attention S whose backward peak fits in budget_bytes (fattn_attn_max_seqlen)."""
+    dev = torch.device(device)
+    scalars = normalize(torch.empty(0, device="meta"), **kw)
+    ctx = _lib.context(dev)
+    p = _params(None, None, None, *scalars)
+    out = ctypes.c_int64()
+    check(ctx, lib().fattn_attn_max_seqlen(ctx, ctypes.byref(p), _lib.DTYPE[dtype], batch, heads_q,
+                                           heads_kv or heads_q, head_dim, head_dim_v or head_dim,
+                                           int(budget_bytes), ctypes.byref(out)), "attn_max_seqlen")
+    return int(out.value)
