@@ -148,6 +148,10 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     found = sorted(glob.glob(os.path.join(here, "lib*", "libfattn.so*")))
     found += sorted(glob.glob(os.path.join(here, "libfattn.so*")))
+    # Running from the source tree (python/ on sys.path, e.g. `cd python && python -m pytest`):
+    # the library the last `pip install ./python` built in its cache, newest first.
+    built = glob.glob(os.path.join(here, "..", "build", "*", "libfattn.so"))
+    found += sorted(built, key=os.path.getmtime, reverse=True)
     return found + ["libfattn.so"]
 
 
