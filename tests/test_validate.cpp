@@ -1,0 +1,592 @@
+// test_validate.cpp — one test per validation rule of the softmax-attention support surface
+// (src/core/attn_validate.cpp): each asserts the status AND a substring of the message naming the
+// argument. Rules are exercised through the public C API (they fail before any kernel runs); the
+// "this is legal" cases call fattn::attn_validate directly, so no test depends on kernel results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/attn_validate.h"
+#include "fattn/fattn.h"
+
+namespace {
+
+// A small valid problem (f32, GQA 4/2, cross Sq != Skv, Dv != D) with separate buffers.
+struct Prob {
+    int64_t B = 2, Sq = 5, Skv = 7, Hq = 4, Hkv = 2, D = 8, Dv = 6;
+    std::vector<float> bq, bk, bv, bo, blse, bdo, bdq, bdk, bdv;
+    fattn_tensor q, k, v, o, lse, dout, dq, dk, dv;
+    fattn_attn_params p = fattn_attn_params_default();
+    fattn_ctx_t *ctx = nullptr;
+
+    Prob() { build(); fattn_ctx_init_cpu(2, &ctx); }
+    ~Prob() { fattn_ctx_free(ctx); }
+    Prob(const Prob &) = delete;
+    Prob &operator=(const Prob &) = delete;
+
+    static fattn_tensor make(std::vector<float> &buf, int64_t a, int64_t b, int64_t c, int64_t d) {
+        buf.assign(size_t(std::max<int64_t>(a * b * c * d, 1)), 0.5f);
+        return fattn_tensor_contiguous(buf.data(), FATTN_F32, a, b, c, d);
+    }
+    void build() {
+        q = make(bq, B, Sq, Hq, D);
+        k = make(bk, B, Skv, Hkv, D);
+        v = make(bv, B, Skv, Hkv, Dv);
+        o = make(bo, B, Sq, Hq, Dv);
+        lse = make(blse, B, Hq, Sq, 1);
+        dout = make(bdo, B, Sq, Hq, Dv);
+        dq = make(bdq, B, Sq, Hq, D);
+        dk = make(bdk, B, Skv, Hkv, D);
+        dv = make(bdv, B, Skv, Hkv, Dv);
+    }
+    fattn_status fwd() { return fattn_attn_fwd(ctx, &p, &q, &k, &v, &o, &lse, nullptr, nullptr, 0); }
+    fattn_status bwd() {
+        return fattn_attn_bwd(ctx, &p, &q, &k, &v, &o, &lse, nullptr, &dout, &dq, &dk, &dv, nullptr, 0);
+    }
+    fattn_status supports() { return fattn_attn_supports(ctx, &p, &q, &k, &v, nullptr, 0); }
+    // Validation only (with the backend's selection), for cases that must be accepted.
+    fattn_status check(fattn::AttnOp op, fattn::AttnResolved *r = nullptr, std::string *why = nullptr) {
+        fattn::AttnViews vw;
+        vw.q = &q; vw.k = &k; vw.v = &v; vw.o = &o; vw.lse = &lse;
+        vw.dout = &dout; vw.dq = &dq; vw.dk = &dk; vw.dv = &dv;
+        fattn::AttnResolved local;
+        std::string w;
+        fattn_status s = fattn::attn_validate(ctx, &p, op, vw, true, r ? r : &local, why ? why : &w);
+        return s;
+    }
+    std::string err() const { return fattn_ctx_last_error(ctx); }
+};
+
+#define EXPECT_FAIL(call, status, substr)                                                  \
+    do {                                                                                   \
+        fattn_status s_ = (call);                                                          \
+        EXPECT_EQ(s_, status) << fattn_status_string(s_) << ": " << P.err();              \
+        EXPECT_NE(P.err().find(substr), std::string::npos) << "message: " << P.err();      \
+    } while (0)
+
+// ------------------------------------------------------------------------- null pointers
+
+TEST(Validate, NullCtx) {
+    Prob P;
+    EXPECT_EQ(fattn_attn_fwd(nullptr, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, nullptr, nullptr, 0),
+              FATTN_ERR_NULL_POINTER);
+    EXPECT_NE(std::string(fattn_ctx_last_error(nullptr)).find("ctx: is NULL"), std::string::npos);
+}
+
+TEST(Validate, NullParams) {
+    Prob P;
+    EXPECT_FAIL(fattn_attn_fwd(P.ctx, nullptr, &P.q, &P.k, &P.v, &P.o, &P.lse, nullptr, nullptr, 0),
+                FATTN_ERR_NULL_POINTER, "params: is NULL");
+}
+
+TEST(Validate, NullTensorPointer) {
+    Prob P;
+    EXPECT_FAIL(fattn_attn_fwd(P.ctx, &P.p, &P.q, nullptr, &P.v, &P.o, &P.lse, nullptr, nullptr, 0),
+                FATTN_ERR_NULL_POINTER, "k: tensor pointer is NULL");
+    EXPECT_FAIL(fattn_attn_bwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, nullptr, &P.dout, &P.dq,
+                               nullptr, &P.dv, nullptr, 0),
+                FATTN_ERR_NULL_POINTER, "dk: tensor pointer is NULL");
+}
+
+TEST(Validate, NullDataInNonEmptyTensor) {
+    Prob P;
+    P.v.data = nullptr;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_NULL_POINTER, "v: data is NULL");
+    P.v.data = P.bv.data();
+    P.dq.data = nullptr;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_NULL_POINTER, "dq: data is NULL");
+}
+
+// ------------------------------------------------------------------------- dtypes and enums
+
+TEST(Validate, DtypeMismatchQKV) {
+    Prob P;
+    P.k.dtype = FATTN_BF16;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_DTYPE_MISMATCH, "k: dtype is bf16 but q is f32");
+}
+
+TEST(Validate, DtypeMismatchOutputsAndGrads) {
+    Prob P;
+    P.o.dtype = FATTN_F16;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_DTYPE_MISMATCH, "o: dtype is f16 but q is f32");
+    P.o.dtype = FATTN_F32;
+    P.dv.dtype = FATTN_BF16;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_DTYPE_MISMATCH, "dv: dtype is bf16");
+}
+
+TEST(Validate, LseMustBeF32) {
+    Prob P;
+    P.lse.dtype = FATTN_F16;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_DTYPE_MISMATCH, "lse: dtype is f16, must be f32");
+}
+
+TEST(Validate, EnumOutOfRange) {
+    Prob P;
+    P.q.dtype = fattn_dtype(7);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "q: dtype 7 is not a fattn_dtype");
+    P.q.dtype = FATTN_F32;
+    P.p.prec = fattn_prec(9);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "prec: 9");
+    P.p.prec = FATTN_PREC_AUTO;
+    P.p.algo = fattn_algo(-1);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "algo: -1");
+    P.p.algo = FATTN_ALGO_FUSED;
+    P.p.causal = fattn_causal(3);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "causal: 3");
+    P.p.causal = FATTN_CAUSAL_NONE;
+    P.p.window_align = fattn_align(2);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "window_align: 2");
+}
+
+// ------------------------------------------------------------------------- shapes
+
+TEST(Validate, HeadDimMismatchMessage) {
+    Prob P;
+    P.D = 64;
+    P.build();
+    P.k = Prob::make(P.bk, P.B, P.Skv, P.Hkv, 80);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "k: ne[3] (head dim) is 80 but q has 64");
+}
+
+TEST(Validate, ShapeMismatchEachView) {
+    Prob P;
+    P.k.ne[0] = 3;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "k: ne[0] (batch) is 3 but q has 2");
+    P.build();
+    P.v.ne[1] = 6;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "v: ne[1] (seq) is 6 but k has 7");
+    P.build();
+    P.v.ne[2] = 1;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "v: ne[2] (heads) is 1 but k has 2");
+    P.build();
+    P.o.ne[3] = 8;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "o: ne[3] (head dim) is 8 but v has 6");
+    P.build();
+    P.o.ne[1] = 4;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "o: ne[1] (seq) is 4 but q has 5");
+    P.build();
+    P.lse.ne[2] = 4;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "lse: ne[2] (seq) is 4 but q has 5");
+    P.build();
+    P.lse.ne[3] = 2;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "lse: ne[3] (unit) is 2");
+    P.build();
+    P.dout.ne[2] = 2;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dout: ne[2] (heads) is 2 but q has 4");
+    P.build();
+    P.dq.ne[3] = 6;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dq: ne[3] (head dim) is 6 but q has 8");
+    P.build();
+    P.dk.ne[1] = 5;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dk: ne[1] (seq) is 5 but k has 7");
+    P.build();
+    P.dv.ne[3] = 8;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dv: ne[3] (head dim) is 8 but v has 6");
+}
+
+TEST(Validate, NegativeDim) {
+    Prob P;
+    P.q.ne[1] = -5;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "q: ne[1] (seq) is -5, must not be negative");
+}
+
+TEST(Validate, GqaHeads) {
+    Prob P;
+    P.Hkv = 3;
+    P.build();
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_GQA_HEADS, "not a multiple of k's 3 heads");
+    P.Hkv = 0;
+    P.build();
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_GQA_HEADS, "k: ne[2] (heads) is 0");
+}
+
+TEST(Validate, ZeroHeadDim) {
+    Prob P;
+    P.D = 0;
+    P.build();
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_HEAD_DIM, "q: ne[3] (head dim) is 0");
+    P.D = 8;
+    P.Dv = 0;
+    P.build();
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_HEAD_DIM, "v: ne[3] (head dim) is 0");
+}
+
+// ------------------------------------------------------------------------- strides
+
+TEST(Validate, InnermostStride) {
+    Prob P;
+    P.q.nb[3] = 2;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "q: nb[3] (innermost stride) is 2, must be 1");
+    P.build();
+    P.lse.nb[2] = 4;  // lse's innermost dim is the query index
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "lse: nb[2] (innermost stride) is 4");
+    P.build();
+    P.dk.nb[3] = 0;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_BAD_STRIDE, "dk: nb[3] (innermost stride) is 0");
+}
+
+TEST(Validate, NegativeStride) {
+    Prob P;
+    P.v.nb[1] = -P.v.nb[1];
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "v: nb[1] is -");
+}
+
+TEST(Validate, OutputZeroStrideWrittenTwice) {
+    Prob P;
+    P.o.nb[0] = 0;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "o: nb[0] is 0 on a dim of size 2");
+    // The same broadcast stride on an input is legal (k shared across the batch).
+    P.build();
+    P.k.nb[0] = 0;
+    EXPECT_EQ(P.check(fattn::AttnOp::BWD), FATTN_OK);
+}
+
+// ------------------------------------------------------------------------- overlap
+
+TEST(Validate, OverlapOutputs) {
+    Prob P;
+    P.lse.data = P.bo.data();  // lse on top of o
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "overlaps output");
+    P.build();
+    P.dk = P.dq;  // same memory, shape still that of dk?  make dk a view into dq's buffer
+    P.dk = fattn_tensor_contiguous(P.bdq.data() + 8, FATTN_F32, P.B, P.Skv, P.Hkv, P.D);
+    P.bdq.resize(size_t(P.B * P.Skv * P.Hkv * P.D + 8));
+    P.dq.data = P.bdq.data();
+    P.dk.data = P.bdq.data() + 8;
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk");
+}
+
+TEST(Validate, OverlapOutputWithInput) {
+    Prob P;
+    P.o = fattn_tensor_contiguous(P.bq.data(), FATTN_F32, P.B, P.Sq, P.Hq, P.Dv);  // o inside q
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input q");
+    P.build();
+    P.dv.data = P.bdo.data();  // dv written over dout (sizes differ; extents intersect)
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dv: overlaps input dout");
+}
+
+TEST(Validate, OverlapByteMisalignedView) {
+    // A view shifted by 2 bytes shares bytes with its neighbour even though no element
+    // addresses coincide: must be reported.
+    Prob P;
+    std::vector<float> buf(size_t(P.B * P.Sq * P.Hq * P.Dv) + 1);
+    P.o = fattn_tensor_contiguous(buf.data(), FATTN_F32, P.B, P.Sq, P.Hq, P.Dv);
+    P.lse = fattn_tensor_contiguous(reinterpret_cast<char *>(buf.data()) + 2, FATTN_F32, 1, 1, 1, 1);
+    P.B = 1;  // lse [1,1,1,1] needs B = Hq = Sq = 1 to be shape-valid
+    P.Sq = 1;
+    P.Hq = 1;
+    P.Hkv = 1;
+    P.q = Prob::make(P.bq, 1, 1, 1, P.D);
+    P.k = Prob::make(P.bk, 1, P.Skv, 1, P.D);
+    P.v = Prob::make(P.bv, 1, P.Skv, 1, P.Dv);
+    P.o = fattn_tensor_contiguous(buf.data(), FATTN_F32, 1, 1, 1, P.Dv);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "overlaps output");
+}
+
+// q, k, v (and dq, dk, dv) as disjoint interleaved views of fused [B, S, 3, H, D] buffers: legal.
+TEST(Validate, FusedQkvViewsAreNotOverlap) {
+    Prob P;
+    const int64_t B = 2, S = 6, H = 3, D = 8;
+    P.B = B; P.Sq = P.Skv = S; P.Hq = P.Hkv = H; P.D = P.Dv = D;
+    P.build();
+    std::vector<float> qkv(size_t(B * S * 3 * H * D), 0.25f), dqkv(qkv.size(), 0.0f);
+    const int64_t sb = S * 3 * H * D, ss = 3 * H * D, sh = D;
+    auto view = [&](std::vector<float> &buf, int which) {
+        return fattn_tensor_4d(buf.data() + which * H * D, FATTN_F32, B, S, H, D, sb, ss, sh, 1);
+    };
+    P.q = view(qkv, 0); P.k = view(qkv, 1); P.v = view(qkv, 2);
+    P.dq = view(dqkv, 0); P.dk = view(dqkv, 1); P.dv = view(dqkv, 2);
+    std::string why;
+    EXPECT_EQ(P.check(fattn::AttnOp::FWD, nullptr, &why), FATTN_OK) << why;
+    EXPECT_EQ(P.check(fattn::AttnOp::BWD, nullptr, &why), FATTN_OK) << why;
+    // Shift dk by one head: it now lands on dq's last head of each token -> overlap.
+    P.dk = fattn_tensor_4d(dqkv.data() + (H - 1) * D, FATTN_F32, B, S, H, D, sb, ss, sh, 1);
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk");
+    // Shift dk by half a head: same strides, no shared element address, but shared elements.
+    P.dk = fattn_tensor_4d(dqkv.data() + H * D - D / 2, FATTN_F32, B, S, H, D, sb, ss, sh, 1);
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk");
+    // An o that is an interleaved neighbour of the inputs in a shared buffer is fine too.
+    std::vector<float> big(size_t(B * S * 4 * H * D));
+    const int64_t sb4 = S * 4 * H * D, ss4 = 4 * H * D;
+    P.q = fattn_tensor_4d(big.data(), FATTN_F32, B, S, H, D, sb4, ss4, sh, 1);
+    P.k = fattn_tensor_4d(big.data() + H * D, FATTN_F32, B, S, H, D, sb4, ss4, sh, 1);
+    P.v = fattn_tensor_4d(big.data() + 2 * H * D, FATTN_F32, B, S, H, D, sb4, ss4, sh, 1);
+    P.o = fattn_tensor_4d(big.data() + 3 * H * D, FATTN_F32, B, S, H, D, sb4, ss4, sh, 1);
+    EXPECT_EQ(P.check(fattn::AttnOp::FWD, nullptr, &why), FATTN_OK) << why;
+    P.o = fattn_tensor_4d(big.data() + 2 * H * D + 1, FATTN_F32, B, S, H, D, sb4, ss4, sh, 1);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input v");
+}
+
+// ------------------------------------------------------------------------- bias
+
+TEST(Validate, BiasShape) {
+    Prob P;
+    std::vector<float> bias(size_t(P.B * P.Hq * P.Sq * P.Skv));
+    P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, P.B, P.Hq, P.Sq + 1, P.Skv);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[2] (query rows) is 6 but q has 5");
+    P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 3, P.Hq, P.Sq, P.Skv);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[0] (batch) is 3, must be 1 or q's 2");
+    P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 2, P.Sq, P.Skv);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[1] (heads) is 2, must be 1 or q's 4");
+    P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 1, P.Sq, P.Skv - 1);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[3] (keys) is 6 but k has 7");
+}
+
+TEST(Validate, BiasDtype) {
+    Prob P;
+    std::vector<float> bias(size_t(P.Sq * P.Skv));
+    P.p.bias = fattn_tensor_contiguous(bias.data(), fattn_dtype(5), 1, 1, P.Sq, P.Skv);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: dtype 5 is not f32, f16 or bf16");
+}
+
+TEST(Validate, BiasBroadcastAccepted) {
+    Prob P;
+    // A key-padding style bias: one row per batch, broadcast over heads and query rows.
+    std::vector<uint16_t> bias(size_t(P.B * P.Skv));
+    P.p.bias = fattn_tensor_4d(bias.data(), FATTN_BF16, P.B, 1, P.Sq, P.Skv, P.Skv, 12345, 0, 1);
+    fattn::AttnResolved r;
+    std::string why;
+    ASSERT_EQ(P.check(fattn::AttnOp::BWD, &r, &why), FATTN_OK) << why;
+    EXPECT_EQ(r.p.bias, bias.data());
+    EXPECT_EQ(r.p.bias_dtype, FATTN_BF16);
+    EXPECT_EQ(r.p.bias_sb, P.Skv);
+    EXPECT_EQ(r.p.bias_sh, 0);  // size-1 dim normalized to stride 0
+    EXPECT_EQ(r.p.bias_si, 0);
+    P.p.bias.nb[3] = 2;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "bias: nb[3] (innermost stride) is 2");
+}
+
+// ------------------------------------------------------------------------- masks
+
+TEST(Validate, WindowBelowMinusOne) {
+    Prob P;
+    P.p.window_left = -2;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_left: is -2, must be >= -1");
+    P.p.window_left = -1;
+    P.p.window_right = -7;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_right: is -7");
+}
+
+TEST(Validate, CausalWithRightWindow) {
+    Prob P;
+    P.p.causal = FATTN_CAUSAL_TOP_LEFT;
+    P.p.window_right = 3;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_right: is 3 with causal set");
+}
+
+TEST(Validate, CausalWindowAlignMismatch) {
+    Prob P;
+    P.p.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    P.p.window_left = 2;
+    P.p.window_align = FATTN_ALIGN_TOP_LEFT;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_align: is TOP_LEFT but causal is BOTTOM_RIGHT");
+    // Without an active window the alignment field is irrelevant.
+    P.p.window_left = -1;
+    EXPECT_EQ(P.check(fattn::AttnOp::FWD), FATTN_OK);
+}
+
+TEST(Validate, MasksNormalized) {
+    Prob P;
+    P.p.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    P.p.window_left = 3;
+    P.p.window_right = 0;
+    P.p.window_align = FATTN_ALIGN_BOTTOM_RIGHT;
+    fattn::AttnResolved r;
+    std::string why;
+    ASSERT_EQ(P.check(fattn::AttnOp::FWD, &r, &why), FATTN_OK) << why;
+    EXPECT_EQ(r.p.win_left, 3);
+    EXPECT_EQ(r.p.win_right, 0);  // causal folds into win_right = 0
+    EXPECT_TRUE(r.p.bottom_right);
+    P.p = fattn_attn_params_default();
+    P.p.window_left = 4;
+    P.p.window_right = 1;
+    ASSERT_EQ(P.check(fattn::AttnOp::FWD, &r, &why), FATTN_OK) << why;
+    EXPECT_EQ(r.p.win_left, 4);
+    EXPECT_EQ(r.p.win_right, 1);
+    EXPECT_FALSE(r.p.bottom_right);
+    P.p = fattn_attn_params_default();
+    ASSERT_EQ(P.check(fattn::AttnOp::FWD, &r, &why), FATTN_OK) << why;
+    EXPECT_FALSE(r.p.has_mask());
+}
+
+// ------------------------------------------------------------------------- varlen
+
+struct Varlen : Prob {
+    std::vector<int32_t> cq{0, 3, 3, 8}, ckv{0, 4, 6, 10};
+    Varlen() {
+        B = 1; Sq = 8; Skv = 10;
+        build();
+        p.cu_seqlens_q = cq.data();
+        p.cu_seqlens_kv = ckv.data();
+        p.num_seqs = 3;
+    }
+};
+
+TEST(Validate, VarlenAccepted) {
+    Varlen P;
+    fattn::AttnResolved r;
+    std::string why;
+    ASSERT_EQ(P.check(fattn::AttnOp::BWD, &r, &why), FATTN_OK) << why;
+    EXPECT_EQ(r.p.batch, 3);
+    EXPECT_EQ(r.p.seqlen_q, 5);   // longest query sequence
+    EXPECT_EQ(r.p.seqlen_kv, 4);
+    EXPECT_EQ(r.p.total_q, 8);
+    EXPECT_EQ(r.p.total_kv, 10);
+}
+
+TEST(Validate, VarlenOnlyOneSide) {
+    Varlen P;
+    P.p.cu_seqlens_kv = nullptr;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_kv: is NULL but cu_seqlens_q is given");
+    P.p.cu_seqlens_kv = P.ckv.data();
+    P.p.cu_seqlens_q = nullptr;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q: is NULL");
+}
+
+TEST(Validate, VarlenNumSeqs) {
+    Varlen P;
+    P.p.num_seqs = 0;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "num_seqs: is 0, must be >= 1");
+}
+
+TEST(Validate, VarlenBatchMustBeOne) {
+    Varlen P;
+    P.B = 2;
+    P.build();
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "q: ne[0] (batch) is 2 but varlen");
+}
+
+TEST(Validate, VarlenContents) {
+    Varlen P;
+    P.cq[0] = 1;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q[0] is 1, must be 0");
+    P.cq = {0, 5, 3, 8};
+    P.p.cu_seqlens_q = P.cq.data();
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q[2] is 3 < cu_seqlens_q[1] = 5");
+    P.cq = {0, 3, 3, 8};
+    P.p.cu_seqlens_q = P.cq.data();
+    P.ckv[3] = 9;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_kv[3] (last) is 9 but k has ne[1] = 10");
+    P.ckv[3] = 10;
+    P.p.max_seqlen_q = 4;  // the longest query sequence is 5
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "max_seqlen_q: is 4");
+}
+
+TEST(Validate, VarlenBiasIsPacked) {
+    Varlen P;
+    std::vector<float> bias(size_t(P.Sq * P.Skv));
+    P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 1, P.Sq, P.Skv);
+    EXPECT_EQ(P.check(fattn::AttnOp::FWD), FATTN_OK);
+    P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 1, 5, 4);  // per-sequence: wrong
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[2] (query rows) is 5 but q has 8");
+}
+
+// ------------------------------------------------------------------------- zero size, scale
+
+TEST(Validate, ZeroSizeIsNoOp) {
+    Prob P;
+    P.B = 0;
+    P.build();
+    for (fattn_tensor *t : {&P.q, &P.k, &P.v, &P.o, &P.lse, &P.dout, &P.dq, &P.dk, &P.dv})
+        t->data = nullptr;  // nothing may be touched
+    EXPECT_EQ(P.supports(), FATTN_OK) << P.err();
+    EXPECT_EQ(P.fwd(), FATTN_OK) << P.err();
+    EXPECT_EQ(P.bwd(), FATTN_OK) << P.err();
+    size_t ws = 123;
+    EXPECT_EQ(fattn_attn_workspace_size(P.ctx, &P.p, &P.q, &P.k, &P.v, FATTN_DIR_BWD, &ws), FATTN_OK);
+    EXPECT_EQ(ws, 0u);
+    // No heads at all, and no query rows in the forward: also no-ops.
+    P.B = 2;
+    P.Hq = P.Hkv = 0;
+    P.build();
+    EXPECT_EQ(P.fwd(), FATTN_OK) << P.err();
+    EXPECT_EQ(P.bwd(), FATTN_OK) << P.err();
+    P.Hq = 4;
+    P.Hkv = 2;
+    P.Sq = 0;
+    P.build();
+    P.o.data = P.lse.data = nullptr;
+    EXPECT_EQ(P.fwd(), FATTN_OK) << P.err();
+}
+
+// Sq > 0 with Skv = 0: every row is fully masked, so o = 0, lse = -inf, dq = 0 (defined, not
+// left untouched). Sq = 0 with Skv > 0: no query sees any key, so dk = dv = 0.
+TEST(Validate, EmptySideOutputsDefined) {
+    Prob P;
+    P.Skv = 0;
+    P.build();
+    std::fill(P.bo.begin(), P.bo.end(), NAN);
+    std::fill(P.blse.begin(), P.blse.end(), NAN);
+    std::fill(P.bdq.begin(), P.bdq.end(), NAN);
+    ASSERT_EQ(P.fwd(), FATTN_OK) << P.err();
+    for (float x : P.bo) EXPECT_EQ(x, 0.0f);
+    for (float x : P.blse) EXPECT_TRUE(std::isinf(x) && x < 0);
+    ASSERT_EQ(P.bwd(), FATTN_OK) << P.err();
+    for (float x : P.bdq) EXPECT_EQ(x, 0.0f);
+    P.Skv = 7;
+    P.Sq = 0;
+    P.build();
+    std::fill(P.bdk.begin(), P.bdk.end(), NAN);
+    std::fill(P.bdv.begin(), P.bdv.end(), NAN);
+    ASSERT_EQ(P.bwd(), FATTN_OK) << P.err();
+    for (float x : P.bdk) EXPECT_EQ(x, 0.0f);
+    for (float x : P.bdv) EXPECT_EQ(x, 0.0f);
+}
+
+TEST(Validate, ScaleNotFinite) {
+    Prob P;
+    P.p.scale = NAN;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "scale: is nan");
+    P.p.scale = INFINITY;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "scale: is inf");
+}
+
+TEST(Validate, ScaleAndPrecResolved) {
+    Prob P;
+    fattn::AttnResolved r;
+    std::string why;
+    ASSERT_EQ(P.check(fattn::AttnOp::FWD, &r, &why), FATTN_OK) << why;
+    EXPECT_FLOAT_EQ(r.p.scale, 1.0f / std::sqrt(8.0f));
+    EXPECT_EQ(r.p.prec, FATTN_PREC_F32);  // AUTO on a CPU context
+    EXPECT_EQ(r.p.nthreads, 2);
+    P.p.scale = -0.5f;
+    ASSERT_EQ(P.check(fattn::AttnOp::FWD, &r, &why), FATTN_OK) << why;
+    EXPECT_EQ(r.p.scale, -0.5f);
+}
+
+// ------------------------------------------------------------------------- backend selection
+
+TEST(Validate, BackendRejectsTf32OnCpu) {
+    Prob P;
+    P.p.prec = FATTN_PREC_TF32;
+    char why[256];
+    EXPECT_EQ(fattn_attn_supports(P.ctx, &P.p, &P.q, &P.k, &P.v, why, sizeof why),
+              FATTN_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(why).find("tf32"), std::string::npos) << why;
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_UNSUPPORTED, "tf32");
+}
+
+TEST(Validate, BackendHeadDimLimit) {
+    Prob P;
+    P.D = 4096;
+    P.build();
+    char why[256];
+    EXPECT_EQ(fattn_attn_supports(P.ctx, &P.p, &P.q, &P.k, &P.v, why, sizeof why),
+              FATTN_ERR_BAD_HEAD_DIM);
+    EXPECT_NE(std::string(why).find("cpu"), std::string::npos) << why;
+}
+
+TEST(Validate, SavedRequiredForExact) {
+    Prob P;
+    P.p.algo = FATTN_ALGO_EXACT;
+    size_t saved = 0;
+    ASSERT_EQ(fattn_attn_saved_size(P.ctx, &P.p, &P.q, &P.k, &P.v, &saved), FATTN_OK);
+    ASSERT_GT(saved, 0u);
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_NULL_POINTER, "saved: is NULL");
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_NULL_POINTER, "saved: is NULL");
+}
+
+}  // namespace
