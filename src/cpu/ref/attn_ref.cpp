@@ -90,6 +90,7 @@ void attn_fwd(const Problem &p, const Tensors &t, Outputs *out) {
     out->o.assign(size_t(p.B * p.Sq * p.Hq * p.Dv), 0.0);
     // Rows that belong to no sequence (varlen padding) keep o = 0 and lse = -inf.
     out->lse.assign(size_t(p.B * p.Hq * p.Sq), kNegInf);
+    out->nvis.assign(size_t(p.B * p.Hq * p.Sq), 0);
     Block blk;
     for (int64_t s = 0; s < p.num_seqs(); ++s) {
         Seq sq = seq_of(p, s);
@@ -98,6 +99,9 @@ void attn_fwd(const Problem &p, const Tensors &t, Outputs *out) {
             logits_and_probs(p, t, sq, h, &blk);
             for (int64_t i = 0; i < sq.lq; ++i) {
                 out->lse[size_t(lse_at(p, sq.b, h, sq.q0 + i))] = blk.lse[size_t(i)];
+                int64_t n = 0;
+                for (int64_t j = 0; j < sq.lk; ++j) n += blk.S[size_t(i * sq.lk + j)] != kNegInf;
+                out->nvis[size_t(lse_at(p, sq.b, h, sq.q0 + i))] = n;
                 double *oi = &out->o[size_t(o_at(p, sq.b, sq.q0 + i, h))];
                 for (int64_t j = 0; j < sq.lk; ++j) {
                     double pij = blk.P[size_t(i * sq.lk + j)];

@@ -54,6 +54,7 @@ struct Tensors {
 
 struct Outputs {
     std::vector<double> o, lse;           // lse: -inf on fully-masked rows
+    std::vector<int64_t> nvis;            // [B, Hq, Sq]: keys with a finite logit, per row
     std::vector<double> dq, dk, dv, dbias; // dbias only when asked for
 };
 

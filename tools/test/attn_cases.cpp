@@ -1,0 +1,126 @@
+// attn_cases.cpp — the softmax-attention case table of fattn-test, and its registration.
+//
+// One line per case: shape (B, Sq, Skv, Hq, Hkv, D), then what it exercises. Names say it, so
+// `-p REGEX` selects by feature ("causal", "varlen", "bf16", ...). Every case runs with the
+// FUSED and the EXACT algorithm unless it says otherwise. The table covers: every dtype, every
+// bias kind, causal (both alignments), windows (both alignments), GQA/MQA at B > 1, Skv != Sq,
+// varlen with empty and length-1 sequences, fused-QKV and transposed views, fully-masked rows
+// and key columns, and sizes that divide no tile (S = 1, 17, 97, 257, 1025; D = 40, 80, 96).
+#include "test/attn_cases.h"
+
+namespace fattn_test {
+
+namespace {
+
+using C = AttnCase;
+constexpr fattn_dtype F32 = FATTN_F32, F16 = FATTN_F16, BF16 = FATTN_BF16;
+constexpr fattn_causal TL = FATTN_CAUSAL_TOP_LEFT, BR = FATTN_CAUSAL_BOTTOM_RIGHT;
+constexpr fattn_align ATL = FATTN_ALIGN_TOP_LEFT, ABR = FATTN_ALIGN_BOTTOM_RIGHT;
+
+std::vector<AttnCase> make_table() {
+    return {
+        // ---- plain shapes, sizes that divide no tile
+        C("plain_s1").shape(1, 1, 1, 1, 1, 64).is_quick(),
+        C("plain_s17").shape(2, 17, 17, 2, 2, 64).is_quick(),
+        C("plain_s97").shape(1, 97, 97, 2, 2, 64),
+        C("plain_s257").shape(1, 257, 257, 2, 2, 64),
+        C("plain_s1025").shape(1, 1025, 1025, 1, 1, 64),
+        C("plain_d40").shape(2, 33, 33, 2, 2, 40).is_quick(),
+        C("plain_d80").shape(1, 65, 65, 2, 2, 80),
+        C("plain_d96").shape(1, 50, 50, 2, 2, 96),
+        C("plain_d128").shape(1, 70, 70, 2, 2, 128),
+        C("plain_d32").shape(2, 40, 40, 3, 3, 32),
+        C("plain_dv_ne_d").shape(1, 31, 31, 2, 2, 64).dv(32),
+        C("plain_scale").shape(1, 29, 29, 2, 2, 64).scale_(0.3f),
+        // ---- dtypes
+        C("f16_s97").shape(1, 97, 97, 2, 2, 64).dt(F16).is_quick(),
+        C("bf16_s97").shape(1, 97, 97, 2, 2, 64).dt(BF16).is_quick(),
+        C("f16_d80_causal").shape(2, 57, 57, 2, 1, 80).dt(F16).causal_(BR),
+        C("bf16_d96_window").shape(1, 90, 90, 2, 2, 96).dt(BF16).window(16, 8, ATL),
+        C("bf16_s1025_causal").shape(1, 1025, 1025, 1, 1, 64).dt(BF16).causal_(BR),
+        C("f16_s257_gqa").shape(2, 257, 257, 4, 2, 64).dt(F16),
+        // ---- cross attention, Skv != Sq
+        C("cross_sq17_skv97").shape(2, 17, 97, 2, 2, 64).is_quick(),
+        C("cross_sq97_skv17").shape(1, 97, 17, 2, 2, 64),
+        C("cross_sq1_skv257").shape(1, 1, 257, 2, 2, 64),
+        C("cross_sq257_skv1").shape(1, 257, 1, 2, 2, 64),
+        C("cross_bf16_skv300").shape(1, 64, 300, 2, 2, 80).dt(BF16),
+        // ---- causal, both alignments, square and not
+        C("causal_tl_s97").shape(1, 97, 97, 2, 2, 64).causal_(TL).is_quick(),
+        C("causal_br_s97").shape(1, 97, 97, 2, 2, 64).causal_(BR),
+        C("causal_tl_sq40_skv97").shape(1, 40, 97, 2, 2, 64).causal_(TL),  // keys past 39 unseen
+        C("causal_br_sq40_skv97").shape(1, 40, 97, 2, 2, 64).causal_(BR),
+        C("causal_br_sq97_skv40").shape(1, 97, 40, 2, 2, 64).causal_(BR).is_quick(),  // first 57 rows fully masked
+        C("causal_tl_sq97_skv40").shape(1, 97, 40, 2, 2, 64).causal_(TL),
+        C("causal_tl_s257_d40").shape(2, 257, 257, 2, 2, 40).causal_(TL),
+        C("causal_br_s1025").shape(1, 1025, 1025, 1, 1, 64).causal_(BR),
+        // ---- windows (left, right), both alignments, with causal
+        C("window_16_16_tl").shape(1, 97, 97, 2, 2, 64).window(16, 16, ATL).is_quick(),
+        C("window_8_0_br_cross").shape(1, 50, 97, 2, 2, 64).window(8, 0, ABR),
+        C("window_0_8_tl").shape(1, 97, 97, 2, 2, 64).window(0, 8, ATL),
+        C("window_left_only").shape(1, 97, 97, 2, 2, 64).window(5, -1, ATL),
+        C("window_right_only_br").shape(1, 60, 97, 2, 2, 64).window(-1, 3, ABR),
+        C("window_causal_tl").shape(1, 257, 257, 2, 2, 64).causal_(TL).window(32, -1, ATL),
+        C("window_causal_br_cross").shape(1, 97, 200, 2, 2, 64).causal_(BR).window(20, 0, ABR),
+        C("window_br_sq_gt_skv").shape(1, 80, 30, 2, 2, 64).window(4, 4, ABR),  // masked rows
+        // ---- bias kinds (f32, f16, bf16 biases)
+        C("bias_dense").shape(2, 33, 47, 2, 2, 64).with_bias(BiasKind::DENSE).is_quick(),
+        C("bias_bcast").shape(2, 65, 65, 2, 2, 64).with_bias(BiasKind::BCAST),
+        C("bias_keypad").shape(3, 40, 57, 2, 2, 64).with_bias(BiasKind::KEYPAD).is_quick(),
+        C("bias_negband").shape(1, 257, 257, 2, 2, 64).with_bias(BiasKind::NEG_BAND),
+        C("bias_negtri").shape(1, 257, 257, 2, 2, 64).with_bias(BiasKind::NEG_TRI),
+        C("bias_rowcol").shape(2, 37, 41, 2, 1, 64).with_bias(BiasKind::NEG_ROWCOL).is_quick(),
+        C("bias_dense_f16").shape(1, 50, 70, 2, 2, 64).dt(F16).with_bias(BiasKind::DENSE),
+        C("bias_bcast_bf16").shape(2, 60, 60, 2, 2, 64).dt(BF16).with_bias(BiasKind::BCAST),
+        C("bias_f32_on_bf16").shape(1, 60, 60, 2, 2, 64).dt(BF16).with_bias(BiasKind::DENSE).bias_dt(F32),
+        C("bias_negtri_plus_causal").shape(1, 97, 97, 2, 2, 64).with_bias(BiasKind::NEG_TRI).causal_(TL),
+        C("bias_keypad_causal_br").shape(2, 50, 70, 2, 2, 64).with_bias(BiasKind::KEYPAD).causal_(BR),
+        C("bias_rowcol_window").shape(1, 97, 97, 2, 2, 64).with_bias(BiasKind::NEG_ROWCOL).window(10, 10, ATL),
+        // ---- GQA / MQA at B > 1
+        C("gqa_4_2_b2").shape(2, 65, 65, 4, 2, 64).is_quick(),
+        C("gqa_8_2_b3_causal").shape(3, 50, 50, 8, 2, 64).causal_(BR),
+        C("mqa_6_1_b2").shape(2, 41, 73, 6, 1, 64),
+        C("gqa_bf16_bias").shape(2, 64, 64, 4, 1, 64).dt(BF16).with_bias(BiasKind::DENSE),
+        C("gqa_rowcol_b2").shape(2, 45, 45, 4, 2, 64).with_bias(BiasKind::NEG_ROWCOL),
+        // ---- varlen (B = 1 views, cu_seqlens), empty and length-1 sequences
+        C("varlen_basic").shape(1, 0, 0, 2, 2, 64).varlen({17, 40, 5}, {17, 40, 5}).is_quick(),
+        C("varlen_empty_len1").shape(1, 0, 0, 2, 2, 64).varlen({0, 1, 30, 0, 9}, {3, 1, 30, 0, 0}).is_quick(),
+        C("varlen_cross_causal_br").shape(1, 0, 0, 2, 2, 64).varlen({10, 33, 1}, {25, 20, 7}).causal_(BR),
+        C("varlen_causal_tl_gqa").shape(1, 0, 0, 4, 2, 64).varlen({20, 50, 3}, {20, 50, 3}).causal_(TL),
+        C("varlen_window").shape(1, 0, 0, 2, 2, 64).varlen({60, 37}, {60, 37}).window(8, 8, ABR),
+        C("varlen_bias").shape(1, 0, 0, 2, 2, 64).varlen({20, 13}, {25, 9}).with_bias(BiasKind::DENSE),
+        C("varlen_bf16").shape(1, 0, 0, 2, 1, 80).dt(BF16).varlen({33, 64, 1}, {33, 64, 1}).causal_(BR),
+        C("varlen_f16_keypad").shape(1, 0, 0, 2, 2, 64).dt(F16).varlen({30, 30}, {40, 40}).with_bias(BiasKind::KEYPAD),
+        // ---- layouts: fused QKV strided views, transposed [B, H, S, D]
+        C("fused_qkv").shape(2, 57, 57, 4, 2, 64).layout_(Layout::FUSED_QKV).is_quick(),
+        C("fused_qkv_causal_bf16").shape(1, 97, 97, 4, 4, 64).dt(BF16).causal_(TL).layout_(Layout::FUSED_QKV),
+        C("fused_qkv_varlen").shape(1, 0, 0, 2, 1, 64).varlen({20, 1, 31}, {20, 1, 31}).layout_(Layout::FUSED_QKV),
+        C("fused_qkv_dv_ne_d").shape(1, 40, 40, 2, 2, 64).dv(32).layout_(Layout::FUSED_QKV),
+        C("bhsd").shape(2, 57, 57, 2, 2, 64).layout_(Layout::BHSD).is_quick(),
+        C("bhsd_cross_f16_bias").shape(2, 30, 77, 4, 2, 64).dt(F16).with_bias(BiasKind::DENSE).layout_(Layout::BHSD),
+        C("bhsd_causal_br_d96").shape(1, 100, 100, 2, 2, 96).causal_(BR).layout_(Layout::BHSD),
+        // ---- algorithm pinned (the rest run both)
+        C("exact_only_s257").shape(1, 257, 257, 2, 2, 64).algo_(AlgoSel::EXACT),
+        C("fused_only_s257").shape(1, 257, 257, 2, 2, 64).algo_(AlgoSel::FUSED),
+        C("prec_f32_explicit").shape(1, 64, 64, 2, 2, 64).prec_(FATTN_PREC_F32),
+        // ---- extra (--extra): bigger, slower on the CPU
+        C("extra_s2048_causal").shape(1, 2048, 2048, 2, 1, 64).causal_(BR).is_extra(),
+        C("extra_b4_s512_bias_gqa").shape(4, 512, 512, 4, 2, 128).with_bias(BiasKind::NEG_BAND).is_extra(),
+        C("extra_cross_1877").shape(1, 625, 1877, 2, 2, 64).dt(BF16).is_extra(),
+        // ---- large (--large; CUDA): S >= 16k, and a tensor with more than 2^31 elements
+        C("large_s16k_causal_bf16").shape(1, 16384, 16384, 16, 16, 128).dt(BF16).causal_(BR).is_large(),
+        C("large_s16k_window_bias").shape(1, 16384, 16384, 8, 8, 64).dt(BF16).with_bias(BiasKind::NEG_BAND).is_large(),
+        C("large_2g_elems_window").shape(1, 1 << 21, 1 << 21, 16, 16, 64).dt(BF16).window(64, 0, ATL).is_large(),
+    };
+}
+
+}  // namespace
+
+const std::vector<AttnCase> &attn_cases() {
+    static const std::vector<AttnCase> t = make_table();
+    return t;
+}
+
+static const bool registered = register_family({"attn", run_attn_family});
+
+}  // namespace fattn_test
