@@ -1,12 +1,126 @@
-// launch.cu — placeholder until the kernels land (returns UNSUPPORTED).
-#include "cuda/attn/attn_kernels.h"
+// launch.cu — forward/backward orchestration of the fused CUDA attention kernels: carve the
+// workspace, run the pre-passes (bias tile map; δ = rowsum(dO∘O) for the backward), pick the
+// family's launcher from the selection result, and turn launch errors into a status.
+#include <cuda_runtime.h>
+
+#include "cuda/attn/launch.h"
+#include "cuda/attn/workspace.h"
+
 namespace fattn::cuda::attn {
-fattn_status fwd(const AttnFwdParams &, const DeviceInfo &, const Choice &, void *, std::string *err) {
-    if (err) *err = "cuda fused attn: forward kernels not implemented yet";
+namespace {
+
+// One CTA per map cell (64×64 block of the packed [total_q, total_kv] plane of one bias
+// (batch, head)): 1 if any element is not -inf. A NaN counts as "not -inf" so it is never hidden.
+__global__ void __launch_bounds__(256) bias_map_kernel(const AttnFwdParams p, Workspace w, uint8_t *map) {
+    const int64_t cell = blockIdx.x;
+    const int64_t bn = cell % w.map_nn, bm = (cell / w.map_nn) % w.map_nm;
+    const int64_t bh = (cell / (w.map_nn * w.map_nm)) % w.map_nh, bb = cell / (w.map_nn * w.map_nm * w.map_nh);
+    const int64_t base = bb * p.bias_sb + bh * p.bias_sh;
+    int alive = 0;
+    for (int e = threadIdx.x; e < kMapBlock * kMapBlock && !alive; e += blockDim.x) {
+        const int64_t i = bm * kMapBlock + e / kMapBlock, j = bn * kMapBlock + e % kMapBlock;
+        if (i < p.total_q && j < p.total_kv)
+            alive = !(load_bias(p.bias, p.bias_dtype, base + i * p.bias_si + j) == -INFINITY);
+    }
+    alive = __syncthreads_or(alive);
+    if (threadIdx.x == 0) map[cell] = uint8_t(alive);
+}
+
+// δ[b, h, i] = Σ_d dO·O in f32, one warp per (b, i, h); lanes stride over d, then a fixed xor tree.
+template <typename T>
+__global__ void __launch_bounds__(256) delta_kernel(const AttnBwdParams p, float *delta, int64_t rows) {
+    const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (w >= rows) return;
+    const int64_t h = w % p.hq, i = (w / p.hq) % p.total_q, b = w / (p.hq * p.total_q);
+    const T *o = static_cast<const T *>(p.o) + b * p.o_sb + i * p.o_ss + h * p.o_sh;
+    const T *d = static_cast<const T *>(p.dout) + b * p.do_sb + i * p.do_ss + h * p.do_sh;
+    float acc = 0.f;
+    for (int64_t c = lane; c < p.AttnFwdParams::dv; c += 32) acc = fmaf(to_f(d[c]), to_f(o[c]), acc);
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+    if (lane == 0) delta[(b * p.hq + h) * p.total_q + i] = acc;
+}
+
+bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+bool str8(int64_t a, int64_t b, int64_t c) { return a % 8 == 0 && b % 8 == 0 && c % 8 == 0; }
+
+// 16-byte cp.async loads need every tile row start 16-byte aligned: pointers and strides (in
+// 2-byte elements) multiples of 8, and whole 8-element chunks of the head dims.
+bool vec_ok(const AttnFwdParams &p, const void *dout, int64_t do_sb, int64_t do_ss, int64_t do_sh) {
+    if (p.dtype == FATTN_F32) return false;
+    return aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && (!dout || aligned16(dout)) &&
+           str8(p.q_sb, p.q_ss, p.q_sh) && str8(p.k_sb, p.k_ss, p.k_sh) && str8(p.v_sb, p.v_ss, p.v_sh) &&
+           (!dout || str8(do_sb, do_ss, do_sh)) && p.d % 8 == 0 && p.dv % 8 == 0;
+}
+
+fattn_status check(cudaError_t e, const char *what, std::string *err) {
+    if (e == cudaSuccess) return FATTN_OK;
+    if (err) *err = std::string("cuda fused attn: ") + what + ": " + cudaGetErrorString(e);
+    return FATTN_ERR_DEVICE;
+}
+
+KArgs prepare(const AttnFwdParams &p, const Choice &c, fattn_dir dir, void *workspace, cudaStream_t st,
+              cudaError_t *e) {
+    const Workspace w = Workspace::layout(p, c, dir);
+    KArgs a{};
+    *e = cudaSuccess;
+    if (p.bias && w.map_bytes > 0) {
+        uint8_t *map = static_cast<uint8_t *>(workspace) + w.map_off;
+        bias_map_kernel<<<unsigned(w.map_bytes), 256, 0, st>>>(p, w, map);
+        *e = cudaGetLastError();
+        a.map = map;
+        a.map_nh = w.map_nh;
+        a.map_nm = w.map_nm;
+        a.map_nn = w.map_nn;
+    }
+    if (dir == FATTN_DIR_BWD) a.delta = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.delta_off);
+    return a;
+}
+
+}  // namespace
+
+fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &, const Choice &c, void *workspace, std::string *err) {
+    if (p.batch == 0 || p.total_q == 0 || p.hq == 0) return FATTN_OK;
+    cudaStream_t st = static_cast<cudaStream_t>(p.stream);
+    cudaError_t e;
+    KArgs a = prepare(p, c, FATTN_DIR_FWD, workspace, st, &e);
+    if (e != cudaSuccess) return check(e, "bias tile map", err);
+    a.vec = vec_ok(p, nullptr, 0, 0, 0);
+    switch (c.family) {
+    case Family::MMA_NATIVE: return check(native_fwd(p, a, c.d_bucket, st), "forward (mma)", err);
+    case Family::SCALAR_F32: return check(scalar_fwd(p, a, c.d_bucket, st), "forward (f32)", err);
+    default: break;
+    }
+    if (err) *err = "cuda fused attn: no forward kernel for this family";
     return FATTN_ERR_UNSUPPORTED;
 }
-fattn_status bwd(const AttnBwdParams &, const DeviceInfo &, const Choice &, void *, std::string *err) {
-    if (err) *err = "cuda fused attn: backward kernels not implemented yet";
+
+fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &, const Choice &c, void *workspace, std::string *err) {
+    if (p.batch == 0 || p.hq == 0) return FATTN_OK;
+    cudaStream_t st = static_cast<cudaStream_t>(p.stream);
+    cudaError_t e;
+    KArgs a = prepare(p, c, FATTN_DIR_BWD, workspace, st, &e);
+    if (e != cudaSuccess) return check(e, "bias tile map", err);
+    a.vec = vec_ok(p, p.dout, p.do_sb, p.do_ss, p.do_sh);
+    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
+    const int64_t rows = bview * p.total_q * p.hq;
+    if (rows > 0) {
+        const unsigned blocks = unsigned((rows + 7) / 8);
+        switch (p.dtype) {
+        case FATTN_F16: delta_kernel<__half><<<blocks, 256, 0, st>>>(p, a.delta, rows); break;
+        case FATTN_BF16: delta_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(p, a.delta, rows); break;
+        default: delta_kernel<float><<<blocks, 256, 0, st>>>(p, a.delta, rows); break;
+        }
+        if (fattn_status s = check(cudaGetLastError(), "delta preprocess", err); s != FATTN_OK) return s;
+    }
+    switch (c.family) {
+    case Family::MMA_NATIVE: return check(native_bwd(p, a, c.d_bucket, st), "backward (mma)", err);
+    case Family::SCALAR_F32: return check(scalar_bwd(p, a, c.d_bucket, st), "backward (f32)", err);
+    default: break;
+    }
+    if (err) *err = "cuda fused attn: no backward kernel for this family";
     return FATTN_ERR_UNSUPPORTED;
 }
+
 }  // namespace fattn::cuda::attn

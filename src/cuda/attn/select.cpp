@@ -7,6 +7,7 @@
 //   NATIVE -> MMA_NATIVE (bf16/f16 mma.sync m16n8k16; sm_80+; head-dim buckets 64/128)
 //   TF32   -> MMA_TF32   (f32 mma.sync m16n8k8; sm_80+)
 #include "cuda/attn/attn_kernels.h"
+#include "cuda/attn/tiles.h"
 #include "cuda/attn/workspace.h"
 
 namespace fattn::cuda::attn {
@@ -22,10 +23,20 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
     if (dmax > 256)
         return no("head dim " + std::to_string(dmax) + " > 256 is not instantiated");
     if (p.d < 1 || p.dv < 1) return no("head dims must be >= 1");
+    // Grid y = heads, z = sequences (CUDA limits those dims to 65535).
+    if (p.hq > 65535 || p.batch > 65535)
+        return no("more than 65535 heads or sequences is not supported by the launch grid");
+    auto smem_ok = [&](size_t need, const char *what) {
+        if (need <= dev.smem_optin) return true;
+        if (why) *why = "cuda fused attn: " + std::string(what) + " needs " + std::to_string(need) +
+                        " bytes of shared memory per block, device allows " + std::to_string(dev.smem_optin);
+        return false;
+    };
     switch (p.prec) {
     case FATTN_PREC_F32:
         c->family = Family::SCALAR_F32;
         c->d_bucket = dmax <= 64 ? 64 : dmax <= 128 ? 128 : 256;
+        if (!smem_ok(sc_dkdv_smem(c->d_bucket), "the f32 dK/dV kernel")) return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
     case FATTN_PREC_NATIVE:
         if (p.dtype == FATTN_F32)
@@ -37,6 +48,7 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                       " > 128 is not instantiated for tensor cores (use prec F32)");
         c->family = Family::MMA_NATIVE;
         c->d_bucket = dmax <= 64 ? 64 : 128;
+        if (!smem_ok(mma_dq_smem(c->d_bucket), "the tensor-core dQ kernel")) return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
     case FATTN_PREC_TF32:
         if (p.dtype != FATTN_F32) return no("prec TF32 needs f32 inputs");

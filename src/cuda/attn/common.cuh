@@ -1,0 +1,98 @@
+// common.cuh — device helpers shared by the fused attention kernels: element conversion, bias
+// reads, the per-tile mask geometry (which key tiles a query tile sees, and the reverse), the bias
+// tile-map lookup, and the kernel argument block (KArgs).
+//
+// Mask semantics are those of core/attn_params.h (key_range): query i (inside its sequence) sees
+// key j iff lo(i) <= j <= hi(i); lo and hi are non-decreasing in i, which is what makes whole-tile
+// skipping analytic: a tile of rows [m0, m1) and keys [n0, n1) is empty iff n0 > hi(m1-1) or
+// n1-1 < lo(m0), and needs no per-element mask iff n0 >= lo(m1-1) and n1-1 <= hi(m0).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "core/attn_params.h"
+#include "cuda/attn/workspace.h"
+
+namespace fattn::cuda::attn {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Everything a kernel reads besides the params: workspace pointers and launch-time flags.
+struct KArgs {
+    const uint8_t *map;       // bias tile map (nullptr: no bias, or no map)
+    int64_t map_nh, map_nm, map_nn;
+    float *delta;             // bwd: rowsum(dO∘O) [B_view, Hq, total_q]
+    bool vec;                 // 16-byte cp.async loads are legal (alignment, strides, d % 8)
+};
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float load_bias(const void *bias, fattn_dtype dt, int64_t off) {
+    switch (dt) {
+    case FATTN_F16: return __half2float(static_cast<const __half *>(bias)[off]);
+    case FATTN_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[off]);
+    default: return static_cast<const float *>(bias)[off];
+    }
+}
+
+// Key tiles [n_first, n_last] (tile size bn) that rows [m0, m1) of a sequence may see.
+__device__ __forceinline__ void key_tiles(const AttnFwdParams &p, int64_t m0, int64_t m1,
+                                          int64_t lq, int64_t lkv, int bn, int64_t *n_first,
+                                          int64_t *n_last) {
+    int64_t lo0, hi0, lo1, hi1;
+    key_range(p, m0, lq, lkv, &lo0, &hi0);
+    key_range(p, m1 - 1, lq, lkv, &lo1, &hi1);
+    *n_first = lo0 / bn;
+    *n_last = (hi1 < lo0 || hi1 < 0) ? -1 : hi1 / bn;
+}
+
+// Query rows [*i_lo, *i_hi] (inclusive) of a sequence that may see any key of [n0, n1).
+__device__ __forceinline__ void query_rows(const AttnFwdParams &p, int64_t n0, int64_t n1,
+                                           int64_t lq, int64_t lkv, int64_t *i_lo, int64_t *i_hi) {
+    const int64_t off = p.bottom_right ? lkv - lq : 0;
+    if (n1 > lkv) n1 = lkv;
+    int64_t lo = 0, hi = lq - 1;
+    // hi(i) = i + off + win_right >= n0
+    if (p.win_right >= 0 && n0 - off - p.win_right > lo) lo = n0 - off - p.win_right;
+    // lo(i) = i + off - win_left <= n1 - 1
+    if (p.win_left >= 0 && n1 - 1 - off + p.win_left < hi) hi = n1 - 1 - off + p.win_left;
+    *i_lo = lo;
+    *i_hi = hi;
+}
+
+// True when the tile needs no per-element mask (all rows and keys valid and allowed).
+__device__ __forceinline__ bool tile_full(const AttnFwdParams &p, int64_t m0, int64_t m1,
+                                          int64_t n0, int64_t n1, int64_t lq, int64_t lkv) {
+    if (m1 > lq || n1 > lkv) return false;
+    int64_t lo0, hi0, lo1, hi1;
+    key_range(p, m0, lq, lkv, &lo0, &hi0);
+    key_range(p, m1 - 1, lq, lkv, &lo1, &hi1);
+    return n0 >= lo1 && n1 - 1 <= hi0;
+}
+
+// True when the bias is -inf over the whole packed rectangle [r0, r1) × [c0, c1) of bias plane
+// (mb, mh): every map cell it touches says "all -inf". No map: never skip.
+__device__ __forceinline__ bool bias_tile_dead(const KArgs &a, int64_t mb, int64_t mh, int64_t r0,
+                                               int64_t r1, int64_t c0, int64_t c1) {
+    if (!a.map) return false;
+    const uint8_t *m = a.map + (mb * a.map_nh + mh) * a.map_nm * a.map_nn;
+    for (int64_t br = r0 / kMapBlock; br <= (r1 - 1) / kMapBlock && br < a.map_nm; ++br)
+        for (int64_t bc = c0 / kMapBlock; bc <= (c1 - 1) / kMapBlock && bc < a.map_nn; ++bc)
+            if (m[br * a.map_nn + bc]) return false;
+    return true;
+}
+
+}  // namespace fattn::cuda::attn

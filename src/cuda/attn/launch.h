@@ -1,0 +1,33 @@
+// launch.h — launchers of each kernel family (one TU per family so the 2-core build compiles
+// them in parallel): grid math, the shared-memory opt-in and the dtype × head-dim dispatch.
+// Called by launch.cu, which runs the pre-passes (bias tile map, δ) and checks launch errors.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/attn/attn_kernels.h"
+#include "cuda/attn/common.cuh"
+
+namespace fattn::cuda::attn {
+
+// All return the cudaError_t of the launch (cudaSuccess when nothing had to run).
+cudaError_t native_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
+cudaError_t native_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
+cudaError_t scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
+cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
+
+// Opt in to more than 48 KiB of dynamic shared memory once per kernel, then launch.
+template <typename Kernel, typename Params>
+cudaError_t launch_kernel(Kernel k, dim3 grid, size_t smem, cudaStream_t st, const Params &p, const KArgs &a) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
+    if (smem > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        if (e != cudaSuccess) return e;
+    }
+    k<<<grid, 128, smem, st>>>(p, a);
+    return cudaGetLastError();
+}
+
+inline unsigned ceil_div_u(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+}  // namespace fattn::cuda::attn

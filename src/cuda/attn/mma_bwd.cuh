@@ -1,0 +1,335 @@
+// mma_bwd.cuh — tensor-core backward (prec NATIVE, bf16/f16) without floating-point atomics.
+//
+// Why two kernels instead of FlashAttention-2's single pass with atomicAdd on dQ: FA2's dQ is a
+// sum over key tiles accumulated by many CTAs in arrival order, so its bits change run to run.
+// Here every output has exactly one owner that sums in a fixed order:
+//   dK/dV: a CTA owns (64-key tile, kv head, sequence) and loops over the query heads of its GQA
+//          group, then over the query tiles, in that order (GQA reduced inside the kernel, K/V
+//          never expanded);
+//   dQ:    a CTA owns (64-query tile, q head, sequence) and loops over the key tiles in order,
+//          recomputing P from the saved LSE and dP = dO·Vᵀ.
+// The price is recomputing S and dP in the dQ kernel (7 GEMM-sized products instead of 5); the
+// gain is bitwise determinism by construction and no dQ accumulation buffer (memory stays linear).
+// δ = rowsum(dO∘O) comes from a small preprocess kernel (aux.cu).
+#pragma once
+
+#include "cuda/attn/mma.cuh"
+
+namespace fattn::cuda::attn {
+
+template <typename T, int DB>
+__global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int BM = mma_fwd_bm(), BN = mma_fwd_bn(), ST = mma_stride(DB);
+    constexpr int NS = BN / 8, NO = DB / 8, KD = DB / 16, ES = sizeof(T);
+    extern __shared__ __align__(16) unsigned char mma_smem[];
+    T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
+    T *sdO = sQ + BM * ST;                    // [BM, ST]
+    T *sK = sdO + BM * ST;                    // [2][BN, ST]
+    T *sV = sK + 2 * BN * ST;                 // [2][BN, ST]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int64_t h = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t m0 = int64_t(blockIdx.x) * BM;
+    if (m0 >= lq) return;
+    const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
+    const int64_t hk = h / p.group();
+    const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
+    const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
+    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
+    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+    const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+    const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
+
+    int64_t n_first, n_last;
+    key_tiles(p, m0, m1, lq, lkv, BN, &n_first, &n_last);
+    auto next_tile = [&](int64_t n) {
+        while (n <= n_last) {
+            const int64_t n0 = n * BN, n1 = n0 + BN < lkv ? n0 + BN : lkv;
+            if (!bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
+                break;
+            ++n;
+        }
+        return n;
+    };
+    auto load_kv = [&](int64_t n, int buf) {
+        const int64_t n0 = n * BN;
+        mma_load_tile<T, BN, DB>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
+        mma_load_tile<T, BN, DB>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.AttnFwdParams::dv, a.vec);
+    };
+
+    mma_load_tile<T, BM, DB>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
+    mma_load_tile<T, BM, DB>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, a.vec);
+    int64_t n = next_tile(n_first);
+    if (n <= n_last) load_kv(n, 0);
+    cp_async_commit();
+
+    const int64_t qi[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
+    int64_t lo[2], hi[2];
+    float lse2[2], dl[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        key_range(p, qi[r], lq, lkv, &lo[r], &hi[r]);
+        lse2[r] = -INFINITY;
+        dl[r] = 0.f;
+        if (qi[r] < lq) {
+            lse2[r] = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi[r]] * kLog2e;
+            dl[r] = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi[r]];
+        }
+    }
+
+    float dq[NO][4];
+#pragma unroll
+    for (int d = 0; d < NO; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
+    const float sl2 = p.scale * kLog2e;
+    int buf = 0;
+    while (n <= n_last) {
+        const int64_t nn = next_tile(n + 1);
+        if (nn <= n_last) load_kv(nn, buf ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const T *cK = sK + buf * BN * ST, *cV = sV + buf * BN * ST;
+
+        float s[NS][4], dp[NS][4];
+#pragma unroll
+        for (int j = 0; j < NS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {
+            uint32_t aq[4], ad[4];
+            ldsm_x4(aq, a_addr<ST>(sQ, warp * 16, kk * 16, lane, ES));
+            ldsm_x4(ad, a_addr<ST>(sdO, warp * 16, kk * 16, lane, ES));
+#pragma unroll
+            for (int j2 = 0; j2 < NS / 2; ++j2) {
+                uint32_t b[4];
+                ldsm_x4(b, b_addr<ST>(cK, j2 * 16, kk * 16, lane, ES));
+                mma16816<T>(s[2 * j2], aq, b[0], b[1]);
+                mma16816<T>(s[2 * j2 + 1], aq, b[2], b[3]);
+                ldsm_x4(b, b_addr<ST>(cV, j2 * 16, kk * 16, lane, ES));
+                mma16816<T>(dp[2 * j2], ad, b[0], b[1]);
+                mma16816<T>(dp[2 * j2 + 1], ad, b[2], b[3]);
+            }
+        }
+        // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked);
+        // dS = P ∘ (dP − δ), kept in s.
+        const int64_t n0 = n * BN;
+        const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
+#pragma unroll
+        for (int j = 0; j < NS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e >> 1;
+                const int64_t kj = n0 + j * 8 + 2 * t4 + (e & 1);
+                const bool ok = (full || (qi[r] < lq && kj < lkv && kj >= lo[r] && kj <= hi[r])) &&
+                                lse2[r] != -INFINITY;
+                float x = s[j][e] * sl2;
+                if (ok && p.bias)
+                    x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi[r]) * p.bias_si + sr.kv_begin + kj) * kLog2e;
+                const float pr = ok ? exp2f(x - lse2[r]) : 0.f;
+                s[j][e] = pr * (dp[j][e] - dl[r]);
+            }
+        // dQ += dS·K (K read transposed: k = key, n = head dim).
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            const uint32_t as[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
+                                    pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int d2 = 0; d2 < NO / 2; ++d2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, a_addr<ST>(cK, kk * 16, d2 * 16, lane, ES));
+                mma16816<T>(dq[2 * d2], as, b[0], b[1]);
+                mma16816<T>(dq[2 * d2 + 1], as, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+        n = nn;
+        buf ^= 1;
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (qi[r] >= lq) continue;
+        T *gdQ = static_cast<T *>(p.dq) + sr.batch_index * p.dq_sb + (sr.q_begin + qi[r]) * p.dq_ss + h * p.dq_sh;
+#pragma unroll
+        for (int d = 0; d < NO; ++d) {
+            const int c = d * 8 + 2 * t4;
+            if (c < p.d) gdQ[c] = from_f<T>(dq[d][2 * r] * p.scale);
+            if (c + 1 < p.d) gdQ[c + 1] = from_f<T>(dq[d][2 * r + 1] * p.scale);
+        }
+    }
+}
+
+template <typename T, int DB>
+__global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB), ST = mma_stride(DB);
+    constexpr int NQ = BM / 8, NO = DB / 8, KD = DB / 16, ES = sizeof(T);
+    extern __shared__ __align__(16) unsigned char mma_smem[];
+    T *sK = reinterpret_cast<T *>(mma_smem);  // [BN, ST]
+    T *sV = sK + BN * ST;                     // [BN, ST]
+    T *sQ = sV + BN * ST;                     // [2][BM, ST]
+    T *sdO = sQ + 2 * BM * ST;                // [2][BM, ST]
+    float *sL = reinterpret_cast<float *>(sdO + 2 * BM * ST);  // [2][BM] lse·log2e (-inf: no row)
+    float *sD = sL + 2 * BM;                                   // [2][BM] delta
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const int64_t hk = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t n0 = int64_t(blockIdx.x) * BN;
+    if (n0 >= lkv) return;
+    const int64_t n1 = n0 + BN < lkv ? n0 + BN : lkv;
+    const int64_t G = p.group();
+    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
+    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+    const int64_t mb = p.bias_sb ? sr.batch_index : 0;
+
+    int64_t i_lo, i_hi;
+    query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
+    const int64_t t_first = i_lo / BM, t_last = i_hi >= i_lo ? i_hi / BM : -1;
+    const int64_t nt = t_last >= t_first ? t_last - t_first + 1 : 0;
+    // Work items in the fixed order (head of the group, query tile): idx = hh * nt + (t - t_first).
+    auto dead = [&](int64_t idx) {
+        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
+        const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
+        return bias_tile_dead(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
+                              sr.kv_begin + n1);
+    };
+    auto next_item = [&](int64_t idx) {
+        while (idx < G * nt && dead(idx)) ++idx;
+        return idx;
+    };
+    auto load_q = [&](int64_t idx, int buf) {
+        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
+        const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + (sr.q_begin + m0) * p.q_ss + h * p.q_sh;
+        const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + (sr.q_begin + m0) * p.do_ss + h * p.do_sh;
+        mma_load_tile<T, BM, DB>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
+        mma_load_tile<T, BM, DB>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.AttnFwdParams::dv, a.vec);
+        for (int c = threadIdx.x; c < BM; c += mma_threads()) {
+            const int64_t i = m0 + c;
+            float l2 = -INFINITY, dl = 0.f;
+            if (i < lq) {
+                l2 = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e;
+                dl = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i];
+            }
+            sL[buf * BM + c] = l2;
+            sD[buf * BM + c] = dl;
+        }
+    };
+
+    mma_load_tile<T, BN, DB>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, a.vec);
+    mma_load_tile<T, BN, DB>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, a.vec);
+    int64_t idx = next_item(0);
+    if (idx < G * nt) load_q(idx, 0);
+    cp_async_commit();
+
+    const int64_t kj[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};  // this thread's key rows
+    float dk[NO][4], dv[NO][4];
+#pragma unroll
+    for (int d = 0; d < NO; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.f;
+    const float sl2 = p.scale * kLog2e;
+    int buf = 0;
+    while (idx < G * nt) {
+        const int64_t nidx = next_item(idx + 1);
+        if (nidx < G * nt) load_q(nidx, buf ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const T *cQ = sQ + buf * BM * ST, *cdO = sdO + buf * BM * ST;
+        const float *cL = sL + buf * BM, *cD = sD + buf * BM;
+        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
+        const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [16 key rows per warp, BM queries]
+        float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+        for (int j = 0; j < NQ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {
+            uint32_t ak[4], av[4];
+            ldsm_x4(ak, a_addr<ST>(sK, warp * 16, kk * 16, lane, ES));
+            ldsm_x4(av, a_addr<ST>(sV, warp * 16, kk * 16, lane, ES));
+#pragma unroll
+            for (int j2 = 0; j2 < NQ / 2; ++j2) {
+                uint32_t b[4];
+                ldsm_x4(b, b_addr<ST>(cQ, j2 * 16, kk * 16, lane, ES));
+                mma16816<T>(st[2 * j2], ak, b[0], b[1]);
+                mma16816<T>(st[2 * j2 + 1], ak, b[2], b[3]);
+                ldsm_x4(b, b_addr<ST>(cdO, j2 * 16, kk * 16, lane, ES));
+                mma16816<T>(dpt[2 * j2], av, b[0], b[1]);
+                mma16816<T>(dpt[2 * j2 + 1], av, b[2], b[3]);
+            }
+        }
+        // Pᵀ into st, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dpt.
+        const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
+#pragma unroll
+        for (int j = 0; j < NQ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = e >> 1, c = j * 8 + 2 * t4 + (e & 1);
+                const int64_t qi = m0 + c;
+                bool ok = full;
+                if (!ok && qi < lq && kj[r] < lkv) {
+                    int64_t lo, hi;
+                    key_range(p, qi, lq, lkv, &lo, &hi);
+                    ok = kj[r] >= lo && kj[r] <= hi;
+                }
+                ok = ok && cL[c] != -INFINITY;
+                float x = st[j][e] * sl2;
+                if (ok && p.bias)
+                    x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[r]) * kLog2e;
+                const float pr = ok ? exp2f(x - cL[c]) : 0.f;
+                st[j][e] = pr;
+                dpt[j][e] = pr * (dpt[j][e] - cD[c]);
+            }
+        // dV += Pᵀ·dO and dK += dSᵀ·Q (dO, Q read transposed: k = query, n = head dim).
+#pragma unroll
+        for (int kk = 0; kk < BM / 16; ++kk) {
+            const uint32_t ap[4] = {pack2<T>(st[2 * kk][0], st[2 * kk][1]), pack2<T>(st[2 * kk][2], st[2 * kk][3]),
+                                    pack2<T>(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                                    pack2<T>(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+            const uint32_t as[4] = {pack2<T>(dpt[2 * kk][0], dpt[2 * kk][1]), pack2<T>(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                    pack2<T>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                    pack2<T>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+            for (int d2 = 0; d2 < NO / 2; ++d2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, a_addr<ST>(cdO, kk * 16, d2 * 16, lane, ES));
+                mma16816<T>(dv[2 * d2], ap, b[0], b[1]);
+                mma16816<T>(dv[2 * d2 + 1], ap, b[2], b[3]);
+                ldsm_x4_t(b, a_addr<ST>(cQ, kk * 16, d2 * 16, lane, ES));
+                mma16816<T>(dk[2 * d2], as, b[0], b[1]);
+                mma16816<T>(dk[2 * d2 + 1], as, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+        idx = nidx;
+        buf ^= 1;
+    }
+    cp_async_wait<0>();
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (kj[r] >= lkv) continue;
+        T *gdK = static_cast<T *>(p.dk) + sr.batch_index * p.dk_sb + (sr.kv_begin + kj[r]) * p.dk_ss + hk * p.dk_sh;
+        T *gdV = static_cast<T *>(p.dv) + sr.batch_index * p.dv_sb + (sr.kv_begin + kj[r]) * p.dv_ss + hk * p.dv_sh;
+#pragma unroll
+        for (int d = 0; d < NO; ++d) {
+            const int c = d * 8 + 2 * t4;
+            if (c < p.d) gdK[c] = from_f<T>(dk[d][2 * r] * p.scale);
+            if (c + 1 < p.d) gdK[c + 1] = from_f<T>(dk[d][2 * r + 1] * p.scale);
+            if (c < p.AttnFwdParams::dv) gdV[c] = from_f<T>(dv[d][2 * r]);
+            if (c + 1 < p.AttnFwdParams::dv) gdV[c + 1] = from_f<T>(dv[d][2 * r + 1]);
+        }
+    }
+}
+
+}  // namespace fattn::cuda::attn

@@ -1,0 +1,296 @@
+// scalar.cuh — strict-f32 fused attention kernels (prec F32): forward, dQ and dK/dV with plain
+// fp32 FMA in a fixed order, any input dtype (converted to f32 on load), head dims up to 256,
+// any sm_75+ GPU. Same tiling idea as the tensor-core kernels, kept simple: 16 rows per CTA,
+// 8 threads per row, each thread owning DB/8 output columns (strided by 8 so that the 8 lanes of
+// a row read consecutive shared-memory words).
+//
+// Backward scheme (shared with the tensor-core kernels, see mma_bwd.cuh): dK/dV are owned by a CTA
+// per key tile that loops over query tiles and over the query heads of the GQA group in a fixed
+// order; dQ is owned by a CTA per query tile that loops over key tiles. No atomics anywhere, so
+// every output is a fixed-order sum: bitwise deterministic by construction.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/attn/common.cuh"
+#include "cuda/attn/tiles.h"
+
+namespace fattn::cuda::attn {
+
+// Rows [r_begin, r_begin + ROWS) of a [*, S, H, D] view into shared floats, zero outside.
+template <typename T, int ROWS, int ST>
+__device__ __forceinline__ void sc_load_rows(float *s, const T *g, int64_t rstride, int64_t rows_valid,
+                                             int64_t cols_valid, int cols) {
+    for (int e = threadIdx.x; e < ROWS * cols; e += sc_threads()) {
+        const int r = e / cols, c = e % cols;
+        s[r * ST + c] = (r < rows_valid && c < cols_valid) ? to_f(g[r * rstride + c]) : 0.f;
+    }
+}
+
+template <typename T, int DB>
+__global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, const KArgs a) {
+    constexpr int R = sc_rows(), C = sc_cols(DB), ST = sc_stride(DB), KC = C / 8, OC = DB / 8;
+    extern __shared__ float sc_smem[];
+    float *sQ = sc_smem;     // [R, ST]
+    float *sKV = sQ + R * ST; // [C, ST]  K tile, then V tile
+    float *sP = sKV + C * ST; // [R, C]
+
+    const int tid = threadIdx.x, r = tid / 8, l8 = tid % 8;
+    const int h = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t m0 = int64_t(blockIdx.x) * R;
+    if (m0 >= lq) return;
+    const int64_t m1 = m0 + R < lq ? m0 + R : lq;
+    const int64_t hk = h / p.group();
+    const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
+    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
+    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+    const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+    const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
+
+    sc_load_rows<T, R, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
+
+    const int64_t i = m0 + r;
+    int64_t lo, hi;
+    key_range(p, i, lq, lkv, &lo, &hi);
+    int64_t n_first, n_last;
+    key_tiles(p, m0, m1, lq, lkv, C, &n_first, &n_last);
+
+    float o[OC];
+    for (int u = 0; u < OC; ++u) o[u] = 0.f;
+    float m = -INFINITY, l = 0.f;
+    for (int64_t n = n_first; n <= n_last; ++n) {
+        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
+        if (bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
+            continue;
+        __syncthreads();
+        sc_load_rows<T, C, ST>(sKV, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
+        __syncthreads();
+        float x[KC];
+        float mx = -INFINITY;
+        for (int k = 0; k < KC; ++k) {
+            const int c = l8 + 8 * k;
+            const int64_t j = n0 + c;
+            float acc = 0.f;
+            for (int e = 0; e < p.d; ++e) acc = fmaf(sQ[r * ST + e], sKV[c * ST + e], acc);
+            const bool ok = i < lq && j < lkv && j >= lo && j <= hi;
+            float t = acc * p.scale;
+            if (ok && p.bias) t += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j);
+            x[k] = ok ? t * kLog2e : -INFINITY;
+            mx = fmaxf(mx, x[k]);
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        const float mnew = fmaxf(m, mx);
+        const float base = mnew == -INFINITY ? 0.f : mnew;  // a fully masked row so far stays 0
+        const float alpha = exp2f(m - base);
+        m = mnew;
+        float ps = 0.f;
+        for (int k = 0; k < KC; ++k) {
+            const float pk = exp2f(x[k] - base);
+            sP[r * C + l8 + 8 * k] = pk;
+            ps += pk;
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 4);
+        l = l * alpha + ps;
+        for (int u = 0; u < OC; ++u) o[u] *= alpha;
+        __syncthreads();
+        sc_load_rows<T, C, ST>(sKV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dv, DB);
+        __syncthreads();
+        for (int c = 0; c < C; ++c) {
+            const float pc = sP[r * C + c];
+            for (int u = 0; u < OC; ++u) o[u] = fmaf(pc, sKV[c * ST + l8 + 8 * u], o[u]);
+        }
+    }
+    if (i < lq) {
+        T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + i) * p.o_ss + h * p.o_sh;
+        for (int u = 0; u < OC; ++u) {
+            const int c = l8 + 8 * u;
+            if (c < p.dv) gO[c] = from_f<T>(l > 0.f ? o[u] / l : 0.f);
+        }
+        if (l8 == 0)
+            p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] =
+                l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    }
+}
+
+// dQ: one CTA per (16 query rows, q head, sequence), loops over the key tiles in order.
+template <typename T, int DB>
+__global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int R = sc_rows(), C = sc_cols(DB), ST = sc_stride(DB), KC = C / 8, OC = DB / 8;
+    extern __shared__ float sc_smem[];
+    float *sQ = sc_smem;        // [R, ST]
+    float *sdO = sQ + R * ST;   // [R, ST]
+    float *sKV = sdO + R * ST;  // [C, ST]
+    float *sdS = sKV + C * ST;  // [R, C]
+
+    const int tid = threadIdx.x, r = tid / 8, l8 = tid % 8;
+    const int h = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t m0 = int64_t(blockIdx.x) * R;
+    if (m0 >= lq) return;
+    const int64_t m1 = m0 + R < lq ? m0 + R : lq;
+    const int64_t hk = h / p.group();
+    const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
+    const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
+    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
+    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+    const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+    const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
+
+    sc_load_rows<T, R, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
+    sc_load_rows<T, R, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, DB);
+
+    const int64_t i = m0 + r;
+    int64_t lo, hi;
+    key_range(p, i, lq, lkv, &lo, &hi);
+    float lse2 = -INFINITY, dl = 0.f;
+    if (i < lq) {
+        lse2 = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e;
+        dl = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i];
+    }
+    int64_t n_first, n_last;
+    key_tiles(p, m0, m1, lq, lkv, C, &n_first, &n_last);
+
+    float dq[OC];
+    for (int u = 0; u < OC; ++u) dq[u] = 0.f;
+    for (int64_t n = n_first; n <= n_last; ++n) {
+        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
+        if (bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
+            continue;
+        __syncthreads();
+        sc_load_rows<T, C, ST>(sKV, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
+        __syncthreads();
+        float pr[KC];
+        for (int k = 0; k < KC; ++k) {
+            const int c = l8 + 8 * k;
+            const int64_t j = n0 + c;
+            float acc = 0.f;
+            for (int e = 0; e < p.d; ++e) acc = fmaf(sQ[r * ST + e], sKV[c * ST + e], acc);
+            const bool ok = i < lq && j < lkv && j >= lo && j <= hi && lse2 != -INFINITY;
+            float t = acc * p.scale;
+            if (ok && p.bias) t += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j);
+            pr[k] = ok ? exp2f(t * kLog2e - lse2) : 0.f;
+        }
+        __syncthreads();
+        sc_load_rows<T, C, ST>(sKV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, DB);
+        __syncthreads();
+        for (int k = 0; k < KC; ++k) {
+            const int c = l8 + 8 * k;
+            float dp = 0.f;
+            for (int e = 0; e < p.AttnFwdParams::dv; ++e) dp = fmaf(sdO[r * ST + e], sKV[c * ST + e], dp);
+            sdS[r * C + c] = pr[k] * (dp - dl);
+        }
+        __syncthreads();
+        sc_load_rows<T, C, ST>(sKV, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
+        __syncthreads();
+        for (int c = 0; c < C; ++c) {
+            const float ds = sdS[r * C + c];
+            for (int u = 0; u < OC; ++u) dq[u] = fmaf(ds, sKV[c * ST + l8 + 8 * u], dq[u]);
+        }
+    }
+    if (i < lq) {
+        T *gdQ = static_cast<T *>(p.dq) + sr.batch_index * p.dq_sb + (sr.q_begin + i) * p.dq_ss + h * p.dq_sh;
+        for (int u = 0; u < OC; ++u) {
+            const int c = l8 + 8 * u;
+            if (c < p.d) gdQ[c] = from_f<T>(dq[u] * p.scale);
+        }
+    }
+}
+
+// dK/dV: one CTA per (16 key rows, kv head, sequence); loops over the query heads of the GQA
+// group and, for each, over the query tiles, in that fixed order.
+template <typename T, int DB>
+__global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int R = sc_rows(), C = sc_cols(DB), ST = sc_stride(DB), KC = C / 8, OC = DB / 8;
+    extern __shared__ float sc_smem[];
+    float *sK = sc_smem;        // [R, ST]
+    float *sV = sK + R * ST;    // [R, ST]
+    float *sQ = sV + R * ST;    // [C, ST]
+    float *sdO = sQ + C * ST;   // [C, ST]
+    float *sP = sdO + C * ST;   // [R, C]
+    float *sdS = sP + R * C;    // [R, C]
+    float *sL = sdS + R * C;    // [C] lse·log2e of the tile's queries (-inf: none)
+    float *sD = sL + C;         // [C] delta
+
+    const int tid = threadIdx.x, r = tid / 8, l8 = tid % 8;
+    const int64_t hk = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t n0 = int64_t(blockIdx.x) * R;
+    if (n0 >= lkv) return;
+    const int64_t n1 = n0 + R < lkv ? n0 + R : lkv;
+    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
+    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+    sc_load_rows<T, R, ST>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
+    sc_load_rows<T, R, ST>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, DB);
+
+    const int64_t j = n0 + r;
+    int64_t i_lo, i_hi;
+    query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
+    const int64_t t_first = i_lo / C, t_last = i_hi >= i_lo ? i_hi / C : -1;
+    const int64_t mb = p.bias_sb ? sr.batch_index : 0;
+
+    float dk[OC], dv[OC];
+    for (int u = 0; u < OC; ++u) dk[u] = dv[u] = 0.f;
+    for (int64_t hh = 0; hh < p.group(); ++hh) {
+        const int64_t h = hk * p.group() + hh;
+        const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
+        const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
+        const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+        const int64_t mh = p.bias_sh ? h : 0;
+        for (int64_t t = t_first; t <= t_last; ++t) {
+            const int64_t m0 = t * C, m1 = m0 + C < lq ? m0 + C : lq;
+            if (bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
+                continue;
+            __syncthreads();
+            sc_load_rows<T, C, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
+            sc_load_rows<T, C, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, DB);
+            for (int c = tid; c < C; c += sc_threads()) {
+                const int64_t i = m0 + c;
+                sL[c] = i < lq ? p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e : -INFINITY;
+                sD[c] = i < lq ? a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i] : 0.f;
+            }
+            __syncthreads();
+            for (int k = 0; k < KC; ++k) {
+                const int c = l8 + 8 * k;
+                const int64_t i = m0 + c;
+                int64_t lo, hi;
+                key_range(p, i, lq, lkv, &lo, &hi);
+                float s = 0.f, dp = 0.f;
+                for (int e = 0; e < p.d; ++e) s = fmaf(sK[r * ST + e], sQ[c * ST + e], s);
+                for (int e = 0; e < p.AttnFwdParams::dv; ++e) dp = fmaf(sV[r * ST + e], sdO[c * ST + e], dp);
+                const bool ok = i < lq && j < lkv && j >= lo && j <= hi && sL[c] != -INFINITY;
+                float x = s * p.scale;
+                if (ok && p.bias) x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j);
+                const float pr = ok ? exp2f(x * kLog2e - sL[c]) : 0.f;
+                sP[r * C + c] = pr;
+                sdS[r * C + c] = pr * (dp - sD[c]);
+            }
+            __syncthreads();
+            for (int c = 0; c < C; ++c) {
+                const float pc = sP[r * C + c], ds = sdS[r * C + c];
+                for (int u = 0; u < OC; ++u) {
+                    dv[u] = fmaf(pc, sdO[c * ST + l8 + 8 * u], dv[u]);
+                    dk[u] = fmaf(ds, sQ[c * ST + l8 + 8 * u], dk[u]);
+                }
+            }
+        }
+    }
+    if (j < lkv) {
+        T *gdK = static_cast<T *>(p.dk) + sr.batch_index * p.dk_sb + (sr.kv_begin + j) * p.dk_ss + hk * p.dk_sh;
+        T *gdV = static_cast<T *>(p.dv) + sr.batch_index * p.dv_sb + (sr.kv_begin + j) * p.dv_ss + hk * p.dv_sh;
+        for (int u = 0; u < OC; ++u) {
+            const int c = l8 + 8 * u;
+            if (c < p.d) gdK[c] = from_f<T>(dk[u] * p.scale);
+            if (c < p.AttnFwdParams::dv) gdV[c] = from_f<T>(dv[u]);
+        }
+    }
+}
+
+}  // namespace fattn::cuda::attn

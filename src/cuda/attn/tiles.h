@@ -1,0 +1,57 @@
+// tiles.h — tile shapes of the fused CUDA attention kernels, as constexpr functions with the reason
+// for each constant, and the shared-memory bytes each kernel needs (host + device header: the
+// selection function checks the device's opt-in limit with the same numbers the launcher uses).
+#pragma once
+
+#include <cstddef>
+
+namespace fattn::cuda::attn {
+
+// ---- tensor-core (mma.sync) kernels, templated on the head-dim bucket DB (64 or 128) ----
+// 4 warps: one warp owns 16 rows (the M of m16n8k16), 4 warps keep an SM busy with 2+ CTAs.
+constexpr int mma_threads() { return 128; }
+// Forward and dQ: 64 query rows per CTA (4 warps × 16 rows).
+constexpr int mma_fwd_bm() { return 64; }
+// Forward and dQ: 64 keys per step keeps the S accumulator at 32 registers per thread.
+constexpr int mma_fwd_bn() { return 64; }
+// dK/dV: 64 keys per CTA (4 warps × 16 key rows), each warp owns its rows' dK and dV.
+constexpr int mma_bwd_bn() { return 64; }
+// dK/dV: query tile; at DB 128 the dK+dV accumulators take 128 registers, so 32 query columns
+// keep Sᵀ and dPᵀ at 16 registers each and the kernel under 255 registers without spills.
+constexpr int mma_bwd_bm(int db) { return db > 64 ? 32 : 64; }
+// Shared-memory row stride in elements: +8 (16 bytes) shifts each row by 4 banks, so the 8 row
+// addresses of one ldmatrix hit 8 distinct 16-byte bank groups (no conflicts, no swizzle).
+constexpr int mma_stride(int db) { return db + 8; }
+
+constexpr size_t mma_fwd_smem(int db) {  // Q + double-buffered K and V, 2-byte elements
+    return size_t(mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db) * 2;
+}
+constexpr size_t mma_dq_smem(int db) {  // Q, dO + double-buffered K and V
+    return size_t(2 * mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db) * 2;
+}
+constexpr size_t mma_dkdv_smem(int db) {  // K, V + double-buffered Q, dO; lse, delta per buffer
+    return size_t(2 * mma_bwd_bn() + 4 * mma_bwd_bm(db)) * mma_stride(db) * 2 +
+           size_t(4 * mma_bwd_bm(db)) * sizeof(float);
+}
+
+// ---- strict-f32 scalar kernels, templated on DB (64, 128 or 256) ----
+constexpr int sc_threads() { return 128; }
+// 16 rows per CTA: 8 threads per row (128 threads), each owning DB/8 output columns.
+constexpr int sc_rows() { return 16; }
+// Columns of the other operand per step: 4 per thread at DB <= 128; 2 at DB 256 so that the
+// shared tiles fit in 64 KiB (sm_75's opt-in limit).
+constexpr int sc_cols(int db) { return db > 128 ? 16 : 32; }
+// +1 float: row-strided reads of 8 lanes fall in different banks.
+constexpr int sc_stride(int db) { return db + 1; }
+constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P
+    return (size_t(sc_rows() + sc_cols(db)) * sc_stride(db) + size_t(sc_rows()) * sc_cols(db)) * 4;
+}
+constexpr size_t sc_dq_smem(int db) {  // Q, dO rows, one K-or-V tile, dS
+    return (size_t(2 * sc_rows() + sc_cols(db)) * sc_stride(db) + size_t(sc_rows()) * sc_cols(db)) * 4;
+}
+constexpr size_t sc_dkdv_smem(int db) {  // K, V rows, Q and dO tiles, P and dS, lse and delta
+    return (size_t(2 * sc_rows() + 2 * sc_cols(db)) * sc_stride(db) +
+            size_t(2 * sc_rows()) * sc_cols(db) + size_t(2 * sc_cols(db))) * 4;
+}
+
+}  // namespace fattn::cuda::attn
