@@ -254,6 +254,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     Returns o [B, Sq, Hq, Dv] in q's dtype, and with return_lse also lse [B, Hq, Sq] float32
     (natural log of each row's softmax denominator; -inf for a fully masked row; no gradient).
     """
+    # Checked here too: a meta/fake tensor among real ones would otherwise route the op to
+    # its fake kernel instead of failing.
+    _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
+                     "cu_seqlens_k": cu_seqlens_k})
     squeeze = cu_seqlens_q is not None and q.dim() == 3
     if squeeze:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
