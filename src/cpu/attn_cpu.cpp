@@ -2,8 +2,12 @@
 //
 // attn_select is the one "supported?" answer for the CPU (dispatch and fattn_attn_supports both
 // call it). The kernels live in attn_fwd.cpp (fused forward), attn_bwd.cpp (backward, fused and
-// exact share it) and attn_exact.cpp (materialized forward).
+// exact share it) and attn_exact.cpp (materialized forward); attn_impl.h lists the shared parts.
 #include "cpu/attn_cpu.h"
+
+#include <cstdint>
+
+#include "cpu/attn_impl.h"
 
 namespace fattn::cpu {
 
@@ -34,21 +38,74 @@ fattn_status attn_select(const AttnFwdParams &p, std::string *why) {
     return FATTN_OK;
 }
 
-size_t attn_workspace_size(const AttnFwdParams &, fattn_dir) { return 0; }
+size_t attn_workspace_size(const AttnFwdParams &p, fattn_dir dir) {
+    return detail::workspace_layout(p, dir, nullptr, nullptr);
+}
 
 size_t attn_saved_size(const AttnFwdParams &p) {
     if (p.algo != FATTN_ALGO_EXACT) return 0;
     return size_t(p.batch) * size_t(p.hq) * size_t(p.seqlen_q) * size_t(p.seqlen_kv) * sizeof(float);
 }
 
-fattn_status attn_fwd(const AttnFwdParams &, void *, void *, std::string *err) {
-    if (err) *err = "cpu: attention forward not implemented yet";
-    return FATTN_ERR_INTERNAL;
+namespace {
+
+bool empty_problem(const AttnFwdParams &p) { return p.batch <= 0 || p.hq <= 0 || p.hkv <= 0; }
+
+// The caller's workspace may start anywhere; the layout reserved 64 bytes to align it.
+void *align64(void *w) {
+    uintptr_t u = reinterpret_cast<uintptr_t>(w);
+    return reinterpret_cast<void *>((u + 63) / 64 * 64);
 }
 
-fattn_status attn_bwd(const AttnBwdParams &, const void *, void *, std::string *err) {
-    if (err) *err = "cpu: attention backward not implemented yet";
-    return FATTN_ERR_INTERNAL;
+}  // namespace
+
+fattn_status attn_fwd(const AttnFwdParams &p, void *saved, void *workspace, std::string *err) {
+    std::string why;
+    fattn_status st = attn_select(p, &why);
+    if (st != FATTN_OK) {
+        if (err) *err = why;
+        return st;
+    }
+    if (empty_problem(p)) return FATTN_OK;
+    if (!workspace || (p.algo == FATTN_ALGO_EXACT && !saved && attn_saved_size(p) > 0)) {
+        if (err) *err = "cpu: attention forward needs its workspace (and saved buffer for EXACT)";
+        return FATTN_ERR_NULL_POINTER;
+    }
+    try {
+        detail::Workspace ws;
+        detail::workspace_layout(p, FATTN_DIR_FWD, align64(workspace), &ws);
+        detail::build_bias_map(p, &ws);
+        if (p.algo == FATTN_ALGO_EXACT) return detail::exact_fwd(p, static_cast<float *>(saved), ws);
+        return detail::fused_fwd(p, ws);
+    } catch (...) {  // only allocation of the small task tables can throw
+        if (err) *err = "cpu: out of memory for the task tables";
+        return FATTN_ERR_OUT_OF_MEMORY;
+    }
+}
+
+fattn_status attn_bwd(const AttnBwdParams &p, const void *saved, void *workspace, std::string *err) {
+    std::string why;
+    fattn_status st = attn_select(p, &why);
+    if (st != FATTN_OK) {
+        if (err) *err = why;
+        return st;
+    }
+    if (empty_problem(p)) return FATTN_OK;
+    if (!workspace || (p.algo == FATTN_ALGO_EXACT && !saved && attn_saved_size(p) > 0)) {
+        if (err) *err = "cpu: attention backward needs its workspace (and saved buffer for EXACT)";
+        return FATTN_ERR_NULL_POINTER;
+    }
+    try {
+        detail::Workspace ws;
+        detail::workspace_layout(p, FATTN_DIR_BWD, align64(workspace), &ws);
+        detail::build_bias_map(p, &ws);
+        if (p.algo == FATTN_ALGO_EXACT)
+            return detail::attn_bwd_impl<true>(p, static_cast<const float *>(saved), ws);
+        return detail::attn_bwd_impl<false>(p, nullptr, ws);
+    } catch (...) {
+        if (err) *err = "cpu: out of memory for the task tables";
+        return FATTN_ERR_OUT_OF_MEMORY;
+    }
 }
 
 }  // namespace fattn::cpu

@@ -1,0 +1,188 @@
+// attn_bwd.cpp — backward of softmax attention on the CPU, for both algorithms.
+//
+//   FUSED (kExact = false): P = exp(scale·QKᵀ + bias − LSE) recomputed per tile from LSE.
+//   EXACT (kExact = true):  P read from the materialized probabilities the forward saved.
+// Everything else is shared, so the two arms differ only in where P comes from.
+//
+// Scheme (no float atomics, fixed order, linear memory):
+//   1. delta_i = Σ_d dO_id · O_id per (query head, row), f32, d in order.
+//   2. One task per (sequence, kv head, kv chunk). A chunk is the kv tiles kt ≡ c (mod nchunks);
+//      for each of its kv tiles the task loops over the query heads of the GQA group, then the q
+//      tiles, in a fixed order, and builds P, dP = dO Vᵀ, dS = P ∘ (dP − delta) per tile pair:
+//        dV += Pᵀ dO,  dK += dSᵀ (scale·Q)   into the tile's private f32 accumulators;
+//        dQ_c += dS K                         into chunk c's private f32 dQ partial.
+//      GQA is reduced natively (the group loop), K/V are never expanded.
+//   3. dQ = scale · Σ_c dQ_c in chunk order. nchunks depends on the shapes only (bwd_chunks), so
+//      the bits do not depend on the thread count; it exists so that a problem with few
+//      (sequence, kv head) pairs still has several tasks, at the cost of nchunks dQ partials.
+// This is the "deterministic 2-pass" dQ: no recompute of S for dQ, one pass over all tile pairs.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/dtype.h"
+#include "core/parallel.h"
+#include "cpu/attn_impl.h"
+
+namespace fattn::cpu::detail {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// delta = rowsum(dO ∘ O) for every (query head, packed row) of every sequence.
+void compute_delta(const AttnBwdParams &p, float *delta) {
+    const int64_t hdv = static_cast<const AttnFwdParams &>(p).dv;  // p.dv is the dV tensor here
+    TaskIndex ti;
+    ti.build(p, [](const AttnFwdParams &pp, const SeqRange &r) { return pp.hq * cdiv(r.q_len, kBQ); });
+    parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
+        int64_t s, rem;
+        ti.locate(t, &s, &rem);
+        SeqRange r = seq_range(p, s);
+        int64_t nqt = cdiv(r.q_len, kBQ), h = rem / nqt, i0 = (rem % nqt) * kBQ;
+        int64_t i1 = std::min(r.q_len, i0 + kBQ);
+        for (int64_t i = i0; i < i1; ++i) {
+            int64_t orow = r.batch_index * p.o_sb + (r.q_begin + i) * p.o_ss + h * p.o_sh;
+            int64_t drow = r.batch_index * p.do_sb + (r.q_begin + i) * p.do_ss + h * p.do_sh;
+            float acc = 0.0f;
+            for (int64_t d = 0; d < hdv; ++d)
+                acc += load_f32(p.dout, p.dtype, drow + d) * load_f32(p.o, p.dtype, orow + d);
+            delta[(r.batch_index * p.hq + h) * p.total_q + r.q_begin + i] = acc;
+        }
+    });
+}
+
+}  // namespace
+
+template <bool kExact>
+fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace &ws) {
+    // AttnBwdParams::dv (the dV tensor) hides AttnFwdParams::dv (the V head dim): name it hdv.
+    const int64_t hdv = static_cast<const AttnFwdParams &>(p).dv;
+    const int64_t dp = pad_n(p.d), dvp = pad_n(hdv), group = p.group(), nch = ws.nchunks;
+    // Buffers are [nb, Hq, total_q] per chunk: nb = B dense (each batch its own rows), 1 varlen.
+    const int64_t nb = p.cu_seqlens_q ? 1 : p.batch;
+
+    // Zero the dQ partials (parallel: nchunks × nb × Hq row blocks) and compute delta.
+    parallel_for(nch * nb * p.hq, p.nthreads, [&](int64_t t) {
+        std::memset(ws.dq_part + t * p.total_q * dp, 0, size_t(p.total_q * dp) * 4);
+    });
+    compute_delta(p, ws.delta);
+
+    TaskIndex ti;
+    ti.off.assign(size_t(p.batch) + 1, 0);
+    for (int64_t s = 0; s < p.batch; ++s) ti.off[size_t(s) + 1] = ti.off[size_t(s)] + p.hkv * nch;
+    SlotPool pool(ws.nslots);
+
+    parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
+        int64_t s, rem;
+        ti.locate(t, &s, &rem);
+        const SeqRange r = seq_range(p, s);
+        const int64_t hk = rem / nch, c = rem % nch;
+        const int64_t nqt = cdiv(r.q_len, kBQ), nkt = cdiv(r.kv_len, kBK);
+        int slot = pool.acquire();
+        BwdScratch sc = carve_bwd(p, ws.slots + size_t(slot) * ws.slot_bytes);
+
+        for (int64_t kt = c; kt < nkt; kt += nch) {
+            const int64_t j0 = kt * kBK;
+            const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
+            const int n = int(pad_n(bk));
+            const int64_t krow = r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh;
+            const int64_t vrow = r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh;
+            if (!kExact) load_tile_t(elem(p.k, p.dtype, krow), p.dtype, p.k_ss, bk, int(p.d), sc.kt, kBK);
+            load_tile_t(elem(p.v, p.dtype, vrow), p.dtype, p.v_ss, bk, int(hdv), sc.vt, kBK);
+            load_tile(elem(p.k, p.dtype, krow), p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
+            std::fill(sc.dk, sc.dk + bk * dp, 0.0f);
+            std::fill(sc.dv, sc.dv + bk * dvp, 0.0f);
+
+            for (int64_t g = 0; g < group; ++g) {
+                const int64_t h = hk * group + g;
+                for (int64_t qt = 0; qt < nqt; ++qt) {
+                    const int64_t i0 = qt * kBQ;
+                    const int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
+                    if (!tile_may_touch(p, r, i0, rows, j0, bk)) continue;
+                    if (!ws.map.active(s, h, qt, kt, nkt)) continue;
+                    if (tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileSkip) continue;
+
+                    const int64_t qrow = r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh;
+                    const int64_t drow = r.batch_index * p.do_sb + (r.q_begin + i0) * p.do_ss + h * p.do_sh;
+                    load_tile(elem(p.q, p.dtype, qrow), p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, dp);
+                    load_tile(elem(p.dout, p.dtype, drow), p.dtype, p.do_ss, rows, int(hdv), 1.0f, sc.dout, dvp);
+                    const float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
+                    const float *delta = ws.delta + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
+
+                    // P [rows, n]: zero outside each row's valid keys and for rows that saw none.
+                    if (kExact) {
+                        const float *prow = saved + ((s * p.hq + h) * p.seqlen_q + i0) * p.seqlen_kv + j0;
+                        for (int i = 0; i < rows; ++i) {
+                            float *pr = sc.pm + i * kBK;
+                            std::copy(prow + i * p.seqlen_kv, prow + i * p.seqlen_kv + bk, pr);
+                            std::fill(pr + bk, pr + n, 0.0f);
+                        }
+                    } else {
+                        gemm(rows, n, int(p.d), sc.qs, dp, sc.kt, kBK, sc.pm, kBK, false);
+                        for (int i = 0; i < rows; ++i) {
+                            float *pr = sc.pm + i * kBK;
+                            int a = sc.tr->a[i], b = sc.tr->b[i];
+                            if (a >= b || lse[i] == kNegInf) {
+                                std::fill(pr, pr + n, 0.0f);
+                                continue;
+                            }
+                            if (p.bias) add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, pr, a, b);
+                            std::fill(pr, pr + a, 0.0f);
+                            std::fill(pr + b, pr + n, 0.0f);
+                            exp_shift(pr + a, lse[i], pr + a, b - a);
+                        }
+                    }
+                    // dP = dO Vᵀ, then dS = P ∘ (dP − delta) in place   [rows, n]
+                    gemm(rows, n, int(hdv), sc.dout, dvp, sc.vt, kBK, sc.dp, kBK, false);
+                    for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * kBK, sc.pm + i * kBK, delta[i], n);
+
+                    transpose(sc.pm, kBK, rows, bk, sc.pt, kBQ);
+                    transpose(sc.dp, kBK, rows, bk, sc.dst, kBQ);
+                    // dV += Pᵀ dO,  dK += dSᵀ (scale·Q),  dQ_c += dS K
+                    gemm(bk, int(dvp), rows, sc.pt, kBQ, sc.dout, dvp, sc.dv, dvp, true);
+                    gemm(bk, int(dp), rows, sc.dst, kBQ, sc.qs, dp, sc.dk, dp, true);
+                    float *dq = ws.dq_part + (((c * nb + r.batch_index) * p.hq + h) * p.total_q + r.q_begin + i0) * dp;
+                    gemm(rows, int(dp), bk, sc.dp, kBK, sc.kr, dp, dq, dp, true);
+                }
+            }
+            store_tile(elem(p.dk, p.dtype, r.batch_index * p.dk_sb + (r.kv_begin + j0) * p.dk_ss + hk * p.dk_sh),
+                       p.dtype, p.dk_ss, bk, int(p.d), sc.dk, dp, 1.0f);
+            store_tile(elem(p.dv, p.dtype, r.batch_index * p.dv_sb + (r.kv_begin + j0) * p.dv_ss + hk * p.dv_sh),
+                       p.dtype, p.dv_ss, bk, int(hdv), sc.dv, dvp, 1.0f);
+        }
+        pool.release(slot);
+    });
+
+    // dQ = scale · Σ_c dQ_c, chunk order fixed. One task per (batch, query head, block of rows);
+    // packed rows outside every sequence (varlen) get 0 from the zeroed partials.
+    const int64_t nblk = cdiv(p.total_q, kBQ);
+    const size_t chunk_stride = size_t(nb * p.hq * p.total_q * dp);
+    parallel_for(nb * p.hq * nblk, p.nthreads, [&](int64_t t) {
+        const int64_t bh = t / nblk, b = bh / p.hq, h = bh % p.hq;
+        const int64_t i0 = (t % nblk) * kBQ, i1 = std::min(p.total_q, i0 + kBQ);
+        float *sum = ws.dq_part + (bh * p.total_q + i0) * dp;  // chunk 0's rows hold the sum
+        for (int64_t c = 1; c < nch; ++c) {
+            const float *part = sum + size_t(c) * chunk_stride;
+            for (int64_t x = 0; x < (i1 - i0) * dp; ++x) sum[x] += part[x];
+        }
+        store_tile(elem(p.dq, p.dtype, b * p.dq_sb + i0 * p.dq_ss + h * p.dq_sh), p.dtype, p.dq_ss,
+                   int(i1 - i0), int(p.d), sum, dp, p.scale);
+    });
+    if (p.cu_seqlens_kv) {  // dK/dV rows that belong to no sequence
+        const int64_t kv_lo = p.cu_seqlens_kv[0], kv_hi = p.cu_seqlens_kv[p.batch];
+        for (int64_t hk = 0; hk < p.hkv; ++hk) {
+            zero_rows(elem(p.dk, p.dtype, hk * p.dk_sh), p.dtype, p.dk_ss, 0, kv_lo, int(p.d));
+            zero_rows(elem(p.dk, p.dtype, hk * p.dk_sh), p.dtype, p.dk_ss, kv_hi, p.total_kv, int(p.d));
+            zero_rows(elem(p.dv, p.dtype, hk * p.dv_sh), p.dtype, p.dv_ss, 0, kv_lo, int(hdv));
+            zero_rows(elem(p.dv, p.dtype, hk * p.dv_sh), p.dtype, p.dv_ss, kv_hi, p.total_kv, int(hdv));
+        }
+    }
+    return FATTN_OK;
+}
+
+template fattn_status attn_bwd_impl<false>(const AttnBwdParams &, const float *, Workspace &);
+template fattn_status attn_bwd_impl<true>(const AttnBwdParams &, const float *, Workspace &);
+
+}  // namespace fattn::cpu::detail

@@ -1,0 +1,120 @@
+// attn_fwd.cpp — fused (flash) forward of softmax attention on the CPU.
+//
+// One task per (sequence, query head, q tile of kBQ rows). It streams the kv tiles of its window,
+// keeping a running max m and denominator l per row (online softmax) and an f32 accumulator of
+// the unnormalized output; only O and LSE are written. Tiles outside the causal/window band are
+// never visited, tiles the bias map marks all -inf are skipped. Every output element is produced
+// by exactly one task in a fixed kv order, so results do not depend on the thread count.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/parallel.h"
+#include "cpu/attn_impl.h"
+
+namespace fattn::cpu::detail {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t fwd_tasks_of(const AttnFwdParams &p, const SeqRange &r) { return p.hq * cdiv(r.q_len, kBQ); }
+
+// Online-softmax update of one row with this tile's scores s[0, n) (valid keys [a, b)):
+// s becomes the tile's unnormalized probabilities exp(s - m_new), zero outside [a, b).
+inline void online_row(float *s, int a, int b, int n, float *m, float *l, float *acc, int dvp) {
+    float mx = row_max(s + a, b - a);
+    if (mx == kNegInf) {  // nothing visible in this tile: contributes no probability
+        std::fill(s, s + n, 0.0f);
+        return;
+    }
+    float m_new = std::max(*m, mx);
+    std::fill(s, s + a, 0.0f);
+    std::fill(s + b, s + n, 0.0f);
+    exp_shift(s + a, m_new, s + a, b - a);
+    float sum = row_sum(s, n);
+    if (*m != kNegInf && *m != m_new) {
+        float alpha = std::exp(*m - m_new);
+        *l *= alpha;
+        scale_row(acc, alpha, dvp);
+    }
+    *l += sum;
+    *m = m_new;
+}
+
+}  // namespace
+
+fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
+    TaskIndex ti;
+    ti.build(p, fwd_tasks_of);
+    SlotPool pool(ws.nslots);
+    const int64_t dp = pad_n(p.d), dvp = pad_n(p.dv), group = p.group();
+
+    parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
+        int64_t s, rem;
+        ti.locate(t, &s, &rem);
+        const SeqRange r = seq_range(p, s);
+        const int64_t nqt = cdiv(r.q_len, kBQ), nkt = cdiv(r.kv_len, kBK);
+        const int64_t h = rem / nqt, qt = rem % nqt, hk = h / group;
+        const int64_t i0 = qt * kBQ;
+        const int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
+
+        int slot = pool.acquire();
+        FwdScratch sc = carve_fwd(p, ws.slots + size_t(slot) * ws.slot_bytes);
+
+        load_tile(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh),
+                  p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, dp);
+        std::fill(sc.m, sc.m + rows, kNegInf);
+        std::fill(sc.l, sc.l + rows, 0.0f);
+        std::fill(sc.acc, sc.acc + rows * dvp, 0.0f);
+
+        // The band of kv tiles this q tile can see: from the first row's lo to the last row's hi.
+        int64_t lo0, hi0, lo1, hi1;
+        key_range(p, i0, r.q_len, r.kv_len, &lo0, &hi0);
+        key_range(p, i0 + rows - 1, r.q_len, r.kv_len, &lo1, &hi1);
+        int64_t kt_begin = std::max<int64_t>(lo0, 0) / kBK;
+        int64_t kt_end = hi1 < 0 ? 0 : std::min(nkt, hi1 / kBK + 1);
+
+        for (int64_t kt = kt_begin; kt < kt_end; ++kt) {
+            const int64_t j0 = kt * kBK;
+            const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
+            if (!ws.map.active(s, h, qt, kt, nkt)) continue;
+            if (tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileSkip) continue;
+            const int n = int(pad_n(bk));
+            const int64_t kv_row = r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh;
+            load_tile_t(elem(p.k, p.dtype, kv_row), p.dtype, p.k_ss, bk, int(p.d), sc.kt, kBK);
+            load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
+                      p.dtype, p.v_ss, bk, int(p.dv), 1.0f, sc.v, dvp);
+            // S = (scale · Q) Kᵀ   [rows, n]
+            gemm(rows, n, int(p.d), sc.qs, dp, sc.kt, kBK, sc.s, kBK, false);
+            for (int i = 0; i < rows; ++i) {
+                float *srow = sc.s + i * kBK;
+                int a = sc.tr->a[i], b = sc.tr->b[i];
+                if (a < b && p.bias)
+                    add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, srow, a, b);
+                online_row(srow, a, b, n, sc.m + i, sc.l + i, sc.acc + i * dvp, int(dvp));
+            }
+            // acc += P V   [rows, dvp]
+            gemm(rows, int(dvp), bk, sc.s, kBK, sc.v, dvp, sc.acc, dvp, true);
+        }
+
+        // O = acc / l, LSE = m + log l; a row that saw no key: O = 0, LSE = -inf.
+        float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
+        for (int i = 0; i < rows; ++i) {
+            float *arow = sc.acc + i * dvp;
+            if (sc.l[i] > 0.0f) {
+                scale_row(arow, 1.0f / sc.l[i], int(dvp));
+                lse[i] = sc.m[i] + std::log(sc.l[i]);
+            } else {
+                std::fill(arow, arow + dvp, 0.0f);
+                lse[i] = kNegInf;
+            }
+        }
+        store_tile(elem(p.o, p.dtype, r.batch_index * p.o_sb + (r.q_begin + i0) * p.o_ss + h * p.o_sh),
+                   p.dtype, p.o_ss, rows, int(p.dv), sc.acc, dvp, 1.0f);
+        pool.release(slot);
+    });
+    return FATTN_OK;
+}
+
+}  // namespace fattn::cpu::detail

@@ -1,0 +1,209 @@
+// attn_impl.h — private pieces shared by the CPU softmax-attention kernels (fused and exact).
+//
+//   tile sizes            kBQ × kBK tiles of (queries × keys); packed rows padded to kNR floats
+//   math (attn_math.cpp)  the one GEMM microkernel, a vectorizable exp, row max/sum in fixed order
+//   tiles (attn_tiles.cpp) strided tile loaders/stores, the per-row window of a tile, the bias
+//                         -inf tile map, the workspace layout and the scratch-slot pool
+//   kernels               fused_fwd (attn_fwd.cpp), exact_fwd (attn_exact.cpp),
+//                         attn_bwd_impl<kExact> (attn_bwd.cpp: one backward, P recomputed or read)
+// Nothing here is visible outside src/cpu/.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/attn_params.h"
+
+namespace fattn::cpu::detail {
+
+// 64 query rows × 64 keys: one f32 S/P tile is 16 KiB, so S, P, dP and the packed K/V tiles of
+// the backward (D <= 128) stay inside a 1-2 MiB L2 while each packed tile is reused 64 times.
+constexpr int kBQ = 64;
+constexpr int kBK = 64;
+// Microkernel column width (one AVX-512 register, two AVX2 ones): every packed row is padded to
+// a multiple of it with zeros so the GEMM never needs a column tail.
+constexpr int kNR = 16;
+// Backward: kv tiles of one (sequence, kv head) are split over this many interleaved chunks when
+// there are fewer (sequence, kv head) pairs than kBwdTargetTasks, so a few threads find work.
+// Each chunk owns a private f32 dQ partial (summed in chunk order afterwards), so the chunk
+// count depends on the shapes only (never on nthreads) and is capped to bound that buffer.
+constexpr int64_t kBwdTargetTasks = 8;
+constexpr int64_t kMaxKvChunks = 4;
+
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t pad_n(int64_t n) { return cdiv(n, kNR) * kNR; }
+
+// ---- math (attn_math.cpp) ----
+
+// C[M, N] (+)= A[M, K] · B[K, N], all row-major f32 with leading dims lda/ldb/ldc; N % kNR == 0.
+// Every C element sums k = 0..K-1 in order (after its previous value when accumulate).
+void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+          int64_t ldc, bool accumulate);
+// y[j] = exp(x[j] - shift) for j < n; exactly 0 where x - shift < -87 (so -inf gives 0).
+void exp_shift(const float *x, float shift, float *y, int n);
+float row_max(const float *x, int n);       // -inf for n == 0
+float row_sum(const float *x, int n);       // fixed 16-lane order, independent of the ISA clone
+void scale_row(float *x, float a, int n);   // x *= a
+// ds[j] = p[j] * (ds[j] - delta)
+void dsoftmax_row(float *ds, const float *p, float delta, int n);
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols
+void transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int64_t ldd);
+
+// ---- tiles (attn_tiles.cpp) ----
+
+// dst[r * ldd + c] = scale * src[r * rs + c] for r < rows, c < cols; columns [cols, ldd) zeroed.
+void load_tile(const void *src, fattn_dtype t, int64_t rs, int rows, int cols, float scale,
+               float *dst, int64_t ldd);
+// Transposed: dst[c * ldd + r] = src[r * rs + c]; rows [rows, pad_n(rows)) of each dst row zeroed.
+void load_tile_t(const void *src, fattn_dtype t, int64_t rs, int rows, int cols, float *dst,
+                 int64_t ldd);
+// dst[r * rs + c] = scale * src[r * lds + c] converted to t.
+void store_tile(void *dst, fattn_dtype t, int64_t rs, int rows, int cols, const float *src,
+                int64_t lds, float scale);
+// Zero rows [r0, r1) (cols elements each) of a strided view.
+void zero_rows(void *dst, fattn_dtype t, int64_t rs, int64_t r0, int64_t r1, int cols);
+// s[j] += bias[j] for j in [a, b)
+void add_bias(const void *bias, fattn_dtype t, float *s, int a, int b);
+
+inline const void *elem(const void *base, fattn_dtype t, int64_t off) {
+    return static_cast<const char *>(base) + off * (t == FATTN_F32 ? 4 : 2);
+}
+inline void *elem(void *base, fattn_dtype t, int64_t off) {
+    return static_cast<char *>(base) + off * (t == FATTN_F32 ? 4 : 2);
+}
+
+// Valid key columns [a[r], b[r]) inside one kv tile for each query row of one q tile.
+struct TileRows {
+    int a[kBQ], b[kBQ];
+};
+enum TileState { kTileSkip = 0, kTileActive = 1 };
+// Window of the tile (rows [i0, i0+rows) × keys [j0, j0+bk)) of sequence r; kTileSkip when no row
+// sees any of its keys. Cheap (O(rows)); the caller pre-filters with tile_may_touch.
+TileState tile_rows(const AttnFwdParams &p, const SeqRange &r, int64_t i0, int rows, int64_t j0,
+                    int bk, TileRows *out);
+// False when no query of rows [i0, i0+rows) can see keys [j0, j0+bk) (window bounds only).
+bool tile_may_touch(const AttnFwdParams &p, const SeqRange &r, int64_t i0, int rows, int64_t j0,
+                    int bk);
+
+// Bias pointer of element (sequence r, head h, query row i, key j) — rows/keys inside the sequence.
+inline const void *bias_at(const AttnFwdParams &p, const SeqRange &r, int64_t h, int64_t i,
+                           int64_t j) {
+    return elem(p.bias, p.bias_dtype,
+                r.batch_index * p.bias_sb + h * p.bias_sh + (r.q_begin + i) * p.bias_si +
+                    r.kv_begin + j);
+}
+
+// One byte per (bias slice, sequence, q tile, kv tile): 1 if the tile has a key that is in the
+// window and not -inf in the bias. Built once per call, read by the forward and the backward.
+struct BiasMap {
+    const uint8_t *act = nullptr;  // nullptr: no bias, every tile in the window is active
+    int64_t nbh = 1;               // bias heads that differ (Hq, or 1 when broadcast)
+    bool per_batch = false;        // dense with a per-batch bias: one slice per batch
+    int64_t slice_pairs = 0;       // tile pairs per slice
+    const int64_t *seq_off = nullptr;  // varlen: first pair of each sequence (num_seqs + 1)
+    int64_t dense_nkt = 0;
+
+    bool active(int64_t s, int64_t h, int64_t qt, int64_t kt, int64_t nkt) const {
+        if (!act) return true;
+        int64_t slice = (per_batch ? s : 0) * nbh + (nbh > 1 ? h : 0);
+        int64_t base = seq_off ? seq_off[s] : 0;
+        return act[slice * slice_pairs + base + qt * nkt + kt] != 0;
+    }
+};
+
+// Workspace layout of one call: the bias map, the backward's delta and dQ partials, then one
+// scratch slot per thread. The same function sizes it (attn_workspace_size) and carves it.
+struct Workspace {
+    BiasMap map;
+    float *delta = nullptr;   // bwd: [nb, Hq, total_q] rowsum(dO ∘ O); nb = B dense, 1 varlen
+    float *dq_part = nullptr; // bwd: [nchunks, nb, Hq, total_q, pad_n(D)] f32 dQ partials
+    int64_t nchunks = 1;
+    char *slots = nullptr;
+    size_t slot_bytes = 0;
+    int nslots = 1;
+};
+int64_t bwd_chunks(const AttnFwdParams &p);
+size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Workspace *ws);
+// Fills ws->map's bytes (parallel over tiles). Call after workspace_layout with a real base.
+void build_bias_map(const AttnFwdParams &p, Workspace *ws);
+
+// Hands each running task a private scratch slot; which slot a task gets never affects results
+// (every slot byte a task reads it wrote first).
+class SlotPool {
+  public:
+    explicit SlotPool(int n) : n_(n), busy_(new std::atomic<int>[size_t(n)]()) {}
+    int acquire() {
+        for (;;)
+            for (int i = 0; i < n_; ++i)
+                if (!busy_[i].exchange(1, std::memory_order_acquire)) return i;
+    }
+    void release(int i) { busy_[i].store(0, std::memory_order_release); }
+
+  private:
+    int n_;
+    std::unique_ptr<std::atomic<int>[]> busy_;
+};
+
+// Carves float arrays out of one scratch slot, 64-byte aligned; with p == nullptr it only counts.
+struct Arena {
+    char *p;
+    size_t used = 0;
+    float *floats(int64_t n) {
+        float *r = p ? reinterpret_cast<float *>(p + used) : nullptr;
+        used += (size_t(n) * 4 + 63) / 64 * 64;
+        return r;
+    }
+    TileRows *rows() { return reinterpret_cast<TileRows *>(floats(sizeof(TileRows) / 4)); }
+};
+
+// Per-task scratch of the forward (fused and exact) and of the backward; the same carve sizes
+// the slot (base == nullptr) and hands out its arrays. Shapes in the comments.
+struct FwdScratch {
+    float *qs;   // [kBQ, pad_n(D)]   scale · Q tile
+    float *kt;   // [D, kBK]          K tile transposed
+    float *v;    // [kBK, pad_n(Dv)]  V tile
+    float *s;    // [kBQ, kBK]        scores, then probabilities
+    float *acc;  // [kBQ, pad_n(Dv)]  unnormalized O
+    float *m, *l;  // [kBQ]           running max and denominator
+    TileRows *tr;
+    size_t bytes;
+};
+FwdScratch carve_fwd(const AttnFwdParams &p, char *base);
+
+struct BwdScratch {
+    float *kt;    // [D, kBK]          K tile transposed (for S = Qs · Kᵀ)
+    float *vt;    // [Dv, kBK]         V tile transposed (for dP = dO · Vᵀ)
+    float *kr;    // [kBK, pad_n(D)]   K tile (for dQ += dS · K)
+    float *qs;    // [kBQ, pad_n(D)]   scale · Q tile
+    float *dout;  // [kBQ, pad_n(Dv)]  dO tile
+    float *pm;    // [kBQ, kBK]        P
+    float *dp;    // [kBQ, kBK]        dP, then dS
+    float *pt;    // [kBK, kBQ]        Pᵀ
+    float *dst;   // [kBK, kBQ]        dSᵀ
+    float *dk;    // [kBK, pad_n(D)]   dK accumulator (already scaled: built from scale · Q)
+    float *dv;    // [kBK, pad_n(Dv)]  dV accumulator
+    float *lse, *delta;  // [kBQ]
+    TileRows *tr;
+    size_t bytes;
+};
+BwdScratch carve_bwd(const AttnFwdParams &p, char *base);
+
+// Maps a flat task index onto (sequence, index inside the sequence) with per-sequence counts.
+struct TaskIndex {
+    std::vector<int64_t> off;  // off[s] = tasks before sequence s; off.back() = total
+    void build(const AttnFwdParams &p, int64_t (*count)(const AttnFwdParams &, const SeqRange &));
+    int64_t total() const { return off.back(); }
+    void locate(int64_t t, int64_t *s, int64_t *rem) const;
+};
+
+// ---- kernels ----
+fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws);
+fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws);
+template <bool kExact>
+fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace &ws);
+
+}  // namespace fattn::cpu::detail

@@ -1,0 +1,130 @@
+// attn_math.cpp — the inner loops of the CPU attention kernels: one GEMM microkernel, a
+// vectorizable exp and fixed-order row reductions.
+//
+// Plain C++ loops written so GCC/Clang vectorize them; each function is compiled for AVX-512,
+// AVX2+FMA and baseline x86-64 (target_clones, picked once at load time by the CPU), so the
+// library needs no -march flag. Results are deterministic on one machine: every reduction has a
+// fixed order that does not depend on the vector width (the GEMM sums k in order per element,
+// row_sum uses 16 explicit lanes). Different ISAs may differ in the last bit (FMA contraction).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "cpu/attn_impl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
+#define FATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define FATTN_CLONES
+#endif
+
+namespace fattn::cpu::detail {
+
+namespace {
+
+// Register block of the microkernel: kMR rows × kNR columns of C live in registers while k runs
+// (AVX2: 8 ymm accumulators, enough independent FMAs to cover their latency; AVX-512: 4 zmm).
+constexpr int kMR = 4;
+
+template <int R>
+inline void block(int K, const float *__restrict A, int64_t lda, const float *__restrict B,
+                  int64_t ldb, float *__restrict C, int64_t ldc, bool accumulate) {
+    float c[R][kNR];
+    for (int r = 0; r < R; ++r)
+        for (int j = 0; j < kNR; ++j) c[r][j] = accumulate ? C[r * ldc + j] : 0.0f;
+    for (int k = 0; k < K; ++k) {
+        const float *b = B + k * ldb;
+        for (int r = 0; r < R; ++r) {
+            float a = A[r * lda + k];
+            for (int j = 0; j < kNR; ++j) c[r][j] += a * b[j];
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int j = 0; j < kNR; ++j) C[r * ldc + j] = c[r][j];
+}
+
+}  // namespace
+
+FATTN_CLONES
+void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+          int64_t ldc, bool accumulate) {
+    // Column panels outermost: one K × kNR panel of B is reused by every row block.
+    for (int j0 = 0; j0 < N; j0 += kNR) {
+        int i = 0;
+        for (; i + kMR <= M; i += kMR)
+            block<kMR>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
+        for (; i < M; ++i) block<1>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
+    }
+}
+
+FATTN_CLONES
+void exp_shift(const float *x, float shift, float *y, int n) {
+    // exp(t) = 2^k · e^r with k = round(t / ln2), r = t - k ln2 in [-ln2/2, ln2/2]; degree-6
+    // Taylor for e^r (relative error ~1e-7, about 1 ulp). Below -87 the result would be
+    // subnormal: return exactly 0 so masked (-inf) entries carry exactly zero probability.
+    const float log2e = 1.44269504088896341f;
+    const float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
+    const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    for (int j = 0; j < n; ++j) {
+        float t = x[j] - shift;
+        bool zero = !(t >= -87.0f);  // also catches NaN-free -inf
+        float tc = zero ? 0.0f : (t > 88.0f ? 88.0f : t);
+        float kf = (tc * log2e + round_magic) - round_magic;
+        float r = tc - kf * ln2_hi;
+        r = r - kf * ln2_lo;
+        float p = 1.0f / 720.0f;
+        p = p * r + 1.0f / 120.0f;
+        p = p * r + 1.0f / 24.0f;
+        p = p * r + 1.0f / 6.0f;
+        p = p * r + 0.5f;
+        p = p * r + 1.0f;
+        p = p * r + 1.0f;
+        int32_t ki = int32_t(kf);
+        uint32_t bits = uint32_t(ki + 127) << 23;
+        float two_k;
+        std::memcpy(&two_k, &bits, 4);
+        y[j] = zero ? 0.0f : p * two_k;
+    }
+}
+
+float row_max(const float *x, int n) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+FATTN_CLONES
+float row_sum(const float *x, int n) {
+    float lane[16] = {};
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int l = 0; l < 16; ++l) lane[l] += x[j + l];
+    for (int l = 0; j < n; ++j, ++l) lane[l] += x[j];
+    // Fixed pairwise tree over the 16 lanes.
+    for (int w = 8; w >= 1; w /= 2)
+        for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+    return lane[0];
+}
+
+FATTN_CLONES
+void scale_row(float *x, float a, int n) {
+    for (int j = 0; j < n; ++j) x[j] *= a;
+}
+
+FATTN_CLONES
+void dsoftmax_row(float *ds, const float *p, float delta, int n) {
+    for (int j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - delta);
+}
+
+void transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int64_t ldd) {
+    // 8 × 8 blocks keep both sides within a few cache lines.
+    for (int r0 = 0; r0 < rows; r0 += 8)
+        for (int c0 = 0; c0 < cols; c0 += 8) {
+            int r1 = r0 + 8 < rows ? r0 + 8 : rows, c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int c = c0; c < c1; ++c)
+                for (int r = r0; r < r1; ++r) dst[c * ldd + r] = src[r * lds + c];
+        }
+}
+
+}  // namespace fattn::cpu::detail

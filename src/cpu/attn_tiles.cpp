@@ -1,0 +1,303 @@
+// attn_tiles.cpp — tile plumbing of the CPU attention kernels: strided loaders and stores with
+// dtype conversion, the window of a (q tile, kv tile) pair, the bias -inf tile map, the workspace
+// layout (bias map, delta, dQ partials, per-thread scratch slots) and the task index.
+//
+// Loaders read through the views' strides one tile at a time (never copying a whole tensor).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/parallel.h"
+#include "cpu/attn_impl.h"
+
+namespace fattn::cpu::detail {
+
+namespace {
+
+template <fattn_dtype T> struct Elem;
+template <> struct Elem<FATTN_F32> {
+    using type = float;
+    static float get(float x) { return x; }
+    static float put(float x) { return x; }
+};
+template <> struct Elem<FATTN_F16> {
+    using type = uint16_t;
+    static float get(uint16_t x) { return f16_to_f32(x); }
+    static uint16_t put(float x) { return f32_to_f16(x); }
+};
+template <> struct Elem<FATTN_BF16> {
+    using type = uint16_t;
+    static float get(uint16_t x) { return bf16_to_f32(x); }
+    static uint16_t put(float x) { return f32_to_bf16(x); }
+};
+
+template <fattn_dtype T>
+void load_tile_t_(const void *src, int64_t rs, int rows, int cols, float scale, float *dst,
+                  int64_t ldd) {
+    using E = Elem<T>;
+    const auto *s = static_cast<const typename E::type *>(src);
+    for (int r = 0; r < rows; ++r) {
+        const auto *row = s + r * rs;
+        float *d = dst + r * ldd;
+        for (int c = 0; c < cols; ++c) d[c] = scale * E::get(row[c]);
+        for (int c = cols; c < ldd; ++c) d[c] = 0.0f;
+    }
+}
+
+template <fattn_dtype T>
+void load_tile_tr_(const void *src, int64_t rs, int rows, int cols, float *dst, int64_t ldd) {
+    using E = Elem<T>;
+    const auto *s = static_cast<const typename E::type *>(src);
+    int rpad = int(pad_n(rows));
+    for (int r = 0; r < rows; ++r) {
+        const auto *row = s + r * rs;
+        for (int c = 0; c < cols; ++c) dst[c * ldd + r] = E::get(row[c]);
+    }
+    for (int c = 0; c < cols; ++c)
+        for (int r = rows; r < rpad; ++r) dst[c * ldd + r] = 0.0f;
+}
+
+template <fattn_dtype T>
+void store_tile_(void *dst, int64_t rs, int rows, int cols, const float *src, int64_t lds,
+                 float scale) {
+    using E = Elem<T>;
+    auto *d = static_cast<typename E::type *>(dst);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) d[r * rs + c] = E::put(scale * src[r * lds + c]);
+}
+
+template <fattn_dtype T>
+void add_bias_(const void *bias, float *s, int a, int b) {
+    using E = Elem<T>;
+    const auto *x = static_cast<const typename E::type *>(bias);
+    for (int j = a; j < b; ++j) s[j] += E::get(x[j]);
+}
+
+}  // namespace
+
+void load_tile(const void *src, fattn_dtype t, int64_t rs, int rows, int cols, float scale,
+               float *dst, int64_t ldd) {
+    switch (t) {
+    case FATTN_F32: return load_tile_t_<FATTN_F32>(src, rs, rows, cols, scale, dst, ldd);
+    case FATTN_F16: return load_tile_t_<FATTN_F16>(src, rs, rows, cols, scale, dst, ldd);
+    case FATTN_BF16: return load_tile_t_<FATTN_BF16>(src, rs, rows, cols, scale, dst, ldd);
+    }
+}
+
+void load_tile_t(const void *src, fattn_dtype t, int64_t rs, int rows, int cols, float *dst,
+                 int64_t ldd) {
+    switch (t) {
+    case FATTN_F32: return load_tile_tr_<FATTN_F32>(src, rs, rows, cols, dst, ldd);
+    case FATTN_F16: return load_tile_tr_<FATTN_F16>(src, rs, rows, cols, dst, ldd);
+    case FATTN_BF16: return load_tile_tr_<FATTN_BF16>(src, rs, rows, cols, dst, ldd);
+    }
+}
+
+void store_tile(void *dst, fattn_dtype t, int64_t rs, int rows, int cols, const float *src,
+                int64_t lds, float scale) {
+    switch (t) {
+    case FATTN_F32: return store_tile_<FATTN_F32>(dst, rs, rows, cols, src, lds, scale);
+    case FATTN_F16: return store_tile_<FATTN_F16>(dst, rs, rows, cols, src, lds, scale);
+    case FATTN_BF16: return store_tile_<FATTN_BF16>(dst, rs, rows, cols, src, lds, scale);
+    }
+}
+
+void zero_rows(void *dst, fattn_dtype t, int64_t rs, int64_t r0, int64_t r1, int cols) {
+    size_t es = t == FATTN_F32 ? 4 : 2;
+    for (int64_t r = r0; r < r1; ++r) std::memset(elem(dst, t, r * rs), 0, size_t(cols) * es);
+}
+
+void add_bias(const void *bias, fattn_dtype t, float *s, int a, int b) {
+    switch (t) {
+    case FATTN_F32: return add_bias_<FATTN_F32>(bias, s, a, b);
+    case FATTN_F16: return add_bias_<FATTN_F16>(bias, s, a, b);
+    case FATTN_BF16: return add_bias_<FATTN_BF16>(bias, s, a, b);
+    }
+}
+
+// ---- window of a tile ----
+
+bool tile_may_touch(const AttnFwdParams &p, const SeqRange &r, int64_t i0, int rows, int64_t j0,
+                    int bk) {
+    if (rows <= 0 || bk <= 0) return false;
+    // lo(i) and hi(i) never decrease with i: the first row has the smallest lo, the last the
+    // largest hi.
+    int64_t lo0, hi0, lo1, hi1;
+    key_range(p, i0, r.q_len, r.kv_len, &lo0, &hi0);
+    key_range(p, i0 + rows - 1, r.q_len, r.kv_len, &lo1, &hi1);
+    return hi1 >= j0 && lo0 <= j0 + bk - 1;
+}
+
+TileState tile_rows(const AttnFwdParams &p, const SeqRange &r, int64_t i0, int rows, int64_t j0,
+                    int bk, TileRows *out) {
+    bool any = false;
+    for (int i = 0; i < rows; ++i) {
+        int64_t lo, hi;
+        key_range(p, i0 + i, r.q_len, r.kv_len, &lo, &hi);
+        int64_t a = std::max<int64_t>(lo - j0, 0), b = std::min<int64_t>(hi - j0 + 1, bk);
+        if (a >= b) a = b = 0;
+        out->a[i] = int(a);
+        out->b[i] = int(b);
+        any = any || a < b;
+    }
+    return any ? kTileActive : kTileSkip;
+}
+
+// ---- task index ----
+
+void TaskIndex::build(const AttnFwdParams &p,
+                      int64_t (*count)(const AttnFwdParams &, const SeqRange &)) {
+    off.assign(size_t(p.batch) + 1, 0);
+    for (int64_t s = 0; s < p.batch; ++s) off[size_t(s) + 1] = off[size_t(s)] + count(p, seq_range(p, s));
+}
+
+void TaskIndex::locate(int64_t t, int64_t *s, int64_t *rem) const {
+    auto it = std::upper_bound(off.begin(), off.end(), t);  // first offset > t
+    int64_t idx = int64_t(it - off.begin()) - 1;
+    *s = idx;
+    *rem = t - off[size_t(idx)];
+}
+
+// ---- scratch ----
+
+FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
+    Arena a{base};
+    FwdScratch f;
+    int64_t dp = pad_n(p.d), dvp = pad_n(p.dv);
+    f.qs = a.floats(kBQ * dp);
+    f.kt = a.floats(p.d * kBK);
+    f.v = a.floats(kBK * dvp);
+    f.s = a.floats(kBQ * kBK);
+    f.acc = a.floats(kBQ * dvp);
+    f.m = a.floats(kBQ);
+    f.l = a.floats(kBQ);
+    f.tr = a.rows();
+    f.bytes = a.used;
+    return f;
+}
+
+BwdScratch carve_bwd(const AttnFwdParams &p, char *base) {
+    Arena a{base};
+    BwdScratch b;
+    int64_t dp = pad_n(p.d), dvp = pad_n(p.dv);
+    b.kt = a.floats(p.d * kBK);
+    b.vt = a.floats(p.dv * kBK);
+    b.kr = a.floats(kBK * dp);
+    b.qs = a.floats(kBQ * dp);
+    b.dout = a.floats(kBQ * dvp);
+    b.pm = a.floats(kBQ * kBK);
+    b.dp = a.floats(kBQ * kBK);
+    b.pt = a.floats(kBK * kBQ);
+    b.dst = a.floats(kBK * kBQ);
+    b.dk = a.floats(kBK * dp);
+    b.dv = a.floats(kBK * dvp);
+    b.lse = a.floats(kBQ);
+    b.delta = a.floats(kBQ);
+    b.tr = a.rows();
+    b.bytes = a.used;
+    return b;
+}
+
+// ---- workspace ----
+
+int64_t bwd_chunks(const AttnFwdParams &p) {
+    int64_t pairs = std::max<int64_t>(p.batch * p.hkv, 1);
+    int64_t want = cdiv(kBwdTargetTasks, pairs);
+    int64_t nkt = std::max<int64_t>(cdiv(p.seqlen_kv, kBK), 1);
+    return std::max<int64_t>(1, std::min({want, kMaxKvChunks, nkt}));
+}
+
+size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Workspace *ws) {
+    char *b = static_cast<char *>(base);
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+        char *r = b ? b + off : nullptr;
+        off += (bytes + 63) / 64 * 64;
+        return r;
+    };
+    bool varlen = p.cu_seqlens_q != nullptr;
+    Workspace w;
+    if (p.bias) {
+        BiasMap &m = w.map;
+        m.nbh = p.bias_sh != 0 ? p.hq : 1;
+        m.per_batch = !varlen && p.bias_sb != 0 && p.batch > 1;
+        int64_t slices = (m.per_batch ? p.batch : 1) * m.nbh;
+        int64_t *seq_off = nullptr;
+        if (varlen) {
+            seq_off = reinterpret_cast<int64_t *>(take(size_t(p.batch + 1) * 8));
+            int64_t acc = 0;
+            for (int64_t s = 0; s < p.batch; ++s) {
+                if (seq_off) seq_off[s] = acc;
+                SeqRange r = seq_range(p, s);
+                acc += cdiv(r.q_len, kBQ) * cdiv(r.kv_len, kBK);
+            }
+            if (seq_off) seq_off[p.batch] = acc;
+            m.slice_pairs = acc;
+        } else {
+            m.dense_nkt = cdiv(p.seqlen_kv, kBK);
+            m.slice_pairs = cdiv(p.seqlen_q, kBQ) * m.dense_nkt;
+        }
+        m.seq_off = seq_off;
+        // Never nullptr on the real carve, even for zero pairs: "no bias" is act == nullptr.
+        m.act = reinterpret_cast<const uint8_t *>(take(size_t(slices * m.slice_pairs) + 1));
+    }
+    if (dir == FATTN_DIR_BWD) {
+        w.nchunks = bwd_chunks(p);
+        const int64_t nb = varlen ? 1 : p.batch;  // dense: each batch has its own rows
+        w.delta = reinterpret_cast<float *>(take(size_t(nb * p.hq * p.total_q) * 4));
+        w.dq_part = reinterpret_cast<float *>(
+            take(size_t(w.nchunks * nb * p.hq * p.total_q * pad_n(p.d)) * 4));
+        w.slot_bytes = carve_bwd(p, nullptr).bytes;
+    } else {
+        w.slot_bytes = carve_fwd(p, nullptr).bytes;
+    }
+    w.nslots = std::max(p.nthreads, 1);
+    w.slots = take(w.slot_bytes * size_t(w.nslots));
+    if (ws) *ws = w;
+    return off + 64;  // + 64: room to align a caller's base that is not 64-byte aligned
+}
+
+void build_bias_map(const AttnFwdParams &p, Workspace *ws) {
+    BiasMap &m = ws->map;
+    if (!p.bias) return;
+    uint8_t *act = const_cast<uint8_t *>(m.act);
+    int64_t nseq_map = m.seq_off ? p.batch : 1;  // dense: every batch has the same tile grid
+    int64_t nb = m.per_batch ? p.batch : 1;
+    // One task per (bias slice, map sequence, q tile); it classifies that q tile's row of pairs.
+    TaskIndex ti;
+    ti.off.assign(size_t(nseq_map) + 1, 0);
+    for (int64_t s = 0; s < nseq_map; ++s)
+        ti.off[size_t(s) + 1] = ti.off[size_t(s)] + cdiv(seq_range(p, s).q_len, kBQ);
+    int64_t per_slice = ti.total();
+    parallel_for(nb * m.nbh * per_slice, p.nthreads, [&](int64_t t) {
+        int64_t slice = t / per_slice, s, qt;
+        ti.locate(t % per_slice, &s, &qt);
+        int64_t bb = slice / m.nbh, bh = slice % m.nbh;
+        SeqRange r = seq_range(p, m.per_batch ? bb : s);
+        if (m.per_batch) r.batch_index = bb;
+        int64_t nkt = cdiv(r.kv_len, kBK);
+        int64_t i0 = qt * kBQ;
+        int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
+        uint8_t *out = act + slice * m.slice_pairs + (m.seq_off ? m.seq_off[s] : 0) + qt * nkt;
+        TileRows tr;
+        float buf[kBK];
+        for (int64_t kt = 0; kt < nkt; ++kt) {
+            int64_t j0 = kt * kBK;
+            int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
+            uint8_t live = 0;
+            if (tile_may_touch(p, r, i0, rows, j0, bk) && tile_rows(p, r, i0, rows, j0, bk, &tr)) {
+                for (int i = 0; i < rows && !live; ++i) {
+                    if (tr.a[i] >= tr.b[i]) continue;
+                    std::fill(buf, buf + kBK, 0.0f);
+                    add_bias(bias_at(p, r, bh, i0 + i, j0), p.bias_dtype, buf, tr.a[i], tr.b[i]);
+                    for (int j = tr.a[i]; j < tr.b[i]; ++j)
+                        if (!std::isinf(buf[j]) || buf[j] > 0) { live = 1; break; }
+                }
+            }
+            out[kt] = live;
+        }
+    });
+}
+
+}  // namespace fattn::cpu::detail
