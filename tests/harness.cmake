@@ -1,0 +1,22 @@
+# harness.cmake — ctest entries for the parity harness fattn-test (tools/fattn-test.cpp).
+# Full entries (label "harness"): every non-large case vs the float64 oracle on the CPU, the
+# oracle vs finite differences, and determinism (run twice; threads 1/2/3 bitwise equal).
+# Quick entries (labels "harness;quick"): the --quick subset of the same three, for
+# sanitizer builds: `ctest -L quick`.
+if(TARGET fattn-test)
+  add_test(NAME fattn-test-cpu COMMAND fattn-test test --backend cpu)
+  add_test(NAME fattn-test-grad COMMAND fattn-test grad)
+  add_test(NAME fattn-test-determinism COMMAND fattn-test determinism --backend cpu)
+  set_tests_properties(fattn-test-cpu fattn-test-grad fattn-test-determinism PROPERTIES
+    LABELS "harness" TIMEOUT 900)
+  add_test(NAME fattn-test-cpu-quick COMMAND fattn-test test --backend cpu --quick)
+  add_test(NAME fattn-test-grad-quick COMMAND fattn-test grad --quick)
+  add_test(NAME fattn-test-determinism-quick COMMAND fattn-test determinism --backend cpu --quick)
+  set_tests_properties(fattn-test-cpu-quick fattn-test-grad-quick fattn-test-determinism-quick
+    PROPERTIES LABELS "harness;quick" TIMEOUT 900)
+  # The "N passed, N failed" line must be there (a crash before it is a failure too).
+  set_tests_properties(fattn-test-cpu fattn-test-grad fattn-test-determinism fattn-test-cpu-quick
+    fattn-test-grad-quick fattn-test-determinism-quick PROPERTIES
+    PASS_REGULAR_EXPRESSION "[0-9]+ passed, 0 failed"
+    FAIL_REGULAR_EXPRESSION "[1-9][0-9]* failed")
+endif()
