@@ -2,7 +2,8 @@
 # Full entries (label "harness"): every non-large case vs the float64 oracle on the CPU, the
 # oracle vs finite differences, and determinism (run twice; threads 1/2/3 bitwise equal).
 # Quick entries (labels "harness;quick"): the --quick subset of the same three, for
-# sanitizer builds: `ctest -L quick`.
+# sanitizer builds: `ctest -L quick`. Pass/fail is fattn-test's exit status (non-zero on any
+# failed case, and on a crash).
 if(TARGET fattn-test)
   add_test(NAME fattn-test-cpu COMMAND fattn-test test --backend cpu)
   add_test(NAME fattn-test-grad COMMAND fattn-test grad)
@@ -14,9 +15,4 @@ if(TARGET fattn-test)
   add_test(NAME fattn-test-determinism-quick COMMAND fattn-test determinism --backend cpu --quick)
   set_tests_properties(fattn-test-cpu-quick fattn-test-grad-quick fattn-test-determinism-quick
     PROPERTIES LABELS "harness;quick" TIMEOUT 900)
-  # The "N passed, N failed" line must be there (a crash before it is a failure too).
-  set_tests_properties(fattn-test-cpu fattn-test-grad fattn-test-determinism fattn-test-cpu-quick
-    fattn-test-grad-quick fattn-test-determinism-quick PROPERTIES
-    PASS_REGULAR_EXPRESSION "[0-9]+ passed, 0 failed"
-    FAIL_REGULAR_EXPRESSION "[1-9][0-9]* failed")
 endif()
