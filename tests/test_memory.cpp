@@ -1,0 +1,145 @@
+// test_memory.cpp — the memory model (fattn_attn_memory) and the "longest S that fits" search
+// (fattn_attn_max_seqlen) on a CPU context: terms add up from the views, peaks are monotone in S,
+// FUSED keeps O(S) bytes while EXACT keeps O(S²), and max_seqlen is the exact boundary of the model.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "fattn/fattn.h"
+
+namespace {
+
+struct Geo {
+    int64_t B = 2, Hq = 8, Hkv = 2, D = 64, Dv = 64;
+    fattn_dtype dt = FATTN_BF16;
+};
+
+struct Mem {
+    fattn_ctx_t *ctx = nullptr;
+    Mem() { fattn_ctx_init_cpu(1, &ctx); }
+    ~Mem() { fattn_ctx_free(ctx); }
+    fattn_attn_memory_info at(const fattn_attn_params &p, const Geo &g, int64_t S) {
+        fattn_tensor q = fattn_tensor_contiguous(nullptr, g.dt, g.B, S, g.Hq, g.D);
+        fattn_tensor k = fattn_tensor_contiguous(nullptr, g.dt, g.B, S, g.Hkv, g.D);
+        fattn_tensor v = fattn_tensor_contiguous(nullptr, g.dt, g.B, S, g.Hkv, g.Dv);
+        fattn_attn_memory_info m{};
+        fattn_status s = fattn_attn_memory(ctx, &p, &q, &k, &v, &m);
+        EXPECT_EQ(s, FATTN_OK) << fattn_ctx_last_error(ctx);
+        return m;
+    }
+};
+
+TEST(Memory, TermsFromViews) {
+    Mem M;
+    Geo g;
+    fattn_attn_params p = fattn_attn_params_default();
+    const int64_t S = 100;
+    fattn_attn_memory_info m = M.at(p, g, S);
+    const uint64_t es = 2;
+    const uint64_t q = uint64_t(g.B * S * g.Hq * g.D) * es, kv = uint64_t(g.B * S * g.Hkv * g.D) * es;
+    const uint64_t o = uint64_t(g.B * S * g.Hq * g.Dv) * es, lse = uint64_t(g.B * g.Hq * S) * 4;
+    EXPECT_EQ(m.inputs_bytes, q + 2 * kv);
+    size_t saved_buf = 0;
+    {
+        fattn_tensor tq = fattn_tensor_contiguous(nullptr, g.dt, g.B, S, g.Hq, g.D);
+        fattn_tensor tk = fattn_tensor_contiguous(nullptr, g.dt, g.B, S, g.Hkv, g.D);
+        ASSERT_EQ(fattn_attn_saved_size(M.ctx, &p, &tq, &tk, &tk, &saved_buf), FATTN_OK);
+    }
+    EXPECT_EQ(m.saved_bytes, o + lse + saved_buf);
+    EXPECT_EQ(m.grads_bytes, o + q + 2 * kv);
+    EXPECT_EQ(m.fwd_peak_bytes, m.inputs_bytes + m.saved_bytes + m.fwd_workspace_bytes);
+    EXPECT_EQ(m.bwd_peak_bytes,
+              m.inputs_bytes + m.saved_bytes + m.grads_bytes + m.bwd_workspace_bytes);
+}
+
+TEST(Memory, FusedQkvAndBroadcastBiasCountedOnce) {
+    Mem M;
+    const int64_t B = 2, S = 10, H = 4, D = 16;
+    fattn_attn_params p = fattn_attn_params_default();
+    std::vector<float> bias(static_cast<size_t>(S));  // one row of key biases, broadcast over B, H and rows
+    p.bias = fattn_tensor_4d(bias.data(), FATTN_F32, B, H, S, S, 0, 0, 0, 1);
+    const int64_t sb = S * 3 * H * D, ss = 3 * H * D;
+    fattn_tensor q = fattn_tensor_4d(nullptr, FATTN_F32, B, S, H, D, sb, ss, D, 1);
+    fattn_attn_memory_info m{};
+    ASSERT_EQ(fattn_attn_memory(M.ctx, &p, &q, &q, &q, &m), FATTN_OK) << fattn_ctx_last_error(M.ctx);
+    EXPECT_EQ(m.inputs_bytes, uint64_t(3 * B * S * H * D * 4 + S * 4));
+}
+
+TEST(Memory, MonotoneInS) {
+    Mem M;
+    Geo g;
+    for (fattn_algo algo : {FATTN_ALGO_FUSED, FATTN_ALGO_EXACT}) {
+        fattn_attn_params p = fattn_attn_params_default();
+        p.algo = algo;
+        fattn_attn_memory_info prev = M.at(p, g, 1);
+        for (int64_t S = 2; S <= 4096; S = S * 3 / 2 + 1) {
+            fattn_attn_memory_info m = M.at(p, g, S);
+            EXPECT_GT(m.saved_bytes, prev.saved_bytes) << fattn_algo_name(algo) << " S=" << S;
+            EXPECT_GE(m.fwd_peak_bytes, prev.fwd_peak_bytes) << fattn_algo_name(algo) << " S=" << S;
+            EXPECT_GT(m.bwd_peak_bytes, prev.bwd_peak_bytes) << fattn_algo_name(algo) << " S=" << S;
+            prev = m;
+        }
+    }
+}
+
+TEST(Memory, FusedSavedLinearExactQuadratic) {
+    Mem M;
+    Geo g;
+    fattn_attn_params fused = fattn_attn_params_default(), exact = fused;
+    exact.algo = FATTN_ALGO_EXACT;
+    for (int64_t S : {256, 1024, 4096}) {
+        fattn_attn_memory_info f1 = M.at(fused, g, S), f2 = M.at(fused, g, 2 * S);
+        EXPECT_EQ(f2.saved_bytes, 2 * f1.saved_bytes) << "FUSED saved bytes must be linear, S=" << S;
+        fattn_attn_memory_info e1 = M.at(exact, g, S);
+        EXPECT_GT(e1.saved_bytes, f1.saved_bytes) << "S=" << S;
+        EXPECT_GT(e1.bwd_peak_bytes, f1.bwd_peak_bytes) << "S=" << S;
+        // EXACT keeps at least the B·Hq·S² probabilities on top of what FUSED keeps.
+        EXPECT_GE(e1.saved_bytes - f1.saved_bytes, uint64_t(g.B * g.Hq * S * S) * 2) << "S=" << S;
+    }
+}
+
+TEST(Memory, MaxSeqlenIsTheModelsBoundary) {
+    Mem M;
+    Geo g;
+    for (fattn_algo algo : {FATTN_ALGO_FUSED, FATTN_ALGO_EXACT}) {
+        fattn_attn_params p = fattn_attn_params_default();
+        p.algo = algo;
+        for (uint64_t budget : {uint64_t(1) << 20, uint64_t(1) << 30, uint64_t(24) << 30}) {
+            int64_t s = -1;
+            ASSERT_EQ(fattn_attn_max_seqlen(M.ctx, &p, g.dt, g.B, g.Hq, g.Hkv, g.D, g.Dv, budget, &s),
+                      FATTN_OK)
+                << fattn_ctx_last_error(M.ctx);
+            ASSERT_GT(s, 0) << fattn_algo_name(algo) << " budget " << budget;
+            EXPECT_LE(M.at(p, g, s).bwd_peak_bytes, budget);
+            EXPECT_GT(M.at(p, g, s + 1).bwd_peak_bytes, budget);
+        }
+        int64_t s = -1;
+        ASSERT_EQ(fattn_attn_max_seqlen(M.ctx, &p, g.dt, g.B, g.Hq, g.Hkv, g.D, g.Dv, 100, &s), FATTN_OK);
+        EXPECT_EQ(s, 0);  // not even S = 1 fits in 100 bytes
+    }
+    // FUSED affords a longer S than EXACT in the same budget.
+    fattn_attn_params f = fattn_attn_params_default(), e = f;
+    e.algo = FATTN_ALGO_EXACT;
+    int64_t sf = 0, se = 0;
+    ASSERT_EQ(fattn_attn_max_seqlen(M.ctx, &f, g.dt, g.B, g.Hq, g.Hkv, g.D, g.Dv, uint64_t(1) << 30, &sf), FATTN_OK);
+    ASSERT_EQ(fattn_attn_max_seqlen(M.ctx, &e, g.dt, g.B, g.Hq, g.Hkv, g.D, g.Dv, uint64_t(1) << 30, &se), FATTN_OK);
+    EXPECT_GT(sf, 2 * se);
+}
+
+TEST(Memory, MaxSeqlenErrors) {
+    Mem M;
+    fattn_attn_params p = fattn_attn_params_default();
+    int64_t s = 0;
+    EXPECT_EQ(fattn_attn_max_seqlen(M.ctx, &p, FATTN_F32, 1, 4, 3, 64, 64, 1 << 30, &s),
+              FATTN_ERR_GQA_HEADS);
+    EXPECT_EQ(fattn_attn_max_seqlen(M.ctx, &p, FATTN_F32, 0, 4, 4, 64, 64, 1 << 30, &s),
+              FATTN_ERR_BAD_VALUE);
+    EXPECT_EQ(fattn_attn_max_seqlen(M.ctx, &p, FATTN_F32, 1, 4, 4, 64, 64, 1 << 30, nullptr),
+              FATTN_ERR_NULL_POINTER);
+    fattn_attn_memory_info m;
+    fattn_tensor q = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 8, 4, 0);
+    EXPECT_EQ(fattn_attn_memory(M.ctx, &p, &q, &q, &q, &m), FATTN_ERR_BAD_HEAD_DIM);
+}
+
+}  // namespace
