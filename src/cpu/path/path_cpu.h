@@ -1,0 +1,84 @@
+// path_cpu.h — entry points of the blocked CPU PaTH backend (PATH.md §3-§6), and the helpers its
+// forward and backward files share.
+//
+// The core (src/core/path_api.cpp) validates, fills PathFwdParams / PathBwdParams and calls
+// path_fwd / path_bwd with a workspace laid out by path_workspace() (src/core/path_layout.cpp).
+// Arithmetic is f32 whatever the input dtype; every phase is a fattn::parallel_for over items that
+// write disjoint outputs in a fixed internal order, so results are bitwise independent of the
+// thread count. No floating-point atomics anywhere.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/path_params.h"
+
+namespace fattn::cpu {
+
+// FATTN_OK if the CPU backend runs p; otherwise BAD_HEAD_DIM + reason.
+fattn_status path_select(const PathFwdParams &p, std::string *why);
+
+// Forward: writes o and lse. Backward: writes dq, dk, dv, dw, dbeta (and dg when g is given).
+fattn_status path_fwd(const PathFwdParams &p, void *workspace, std::string *err);
+fattn_status path_bwd(const PathBwdParams &p, void *workspace, std::string *err);
+
+// Backward phases up to and including the history producer only (test hook: lets a test poison
+// the history, run the producer and count the cells it left unwritten).
+fattn_status path_bwd_history_only(const PathBwdParams &p, void *workspace, std::string *err);
+
+namespace path_detail {
+
+// Typed views of the workspace buffers (all f32 except the history, which is in q's dtype).
+struct Ws {
+    void *history = nullptr;
+    float *u, *kt, *gsum;                           // U, K~ [rows, H, K]; G [rows, Hq]
+    float *kh, *dkh, *dkt, *du, *dwacc, *dkacc;     // [rows, H, K]
+    float *dvacc;                                   // [rows, H, V]
+    float *dbacc;                                   // [rows, H]
+    float *dgs, *delta;                             // [rows, Hq]
+    float *e, *de;                                  // [segments, H, K, K]
+};
+Ws bind(const PathWorkspace &lay, void *base, fattn_dir dir);
+
+// size_t of an int64_t count (a function, so `std::vector<float> x(sz(n))` is never a
+// vexing parse).
+inline size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+inline float dotf(const float *a, const float *b, int64_t n) {
+    float r = 0.f;
+    for (int64_t i = 0; i < n; ++i) r += a[i] * b[i];
+    return r;
+}
+
+// Load n elements of a dtype-t buffer at element offset off as f32.
+void load_row(const void *base, fattn_dtype t, int64_t off, int64_t n, float *out);
+
+// One chunk of one kv head: its rows loaded as f32 (W, K, beta) and, from the workspace, U and K~.
+struct Chunk {
+    int64_t c0 = 0, n = 0;          // first token (inside the sequence), length (<= 64)
+    std::vector<float> w, k, beta;  // [n, K], [n, K], [n]
+    const float *u = nullptr, *kt = nullptr;  // workspace rows (row stride H*K)
+};
+void load_chunk(const PathFwdParams &p, const Ws &ws, const PathSeq &sq, int64_t h, int64_t c,
+                Chunk *ch);
+
+// UT transform of one chunk (§3): T0 = (I + SL(diag(beta) W W^T))^-1 (unit lower, [n, n]) and
+// U = T0 diag(beta) W ([n, K]), so that H_{n-1} ... H_0 = I - W^T U.
+void ut_transform(const float *w, const float *beta, int64_t n, int64_t K, float *t0, float *u);
+
+// Walk query rows back through a whole chunk: X <- X - (X W^T) U  (X: [m, K], row stride K).
+void walk_rows_back(float *x, int64_t m, const Chunk &ch, int64_t H, int64_t K, float *tmp);
+
+// Phases shared by fwd and bwd: U and K~ for every (sequence, kv head, chunk); G for every
+// (sequence, query head).
+void prepare(const PathFwdParams &p, const PathLayout &lay, const Ws &ws);
+
+// Token-level walk of one query row a of a chunk back to the chunk start: raw scores against the
+// chunk's keys b <= a (scores[b]) and the final state Q~_a; optionally every intermediate state
+// (states[b*K..]: the state that scores key b).
+void walk_query_in_chunk(const float *q, const Chunk &ch, int64_t a, int64_t K, float *scores,
+                         float *qt, float *states);
+
+}  // namespace path_detail
+}  // namespace fattn::cpu
