@@ -13,6 +13,9 @@
 
 #include "cpu/attn_impl.h"
 
+// The vector helpers below are always inlined, so the AVX-512 "ABI changes" note does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__)
 #define FATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -23,25 +26,49 @@ namespace fattn::cpu::detail {
 
 namespace {
 
-// Register block of the microkernel: kMR rows × kNR columns of C live in registers while k runs
-// (AVX2: 8 ymm accumulators, enough independent FMAs to cover their latency; AVX-512: 4 zmm).
-constexpr int kMR = 4;
+// One kNR-float vector (GCC/Clang vector extension): 4 SSE, 2 AVX2 or 1 AVX-512 register
+// depending on the clone. aligned(4) + may_alias: loads/stores straight from float arrays.
+typedef float vf __attribute__((vector_size(kNR * 4), aligned(4), may_alias));
+typedef int32_t vi __attribute__((vector_size(kNR * 4), aligned(4), may_alias));
+
+// Register block of the microkernel: kMR rows × kNR columns of C stay in registers while k
+// runs (AVX2: 12 ymm accumulators, enough independent FMAs to hide their latency).
+constexpr int kMR = 6;
 
 template <int R>
-inline void block(int K, const float *__restrict A, int64_t lda, const float *__restrict B,
-                  int64_t ldb, float *__restrict C, int64_t ldc, bool accumulate) {
-    float c[R][kNR];
-    for (int r = 0; r < R; ++r)
-        for (int j = 0; j < kNR; ++j) c[r][j] = accumulate ? C[r * ldc + j] : 0.0f;
+inline __attribute__((always_inline)) void block(int K, const float *A, int64_t lda, const float *B,
+                                                 int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+    vf c[R];
+    for (int r = 0; r < R; ++r) c[r] = accumulate ? *reinterpret_cast<const vf *>(C + r * ldc) : vf{};
     for (int k = 0; k < K; ++k) {
-        const float *b = B + k * ldb;
-        for (int r = 0; r < R; ++r) {
-            float a = A[r * lda + k];
-            for (int j = 0; j < kNR; ++j) c[r][j] += a * b[j];
-        }
+        vf b = *reinterpret_cast<const vf *>(B + k * ldb);
+        for (int r = 0; r < R; ++r) c[r] += A[r * lda + k] * b;
     }
-    for (int r = 0; r < R; ++r)
-        for (int j = 0; j < kNR; ++j) C[r * ldc + j] = c[r][j];
+    for (int r = 0; r < R; ++r) *reinterpret_cast<vf *>(C + r * ldc) = c[r];
+}
+
+// exp(x - shift) for one vector; see exp_shift.
+inline __attribute__((always_inline)) vf exp_vec(vf x, float shift) {
+    const float log2e = 1.44269504088896341f;
+    const float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
+    const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+    vf t = x - shift;
+    vi zero = !(t >= -87.0f);  // -inf and underflow (and NaN) give exactly 0
+    vf tc = t > 88.0f ? vf{} + 88.0f : t;
+    tc = zero ? vf{} : tc;
+    vf kf = (tc * log2e + round_magic) - round_magic;
+    vf r = tc - kf * ln2_hi;
+    r = r - kf * ln2_lo;
+    vf p = vf{} + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    vi bits = (__builtin_convertvector(kf, vi) + 127) << 23;
+    vf two_k = reinterpret_cast<vf &>(bits);
+    return zero ? vf{} : p * two_k;
 }
 
 }  // namespace
@@ -54,6 +81,7 @@ void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int6
         int i = 0;
         for (; i + kMR <= M; i += kMR)
             block<kMR>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
+        for (; i + 2 <= M; i += 2) block<2>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
         for (; i < M; ++i) block<1>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
     }
 }
@@ -63,28 +91,16 @@ void exp_shift(const float *x, float shift, float *y, int n) {
     // exp(t) = 2^k · e^r with k = round(t / ln2), r = t - k ln2 in [-ln2/2, ln2/2]; degree-6
     // Taylor for e^r (relative error ~1e-7, about 1 ulp). Below -87 the result would be
     // subnormal: return exactly 0 so masked (-inf) entries carry exactly zero probability.
-    const float log2e = 1.44269504088896341f;
-    const float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
-    const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-    for (int j = 0; j < n; ++j) {
-        float t = x[j] - shift;
-        bool zero = !(t >= -87.0f);  // also catches NaN-free -inf
-        float tc = zero ? 0.0f : (t > 88.0f ? 88.0f : t);
-        float kf = (tc * log2e + round_magic) - round_magic;
-        float r = tc - kf * ln2_hi;
-        r = r - kf * ln2_lo;
-        float p = 1.0f / 720.0f;
-        p = p * r + 1.0f / 120.0f;
-        p = p * r + 1.0f / 24.0f;
-        p = p * r + 1.0f / 6.0f;
-        p = p * r + 0.5f;
-        p = p * r + 1.0f;
-        p = p * r + 1.0f;
-        int32_t ki = int32_t(kf);
-        uint32_t bits = uint32_t(ki + 127) << 23;
-        float two_k;
-        std::memcpy(&two_k, &bits, 4);
-        y[j] = zero ? 0.0f : p * two_k;
+    // The tail goes through the same vector code (via a local copy), so every element of a row
+    // is computed identically wherever it sits.
+    int j = 0;
+    for (; j + kNR <= n; j += kNR)
+        *reinterpret_cast<vf *>(y + j) = exp_vec(*reinterpret_cast<const vf *>(x + j), shift);
+    if (j < n) {
+        float tmp[kNR] = {};
+        for (int l = 0; l < n - j; ++l) tmp[l] = x[j + l];
+        vf e = exp_vec(*reinterpret_cast<const vf *>(tmp), shift);
+        for (int l = 0; l < n - j; ++l) y[j + l] = e[l];
     }
 }
 
