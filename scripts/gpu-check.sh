@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# gpu-check.sh — the one command for the GPU machine (issue 3): build for sm_90a with all cores,
+# CUDA parity (all cases incl. --extra --large), determinism, compute-sanitizer memcheck and
+# racecheck on a small subset, the CUDA benchmarks, and the PyTorch checks when
+# scripts/gpu-check-torch.sh exists. Run from the repository root; results go to ${OUT:-out}:
+# build.log, parity.log (test + determinism), sanitize.log, bench.log, bench.csv, torch.log,
+# torch-out.tar.gz, summary.txt (8 files: what one device call brings back), and a short summary table printed LAST.
+#
+#   scripts/gpu-check.sh                      # everything
+#   scripts/gpu-check.sh parity bench         # only these parts (build runs unless "nobuild")
+#   parts: build parity determinism sanitize bench torch   (+ nobuild)
+#
+# Never hangs: every step runs under `timeout`, capped by a global budget (GPU_CHECK_BUDGET
+# seconds, default 520, so one device call of 10 minutes holds it), and the summary is printed
+# whatever fails. Environment knobs: BENCH_PRESETS (default "hotstep-sites targets hotstep"),
+# BENCH_REPS (10), SAN_FILTER (fattn-test -p regex for the sanitizers; default: --quick subset).
+# The cudnn-frontend headers for the cuDNN SDPA arm come from .carry/cudnn-frontend/include
+# (scripts/fetch-peer-headers.sh on the dev machine); cuDNN itself from the nvidia-cudnn wheel.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+BUILD=${BUILD_DIR:-build-gpu}
+BUDGET=${GPU_CHECK_BUDGET:-520}
+T0=$(date +%s)
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+FAILED=0
+
+parts="$*"
+[ -z "$parts" ] && parts="build parity determinism sanitize bench torch"
+want() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
+if ! want nobuild && ! want build; then parts="build $parts"; fi
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+# Seconds a step may take: its cap, or what is left of the budget (minus a reserve for the summary).
+slice() {
+    local cap=$1 left=$(( BUDGET - $(elapsed) - 10 ))
+    [ "$left" -lt "$cap" ] && cap=$left
+    echo "$cap"
+}
+# record NAME STATUS SECONDS DETAIL
+record() { printf '%-12s %-8s %5ss  %s\n' "$1" "$2" "$3" "$4" >>"$SUMMARY"; }
+
+# run_step NAME CAP LOG CMD... : runs CMD under timeout, appends to LOG; sets STEP_RC/STEP_S.
+run_step() {
+    local name=$1 cap=$2 log=$3
+    shift 3
+    local t
+    t=$(slice "$cap")
+    if [ "$t" -lt 15 ]; then
+        STEP_RC=124
+        STEP_S=0
+        echo "[$name] skipped: out of time budget" | tee -a "$log"
+        return
+    fi
+    echo "== [$name] (limit ${t}s) $*" | tee -a "$log"
+    local s0=$(date +%s)
+    timeout -k 10 "$t" "$@" >>"$log" 2>&1
+    STEP_RC=$?
+    STEP_S=$(( $(date +%s) - s0 ))
+    echo "== [$name] rc=$STEP_RC in ${STEP_S}s" | tee -a "$log"
+}
+
+# The verdict line of a fattn-test log ("N passed, N failed[, N skipped]").
+test_line() { grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" 2>/dev/null | tail -n1; }
+status_of() { # rc -> word
+    case "$1" in 0) echo PASS ;; 124|137) echo TIMEOUT ;; *) echo FAIL ;; esac
+}
+
+echo "gpu-check: parts [$parts], budget ${BUDGET}s, out $OUT" | tee "$OUT/build.log"
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv 2>&1
+  nvcc --version 2>&1 | tail -n1; git log --oneline -1 2>/dev/null; } | tee -a "$OUT/build.log"
+
+# ---------------------------------------------------------------- build
+CUDNN_ARGS=()
+CUDNN_LIB=""
+if [ -f .carry/cudnn-frontend/include/cudnn_frontend.h ]; then
+    CUDNN_ROOT=$(python3 -c "import nvidia.cudnn as c; print(list(c.__path__)[0])" 2>/dev/null || true)
+    CUDNN_ARGS=(-DFATTN_CUDNN_FRONTEND_DIR="$ROOT/.carry/cudnn-frontend/include")
+    if [ -n "$CUDNN_ROOT" ] && [ -d "$CUDNN_ROOT/include" ]; then
+        CUDNN_ARGS+=(-DFATTN_CUDNN_DIR="$CUDNN_ROOT")
+        CUDNN_LIB="$CUDNN_ROOT/lib"
+    fi
+fi
+[ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+GEN=()
+command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/Makefile" ] && GEN=(-G Ninja)
+build_all() {
+    cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON \
+        -DFATTN_CUDA_ARCHS=90a -DFATTN_BUILD_TESTS=OFF "${CUDNN_ARGS[@]}" &&
+        cmake --build "$BUILD" -j "$(nproc)" --target fattn-test fattn-bench
+}
+if want build; then
+    run_step build 300 "$OUT/build.log" build_all
+    cudnn_state=$(grep -o 'cuDNN SDPA arm [A-Z]*' "$OUT/build.log" | tail -n1)
+    record build "$(status_of $STEP_RC)" "$STEP_S" "sm_90a, -j$(nproc)${cudnn_state:+, $cudnn_state}"
+    [ "$STEP_RC" -ne 0 ] && FAILED=1 && tail -n 30 "$OUT/build.log"
+fi
+FT="$BUILD/fattn-test"
+FB="$BUILD/fattn-bench"
+
+# ---------------------------------------------------------------- parity
+if want parity; then
+    if [ -x "$FT" ]; then
+        run_step parity 150 "$OUT/parity.log" "$FT" test --backend cuda --extra --large
+        record parity "$(status_of $STEP_RC)" "$STEP_S" "$(test_line "$OUT/parity.log")"
+        [ "$STEP_RC" -ne 0 ] && FAILED=1
+    else
+        record parity FAIL 0 "no $FT"; FAILED=1
+    fi
+fi
+
+# ---------------------------------------------------------------- determinism
+if want determinism; then
+    if [ -x "$FT" ]; then
+        run_step determinism 90 "$OUT/parity.log" "$FT" determinism --backend cuda
+        record determinism "$(status_of $STEP_RC)" "$STEP_S" "$(test_line "$OUT/parity.log")"
+        [ "$STEP_RC" -ne 0 ] && FAILED=1
+    else
+        record determinism FAIL 0 "no $FT"; FAILED=1
+    fi
+fi
+
+# ---------------------------------------------------------------- sanitizers (small subset)
+if want sanitize; then
+    SAN_SEL=(--quick)
+    [ -n "${SAN_FILTER:-}" ] && SAN_SEL=(-p "$SAN_FILTER")
+    for tool in memcheck racecheck; do
+        log="$OUT/sanitize.log"
+        if [ -x "$FT" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+            run_step "$tool" 75 "$log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+                "$FT" test --backend cuda "${SAN_SEL[@]}"
+            errs=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n1)
+            record "$tool" "$(status_of $STEP_RC)" "$STEP_S" "${errs:-no summary} | $(test_line "$log")"
+            [ "$STEP_RC" -ne 0 ] && FAILED=1
+        else
+            record "$tool" FAIL 0 "no $FT or no compute-sanitizer"; FAILED=1
+        fi
+    done
+fi
+
+# ---------------------------------------------------------------- benchmarks
+if want bench; then
+    : >"$OUT/bench.log"
+    rm -f "$OUT/bench.csv"
+    for preset in ${BENCH_PRESETS:-hotstep-sites targets hotstep}; do
+        if [ ! -x "$FB" ]; then record "bench" FAIL 0 "no $FB"; FAILED=1; break; fi
+        run_step "bench:$preset" 200 "$OUT/bench.log" "$FB" --backend cuda --preset "$preset" \
+            --reps "${BENCH_REPS:-10}" --csv "$OUT/bench-$preset.csv"
+        if [ -f "$OUT/bench-$preset.csv" ]; then  # one CSV comes back (the device returns 8 files)
+            if [ -f "$OUT/bench.csv" ]; then tail -n +2 "$OUT/bench-$preset.csv" >>"$OUT/bench.csv"
+            else cp "$OUT/bench-$preset.csv" "$OUT/bench.csv"; fi
+            rm -f "$OUT/bench-$preset.csv"
+        fi
+        line=$(grep -E '^fattn-bench: [0-9]+ cases' "$OUT/bench.log" | tail -n1)
+        record "bench" "$(status_of $STEP_RC)" "$STEP_S" "$preset: ${line:-no verdict line}"
+        [ "$STEP_RC" -ne 0 ] && FAILED=1
+    done
+fi
+
+# ---------------------------------------------------------------- PyTorch binding (engineer "torch")
+if want torch; then
+    if [ -f scripts/gpu-check-torch.sh ]; then
+        mkdir -p "$OUT/torch"
+        run_step torch 150 "$OUT/torch.log" bash scripts/gpu-check-torch.sh "$OUT/torch"
+        last=$(grep -v '^== \[torch\]' "$OUT/torch.log" | grep -v '^\s*$' | tail -n1)
+        record torch "$(status_of $STEP_RC)" "$STEP_S" "$last"
+        [ "$STEP_RC" -ne 0 ] && FAILED=1
+        # Few files come back from a device call: fold the torch outputs into one archive.
+        if [ -n "$(ls -A "$OUT/torch" 2>/dev/null)" ]; then
+            tar -czf "$OUT/torch-out.tar.gz" -C "$OUT" torch && rm -rf "$OUT/torch"
+        else
+            rmdir "$OUT/torch" 2>/dev/null
+        fi
+    else
+        record torch SKIP 0 "scripts/gpu-check-torch.sh not present"
+    fi
+fi
+
+# ---------------------------------------------------------------- summary (printed last)
+if [ -f "$OUT/bench.log" ]; then
+    echo
+    echo "---- bench summaries (full tables in bench.log / bench.csv)"
+    awk '/^== summary/{p=1} /^fattn-bench: [0-9]+ cases/{p=0} p' "$OUT/bench.log"
+fi
+echo
+echo "==== gpu-check summary ($(elapsed)s of ${BUDGET}s budget; logs in $OUT)"
+printf '%-12s %-8s %6s  %s\n' step status time detail
+cat "$SUMMARY"
+[ "$FAILED" -eq 0 ] && echo "gpu-check: ALL PASS" || echo "gpu-check: FAILURES (see logs)"
+exit "$FAILED"
