@@ -43,15 +43,15 @@ __global__ void __launch_bounds__(256) delta_kernel(const AttnBwdParams p, float
 }
 
 bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
-bool str8(int64_t a, int64_t b, int64_t c) { return a % 8 == 0 && b % 8 == 0 && c % 8 == 0; }
 
-// 16-byte cp.async loads need every tile row start 16-byte aligned: pointers and strides (in
-// 2-byte elements) multiples of 8, and whole 8-element chunks of the head dims.
+// 16-byte cp.async loads need every tile row start 16-byte aligned: pointers 16-byte aligned,
+// strides multiples of 16 bytes' worth of elements, and head dims in whole 16-byte chunks.
 bool vec_ok(const AttnFwdParams &p, const void *dout, int64_t do_sb, int64_t do_ss, int64_t do_sh) {
-    if (p.dtype == FATTN_F32) return false;
+    const int64_t epc = p.dtype == FATTN_F32 ? 4 : 8;
+    auto str8 = [epc](int64_t a, int64_t b, int64_t c) { return a % epc == 0 && b % epc == 0 && c % epc == 0; };
     return aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && (!dout || aligned16(dout)) &&
            str8(p.q_sb, p.q_ss, p.q_sh) && str8(p.k_sb, p.k_ss, p.k_sh) && str8(p.v_sb, p.v_ss, p.v_sh) &&
-           (!dout || str8(do_sb, do_ss, do_sh)) && p.d % 8 == 0 && p.dv % 8 == 0;
+           (!dout || str8(do_sb, do_ss, do_sh)) && p.d % epc == 0 && p.dv % epc == 0;
 }
 
 fattn_status check(cudaError_t e, const char *what, std::string *err) {
@@ -89,6 +89,7 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &, const Choice &c, vo
     a.vec = vec_ok(p, nullptr, 0, 0, 0);
     switch (c.family) {
     case Family::MMA_NATIVE: return check(native_fwd(p, a, c.d_bucket, st), "forward (mma)", err);
+    case Family::MMA_TF32: return check(tf32_fwd(p, a, c.d_bucket, st), "forward (tf32)", err);
     case Family::SCALAR_F32: return check(scalar_fwd(p, a, c.d_bucket, st), "forward (f32)", err);
     default: break;
     }
@@ -116,6 +117,7 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &, const Choice &c, vo
     }
     switch (c.family) {
     case Family::MMA_NATIVE: return check(native_bwd(p, a, c.d_bucket, st), "backward (mma)", err);
+    case Family::MMA_TF32: return check(tf32_bwd(p, a, c.d_bucket, st), "backward (tf32)", err);
     case Family::SCALAR_F32: return check(scalar_bwd(p, a, c.d_bucket, st), "backward (f32)", err);
     default: break;
     }

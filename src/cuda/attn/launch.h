@@ -13,6 +13,8 @@ namespace fattn::cuda::attn {
 // All return the cudaError_t of the launch (cudaSuccess when nothing had to run).
 cudaError_t native_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t native_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
+cudaError_t tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
+cudaError_t tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 

@@ -1,6 +1,7 @@
 // mma.cuh — the PTX building blocks of the tensor-core kernels (sm_80+): cp.async 16-byte copies
-// with zero fill, ldmatrix (plain and transposed), mma.sync.m16n8k16 for bf16/f16 with fp32
-// accumulation, packing two floats into a bf16x2/f16x2 register, and the shared-memory tile loader.
+// with zero fill, ldmatrix (plain and transposed), mma.sync.m16n8k16 for bf16/f16 and m16n8k8 for
+// tf32 with fp32 accumulation, the fragment policy MmaOp<T> the kernels are written against, and
+// the shared-memory tile loader.
 //
 // Fragment maps of m16n8k16 (g = lane / 4, t = lane % 4), from the PTX ISA:
 //   A 16x16: reg0 (g, 2t..2t+1)  reg1 (g+8, 2t..)  reg2 (g, 2t+8..)  reg3 (g+8, 2t+8..)
@@ -71,19 +72,108 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
 
 // Shared address of the ldmatrix row this lane supplies for an A-style 16x16 block at (r0, c0) of
 // a row-major tile (matrices: rows 0-7/8-15 × cols 0-7/8-15, in A-fragment register order).
-template <int ST>
-__device__ __forceinline__ uint32_t a_addr(const void *base, int r0, int c0, int lane, int esize) {
-    return smem_u32(static_cast<const char *>(base) +
-                    size_t((r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + c0 + (lane >> 4) * 8) * esize);
+template <int ST, typename E>
+__device__ __forceinline__ uint32_t a_addr(const E *base, int r0, int c0, int lane) {
+    return smem_u32(base + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + c0 + (lane >> 4) * 8);
 }
 // Same for a B operand read from rows n (non-transposed): regs {0,1} = n-tile r0, {2,3} = r0 + 8.
-template <int ST>
-__device__ __forceinline__ uint32_t b_addr(const void *base, int r0, int c0, int lane, int esize) {
-    return smem_u32(static_cast<const char *>(base) +
-                    size_t((r0 + (lane & 7) + (lane >> 4) * 8) * ST + c0 + ((lane >> 3) & 1) * 8) * esize);
+template <int ST, typename E>
+__device__ __forceinline__ uint32_t b_addr(const E *base, int r0, int c0, int lane) {
+    return smem_u32(base + (r0 + (lane & 7) + (lane >> 4) * 8) * ST + c0 + ((lane >> 3) & 1) * 8);
 }
-// Transposed B read from rows k (ldmatrix.trans): regs {0,1} = n-tile c0, {2,3} = c0 + 8.
-// The lane-to-row map is the A-style one.
+
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// MmaOp<T>: the fragment policy one kernel body is written against. K = the mma's k depth.
+//   load_a  (a, tile, r0, k0): A fragment of rows r0..r0+15, cols k0..k0+K-1 of a row-major tile
+//   load_b2 (b, tile, n0, k0): B fragments of n-tiles n0 and n0+8 from a tile whose rows are n
+//                              (b[0..1] and b[2..3]); B[k][n] = tile[n][k]
+//   load_bt2(b, tile, k0, n0): same from a tile whose rows are k; B[k][n] = tile[k][n]
+//   a_from_acc(a, s, kk)     : A fragment of the kk-th K-wide column slice of accumulators s
+//   mma(c, a, b0, b1)
+template <typename T> struct MmaOp;
+
+// bf16/f16: m16n8k16 with ldmatrix; two adjacent accumulator n-tiles are one A fragment.
+template <typename T> struct MmaOp16 {
+    static constexpr int K = 16;
+    template <int ST> __device__ static void load_a(uint32_t (&a)[4], const T *t, int r0, int k0, int lane) {
+        ldsm_x4(a, a_addr<ST>(t, r0, k0, lane));
+    }
+    template <int ST> __device__ static void load_b2(uint32_t (&b)[4], const T *t, int n0, int k0, int lane) {
+        ldsm_x4(b, b_addr<ST>(t, n0, k0, lane));
+    }
+    template <int ST> __device__ static void load_bt2(uint32_t (&b)[4], const T *t, int k0, int n0, int lane) {
+        ldsm_x4_t(b, a_addr<ST>(t, k0, n0, lane));
+    }
+    template <int N> __device__ static void a_from_acc(uint32_t (&a)[4], const float (&s)[N][4], int kk, int) {
+        a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        mma16816<T>(c, a, b0, b1);
+    }
+};
+template <> struct MmaOp<__nv_bfloat16> : MmaOp16<__nv_bfloat16> {};
+template <> struct MmaOp<__half> : MmaOp16<__half> {};
+
+// f32 inputs: tf32 m16n8k8 (round-to-nearest into tf32 on the way to the tensor core). Maps:
+//   A 16x8: a0 (g, t)  a1 (g+8, t)  a2 (g, t+4)  a3 (g+8, t+4);  B 8x8: b0 (k t, n g)  b1 (k t+4, n g)
+// The A map is NOT the accumulator map (LESSONS.md): a_from_acc moves values with shuffles.
+template <> struct MmaOp<float> {
+    static constexpr int K = 8;
+    template <int ST> __device__ static void load_a(uint32_t (&a)[4], const float *t, int r0, int k0, int lane) {
+        const int g = lane >> 2, q = lane & 3;
+        const float *p = t + (r0 + g) * ST + k0 + q;
+        a[0] = to_tf32(p[0]);
+        a[1] = to_tf32(p[8 * ST]);
+        a[2] = to_tf32(p[4]);
+        a[3] = to_tf32(p[8 * ST + 4]);
+    }
+    template <int ST> __device__ static void load_b2(uint32_t (&b)[4], const float *t, int n0, int k0, int lane) {
+        const int g = lane >> 2, q = lane & 3;
+        const float *p = t + (n0 + g) * ST + k0 + q;
+        b[0] = to_tf32(p[0]);
+        b[1] = to_tf32(p[4]);
+        b[2] = to_tf32(p[8 * ST]);
+        b[3] = to_tf32(p[8 * ST + 4]);
+    }
+    template <int ST> __device__ static void load_bt2(uint32_t (&b)[4], const float *t, int k0, int n0, int lane) {
+        const int g = lane >> 2, q = lane & 3;
+        const float *p = t + (k0 + q) * ST + n0 + g;
+        b[0] = to_tf32(p[0]);
+        b[1] = to_tf32(p[4 * ST]);
+        b[2] = to_tf32(p[8]);
+        b[3] = to_tf32(p[4 * ST + 8]);
+    }
+    // Lane (g, t) needs columns t and t+4 of n-tile kk; the accumulator holds columns 2t', 2t'+1
+    // at lane (g, t'), so they come from lanes (g, t/2) and (g, t/2 + 2), element t & 1.
+    template <int N> __device__ static void a_from_acc(uint32_t (&a)[4], const float (&s)[N][4], int kk, int lane) {
+        const int src1 = (lane & ~3) | ((lane & 3) >> 1), src2 = src1 + 2;
+        const bool odd = lane & 1;
+        float x0 = __shfl_sync(0xffffffffu, s[kk][0], src1), x1 = __shfl_sync(0xffffffffu, s[kk][1], src1);
+        float y0 = __shfl_sync(0xffffffffu, s[kk][2], src1), y1 = __shfl_sync(0xffffffffu, s[kk][3], src1);
+        a[0] = to_tf32(odd ? x1 : x0);
+        a[1] = to_tf32(odd ? y1 : y0);
+        x0 = __shfl_sync(0xffffffffu, s[kk][0], src2);
+        x1 = __shfl_sync(0xffffffffu, s[kk][1], src2);
+        y0 = __shfl_sync(0xffffffffu, s[kk][2], src2);
+        y1 = __shfl_sync(0xffffffffu, s[kk][3], src2);
+        a[2] = to_tf32(odd ? x1 : x0);
+        a[3] = to_tf32(odd ? y1 : y0);
+    }
+    __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                     "{%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
 
 // Rows [0, ROWS) of a tile starting at g (row stride rstride) into shared s [ROWS, ST]; rows >=
 // rows_valid and columns >= cols_valid are zero. vec: 16-byte cp.async (caller commits/waits);
@@ -91,10 +181,10 @@ __device__ __forceinline__ uint32_t b_addr(const void *base, int r0, int c0, int
 template <typename T, int ROWS, int DB>
 __device__ __forceinline__ void mma_load_tile(T *s, const T *g, int64_t rstride, int64_t rows_valid,
                                               int64_t cols_valid, bool vec) {
-    constexpr int ST = mma_stride(DB), CH = DB / 8;
+    constexpr int EPC = 16 / int(sizeof(T)), ST = mma_stride(DB, sizeof(T)), CH = DB / EPC;
     if (vec) {
         for (int e = threadIdx.x; e < ROWS * CH; e += mma_threads()) {
-            const int r = e / CH, c = (e % CH) * 8;
+            const int r = e / CH, c = (e % CH) * EPC;
             const bool ok = r < rows_valid && c < cols_valid;
             cp_async16(smem_u32(s + r * ST + c), ok ? static_cast<const void *>(g + r * rstride + c) : g,
                        ok ? 16 : 0);

@@ -1,4 +1,5 @@
-// mma_bwd.cuh — tensor-core backward (prec NATIVE, bf16/f16) without floating-point atomics.
+// mma_bwd.cuh — tensor-core backward (prec NATIVE bf16/f16 and prec TF32, one body through
+// MmaOp<T>) without floating-point atomics.
 //
 // Why two kernels instead of FlashAttention-2's single pass with atomicAdd on dQ: FA2's dQ is a
 // sum over key tiles accumulated by many CTAs in arrival order, so its bits change run to run.
@@ -19,8 +20,9 @@ namespace fattn::cuda::attn {
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, const KArgs a) {
-    constexpr int BM = mma_fwd_bm(), BN = mma_fwd_bn(), ST = mma_stride(DB);
-    constexpr int NS = BN / 8, NO = DB / 8, KD = DB / 16, ES = sizeof(T);
+    constexpr int BM = mma_fwd_bm(), BN = mma_fwd_bn(), ST = mma_stride(DB, sizeof(T));
+    constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
+    using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];
     T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
     T *sdO = sQ + BM * ST;                    // [BM, ST]
@@ -100,17 +102,17 @@ __global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, cons
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk) {
             uint32_t aq[4], ad[4];
-            ldsm_x4(aq, a_addr<ST>(sQ, warp * 16, kk * 16, lane, ES));
-            ldsm_x4(ad, a_addr<ST>(sdO, warp * 16, kk * 16, lane, ES));
+            Op::template load_a<ST>(aq, sQ, warp * 16, kk * Op::K, lane);
+            Op::template load_a<ST>(ad, sdO, warp * 16, kk * Op::K, lane);
 #pragma unroll
             for (int j2 = 0; j2 < NS / 2; ++j2) {
                 uint32_t b[4];
-                ldsm_x4(b, b_addr<ST>(cK, j2 * 16, kk * 16, lane, ES));
-                mma16816<T>(s[2 * j2], aq, b[0], b[1]);
-                mma16816<T>(s[2 * j2 + 1], aq, b[2], b[3]);
-                ldsm_x4(b, b_addr<ST>(cV, j2 * 16, kk * 16, lane, ES));
-                mma16816<T>(dp[2 * j2], ad, b[0], b[1]);
-                mma16816<T>(dp[2 * j2 + 1], ad, b[2], b[3]);
+                Op::template load_b2<ST>(b, cK, j2 * 16, kk * Op::K, lane);
+                Op::mma(s[2 * j2], aq, b[0], b[1]);
+                Op::mma(s[2 * j2 + 1], aq, b[2], b[3]);
+                Op::template load_b2<ST>(b, cV, j2 * 16, kk * Op::K, lane);
+                Op::mma(dp[2 * j2], ad, b[0], b[1]);
+                Op::mma(dp[2 * j2 + 1], ad, b[2], b[3]);
             }
         }
         // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked);
@@ -133,16 +135,15 @@ __global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, cons
             }
         // dQ += dS·K (K read transposed: k = key, n = head dim).
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            const uint32_t as[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                    pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        for (int kk = 0; kk < BN / Op::K; ++kk) {
+            uint32_t as[4];
+            Op::a_from_acc(as, s, kk, lane);
 #pragma unroll
             for (int d2 = 0; d2 < NO / 2; ++d2) {
                 uint32_t b[4];
-                ldsm_x4_t(b, a_addr<ST>(cK, kk * 16, d2 * 16, lane, ES));
-                mma16816<T>(dq[2 * d2], as, b[0], b[1]);
-                mma16816<T>(dq[2 * d2 + 1], as, b[2], b[3]);
+                Op::template load_bt2<ST>(b, cK, kk * Op::K, d2 * 16, lane);
+                Op::mma(dq[2 * d2], as, b[0], b[1]);
+                Op::mma(dq[2 * d2 + 1], as, b[2], b[3]);
             }
         }
         __syncthreads();
@@ -166,8 +167,9 @@ __global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, cons
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, const KArgs a) {
-    constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB), ST = mma_stride(DB);
-    constexpr int NQ = BM / 8, NO = DB / 8, KD = DB / 16, ES = sizeof(T);
+    constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB), ST = mma_stride(DB, sizeof(T));
+    constexpr int NQ = BM / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
+    using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];
     T *sK = reinterpret_cast<T *>(mma_smem);  // [BN, ST]
     T *sV = sK + BN * ST;                     // [BN, ST]
@@ -255,17 +257,17 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk) {
             uint32_t ak[4], av[4];
-            ldsm_x4(ak, a_addr<ST>(sK, warp * 16, kk * 16, lane, ES));
-            ldsm_x4(av, a_addr<ST>(sV, warp * 16, kk * 16, lane, ES));
+            Op::template load_a<ST>(ak, sK, warp * 16, kk * Op::K, lane);
+            Op::template load_a<ST>(av, sV, warp * 16, kk * Op::K, lane);
 #pragma unroll
             for (int j2 = 0; j2 < NQ / 2; ++j2) {
                 uint32_t b[4];
-                ldsm_x4(b, b_addr<ST>(cQ, j2 * 16, kk * 16, lane, ES));
-                mma16816<T>(st[2 * j2], ak, b[0], b[1]);
-                mma16816<T>(st[2 * j2 + 1], ak, b[2], b[3]);
-                ldsm_x4(b, b_addr<ST>(cdO, j2 * 16, kk * 16, lane, ES));
-                mma16816<T>(dpt[2 * j2], av, b[0], b[1]);
-                mma16816<T>(dpt[2 * j2 + 1], av, b[2], b[3]);
+                Op::template load_b2<ST>(b, cQ, j2 * 16, kk * Op::K, lane);
+                Op::mma(st[2 * j2], ak, b[0], b[1]);
+                Op::mma(st[2 * j2 + 1], ak, b[2], b[3]);
+                Op::template load_b2<ST>(b, cdO, j2 * 16, kk * Op::K, lane);
+                Op::mma(dpt[2 * j2], av, b[0], b[1]);
+                Op::mma(dpt[2 * j2 + 1], av, b[2], b[3]);
             }
         }
         // Pᵀ into st, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dpt.
@@ -292,22 +294,20 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
             }
         // dV += Pᵀ·dO and dK += dSᵀ·Q (dO, Q read transposed: k = query, n = head dim).
 #pragma unroll
-        for (int kk = 0; kk < BM / 16; ++kk) {
-            const uint32_t ap[4] = {pack2<T>(st[2 * kk][0], st[2 * kk][1]), pack2<T>(st[2 * kk][2], st[2 * kk][3]),
-                                    pack2<T>(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                                    pack2<T>(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-            const uint32_t as[4] = {pack2<T>(dpt[2 * kk][0], dpt[2 * kk][1]), pack2<T>(dpt[2 * kk][2], dpt[2 * kk][3]),
-                                    pack2<T>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                                    pack2<T>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+        for (int kk = 0; kk < BM / Op::K; ++kk) {
+            uint32_t ap[4];
+            Op::a_from_acc(ap, st, kk, lane);
+            uint32_t as[4];
+            Op::a_from_acc(as, dpt, kk, lane);
 #pragma unroll
             for (int d2 = 0; d2 < NO / 2; ++d2) {
                 uint32_t b[4];
-                ldsm_x4_t(b, a_addr<ST>(cdO, kk * 16, d2 * 16, lane, ES));
-                mma16816<T>(dv[2 * d2], ap, b[0], b[1]);
-                mma16816<T>(dv[2 * d2 + 1], ap, b[2], b[3]);
-                ldsm_x4_t(b, a_addr<ST>(cQ, kk * 16, d2 * 16, lane, ES));
-                mma16816<T>(dk[2 * d2], as, b[0], b[1]);
-                mma16816<T>(dk[2 * d2 + 1], as, b[2], b[3]);
+                Op::template load_bt2<ST>(b, cdO, kk * Op::K, d2 * 16, lane);
+                Op::mma(dv[2 * d2], ap, b[0], b[1]);
+                Op::mma(dv[2 * d2 + 1], ap, b[2], b[3]);
+                Op::template load_bt2<ST>(b, cQ, kk * Op::K, d2 * 16, lane);
+                Op::mma(dk[2 * d2], as, b[0], b[1]);
+                Op::mma(dk[2 * d2 + 1], as, b[2], b[3]);
             }
         }
         __syncthreads();

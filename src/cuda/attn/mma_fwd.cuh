@@ -1,4 +1,5 @@
-// mma_fwd.cuh — tensor-core forward (prec NATIVE, bf16/f16, FlashAttention-2 style).
+// mma_fwd.cuh — tensor-core forward (prec NATIVE: bf16/f16 m16n8k16; prec TF32: f32 inputs on
+// m16n8k8), FlashAttention-2 style, one body for both through the fragment policy MmaOp<T>.
 // One CTA per (64-query tile, q head, sequence), 4 warps × 16 query rows. K/V tiles of 64 keys
 // stream through shared memory with cp.async double buffering (the next tile is in flight while
 // the current one is multiplied); S = Q·Kᵀ and the online softmax stay in registers in the exp2
@@ -14,8 +15,9 @@ namespace fattn::cuda::attn {
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) mma_fwd_kernel(const AttnFwdParams p, const KArgs a) {
-    constexpr int BM = mma_fwd_bm(), BN = mma_fwd_bn(), ST = mma_stride(DB);
-    constexpr int NS = BN / 8, NO = DB / 8, KD = DB / 16, ES = sizeof(T);
+    constexpr int BM = mma_fwd_bm(), BN = mma_fwd_bn(), ST = mma_stride(DB, sizeof(T));
+    constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
+    using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];
     T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
     T *sK = sQ + BM * ST;                     // [2][BN, ST]
@@ -84,13 +86,13 @@ __global__ void __launch_bounds__(128) mma_fwd_kernel(const AttnFwdParams p, con
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk) {
             uint32_t aq[4];
-            ldsm_x4(aq, a_addr<ST>(sQ, warp * 16, kk * 16, lane, ES));
+            Op::template load_a<ST>(aq, sQ, warp * 16, kk * Op::K, lane);
 #pragma unroll
             for (int j2 = 0; j2 < NS / 2; ++j2) {
                 uint32_t b[4];
-                ldsm_x4(b, b_addr<ST>(cK, j2 * 16, kk * 16, lane, ES));
-                mma16816<T>(s[2 * j2], aq, b[0], b[1]);
-                mma16816<T>(s[2 * j2 + 1], aq, b[2], b[3]);
+                Op::template load_b2<ST>(b, cK, j2 * 16, kk * Op::K, lane);
+                Op::mma(s[2 * j2], aq, b[0], b[1]);
+                Op::mma(s[2 * j2 + 1], aq, b[2], b[3]);
             }
         }
 
@@ -137,16 +139,15 @@ __global__ void __launch_bounds__(128) mma_fwd_kernel(const AttnFwdParams p, con
 
         // O += P·V, P straight from the S registers.
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk) {
-            const uint32_t ap[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                                    pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        for (int kk = 0; kk < BN / Op::K; ++kk) {
+            uint32_t ap[4];
+            Op::a_from_acc(ap, s, kk, lane);
 #pragma unroll
             for (int d2 = 0; d2 < NO / 2; ++d2) {
                 uint32_t b[4];
-                ldsm_x4_t(b, a_addr<ST>(cV, kk * 16, d2 * 16, lane, ES));
-                mma16816<T>(o[2 * d2], ap, b[0], b[1]);
-                mma16816<T>(o[2 * d2 + 1], ap, b[2], b[3]);
+                Op::template load_bt2<ST>(b, cV, kk * Op::K, d2 * 16, lane);
+                Op::mma(o[2 * d2], ap, b[0], b[1]);
+                Op::mma(o[2 * d2 + 1], ap, b[2], b[3]);
             }
         }
         __syncthreads();  // the next iteration's prefetch overwrites this buffer

@@ -5,7 +5,7 @@
 // Families (attn_kernels.h):
 //   F32    -> SCALAR_F32 (strict fp32 FMA; any sm_75+; head dims up to 256)
 //   NATIVE -> MMA_NATIVE (bf16/f16 mma.sync m16n8k16; sm_80+; head-dim buckets 64/128)
-//   TF32   -> MMA_TF32   (f32 mma.sync m16n8k8; sm_80+)
+//   TF32   -> MMA_TF32   (f32 mma.sync m16n8k8; sm_80+; head-dim buckets 64/128)
 #include "cuda/attn/attn_kernels.h"
 #include "cuda/attn/tiles.h"
 #include "cuda/attn/workspace.h"
@@ -48,12 +48,18 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                       " > 128 is not instantiated for tensor cores (use prec F32)");
         c->family = Family::MMA_NATIVE;
         c->d_bucket = dmax <= 64 ? 64 : 128;
-        if (!smem_ok(mma_dq_smem(c->d_bucket), "the tensor-core dQ kernel")) return FATTN_ERR_UNSUPPORTED;
+        if (!smem_ok(mma_dq_smem(c->d_bucket, 2), "the tensor-core dQ kernel")) return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
     case FATTN_PREC_TF32:
         if (p.dtype != FATTN_F32) return no("prec TF32 needs f32 inputs");
         if (sm < 80) return no("prec TF32 needs sm_80+, device is sm_" + std::to_string(sm));
-        return no("prec TF32 is not implemented yet in the fused kernels (use prec F32)");
+        if (dmax > 128)
+            return no("prec TF32: head dim " + std::to_string(dmax) +
+                      " > 128 is not instantiated for tensor cores (use prec F32)");
+        c->family = Family::MMA_TF32;
+        c->d_bucket = dmax <= 64 ? 64 : 128;
+        if (!smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel")) return FATTN_ERR_UNSUPPORTED;
+        return FATTN_OK;
     default:
         return no("precision must be resolved (F32, TF32 or NATIVE) before selection");
     }

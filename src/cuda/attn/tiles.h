@@ -7,7 +7,7 @@
 
 namespace fattn::cuda::attn {
 
-// ---- tensor-core (mma.sync) kernels, templated on the head-dim bucket DB (64 or 128) ----
+// ---- tensor-core (mma.sync) kernels, templated on the element type and head-dim bucket DB ----
 // 4 warps: one warp owns 16 rows (the M of m16n8k16), 4 warps keep an SM busy with 2+ CTAs.
 constexpr int mma_threads() { return 128; }
 // Forward and dQ: 64 query rows per CTA (4 warps × 16 rows).
@@ -19,18 +19,19 @@ constexpr int mma_bwd_bn() { return 64; }
 // dK/dV: query tile; at DB 128 the dK+dV accumulators take 128 registers, so 32 query columns
 // keep Sᵀ and dPᵀ at 16 registers each and the kernel under 255 registers without spills.
 constexpr int mma_bwd_bm(int db) { return db > 64 ? 32 : 64; }
-// Shared-memory row stride in elements: +8 (16 bytes) shifts each row by 4 banks, so the 8 row
-// addresses of one ldmatrix hit 8 distinct 16-byte bank groups (no conflicts, no swizzle).
-constexpr int mma_stride(int db) { return db + 8; }
+// Shared-memory row stride in elements: +16 bytes shifts each row by 4 banks, so the 8 row
+// addresses of one ldmatrix (2-byte types) or the 8 g-rows × 4 t-columns of a tf32 fragment
+// load hit distinct banks (no conflicts, no swizzle). es = element size in bytes.
+constexpr int mma_stride(int db, size_t es) { return db + int(16 / es); }
 
-constexpr size_t mma_fwd_smem(int db) {  // Q + double-buffered K and V, 2-byte elements
-    return size_t(mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db) * 2;
+constexpr size_t mma_fwd_smem(int db, size_t es) {  // Q + double-buffered K and V
+    return size_t(mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db, es) * es;
 }
-constexpr size_t mma_dq_smem(int db) {  // Q, dO + double-buffered K and V
-    return size_t(2 * mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db) * 2;
+constexpr size_t mma_dq_smem(int db, size_t es) {  // Q, dO + double-buffered K and V
+    return size_t(2 * mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db, es) * es;
 }
-constexpr size_t mma_dkdv_smem(int db) {  // K, V + double-buffered Q, dO; lse, delta per buffer
-    return size_t(2 * mma_bwd_bn() + 4 * mma_bwd_bm(db)) * mma_stride(db) * 2 +
+constexpr size_t mma_dkdv_smem(int db, size_t es) {  // K, V + double-buffered Q, dO; lse, delta
+    return size_t(2 * mma_bwd_bn() + 4 * mma_bwd_bm(db)) * mma_stride(db, es) * es +
            size_t(4 * mma_bwd_bm(db)) * sizeof(float);
 }
 
