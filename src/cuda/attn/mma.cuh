@@ -82,6 +82,14 @@ __device__ __forceinline__ uint32_t b_addr(const E *base, int r0, int c0, int la
     return smem_u32(base + (r0 + (lane & 7) + (lane >> 4) * 8) * ST + c0 + ((lane >> 3) & 1) * 8);
 }
 
+// 2^x on the SFU (ex2.approx.ftz: ~2 ulp, -inf -> +0). The tensor-core paths round P to
+// bf16/f16/tf32 right after, so the accurate exp2f's extra instructions buy nothing there.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ uint32_t to_tf32(float x) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));

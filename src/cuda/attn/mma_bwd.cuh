@@ -119,6 +119,13 @@ __global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, cons
         // dS = P ∘ (dP − δ), kept in s.
         const int64_t n0 = n * BN;
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
+        if (full && !p.bias) {  // interior tile: every row has keys, so lse is finite
+#pragma unroll
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    s[j][e] = fast_exp2(s[j][e] * sl2 - lse2[e >> 1]) * (dp[j][e] - dl[e >> 1]);
+        } else
 #pragma unroll
         for (int j = 0; j < NS; ++j)
 #pragma unroll
@@ -130,7 +137,7 @@ __global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, cons
                 float x = s[j][e] * sl2;
                 if (ok && p.bias)
                     x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi[r]) * p.bias_si + sr.kv_begin + kj) * kLog2e;
-                const float pr = ok ? exp2f(x - lse2[r]) : 0.f;
+                const float pr = ok ? fast_exp2(x - lse2[r]) : 0.f;
                 s[j][e] = pr * (dp[j][e] - dl[r]);
             }
         // dQ += dS·K (K read transposed: k = key, n = head dim).
@@ -272,6 +279,17 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         }
         // Pᵀ into st, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dpt.
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
+        if (full && !p.bias) {  // interior tile: every query row has keys, so lse is finite
+#pragma unroll
+            for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int c = j * 8 + 2 * t4 + (e & 1);
+                    const float pr = fast_exp2(st[j][e] * sl2 - cL[c]);
+                    st[j][e] = pr;
+                    dpt[j][e] = pr * (dpt[j][e] - cD[c]);
+                }
+        } else
 #pragma unroll
         for (int j = 0; j < NQ; ++j)
 #pragma unroll
@@ -288,7 +306,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
                 float x = st[j][e] * sl2;
                 if (ok && p.bias)
                     x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[r]) * kLog2e;
-                const float pr = ok ? exp2f(x - cL[c]) : 0.f;
+                const float pr = ok ? fast_exp2(x - cL[c]) : 0.f;
                 st[j][e] = pr;
                 dpt[j][e] = pr * (dpt[j][e] - cD[c]);
             }

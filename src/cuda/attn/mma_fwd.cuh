@@ -98,19 +98,28 @@ __global__ void __launch_bounds__(128) mma_fwd_kernel(const AttnFwdParams p, con
 
         // logits in the log2 domain, masked to -inf; then the online softmax per row.
         const int64_t n0 = n * BN;
+        // Interior tiles without a bias (the common case) take one multiply per element; the
+        // per-element mask and bias cost issue slots the mma pipe would otherwise get.
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
+        if (full && !p.bias) {
 #pragma unroll
-        for (int j = 0; j < NS; ++j)
+            for (int j = 0; j < NS; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e >> 1;
-                const int64_t kj = n0 + j * 8 + 2 * t4 + (e & 1);
-                const bool ok = full || (qi[r] < lq && kj < lkv && kj >= lo[r] && kj <= hi[r]);
-                float x = s[j][e] * sl2;
-                if (ok && p.bias)
-                    x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi[r]) * p.bias_si + sr.kv_begin + kj) * kLog2e;
-                s[j][e] = ok ? x : -INFINITY;
-            }
+                for (int e = 0; e < 4; ++e) s[j][e] *= sl2;
+        } else {
+#pragma unroll
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = e >> 1;
+                    const int64_t kj = n0 + j * 8 + 2 * t4 + (e & 1);
+                    const bool ok = full || (qi[r] < lq && kj < lkv && kj >= lo[r] && kj <= hi[r]);
+                    float x = s[j][e] * sl2;
+                    if (ok && p.bias)
+                        x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi[r]) * p.bias_si + sr.kv_begin + kj) * kLog2e;
+                    s[j][e] = ok ? x : -INFINITY;
+                }
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float mx = -INFINITY;
@@ -120,13 +129,13 @@ __global__ void __launch_bounds__(128) mma_fwd_kernel(const AttnFwdParams p, con
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float mnew = fmaxf(mrow[r], mx);
             const float base = mnew == -INFINITY ? 0.f : mnew;  // fully masked so far: p = 0, no NaN
-            const float alpha = exp2f(mrow[r] - base);
+            const float alpha = fast_exp2(mrow[r] - base);
             mrow[r] = mnew;
             float ps = 0.f;
 #pragma unroll
             for (int j = 0; j < NS; ++j) {
-                s[j][2 * r] = exp2f(s[j][2 * r] - base);
-                s[j][2 * r + 1] = exp2f(s[j][2 * r + 1] - base);
+                s[j][2 * r] = fast_exp2(s[j][2 * r] - base);
+                s[j][2 * r + 1] = fast_exp2(s[j][2 * r + 1] - base);
                 ps += s[j][2 * r] + s[j][2 * r + 1];
             }
             lrow[r] = lrow[r] * alpha + ps;  // per-thread partial; the quad is summed at the end
