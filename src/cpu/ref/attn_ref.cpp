@@ -252,4 +252,121 @@ void gather(const AttnBwdParams &a, Problem *p, Tensors *t) {
                         decode(a.dout, a.dtype, b * a.do_sb + i * a.do_ss + h * a.do_sh + d);
 }
 
+// ---------------------------------------------------------------- sampled layer
+
+namespace {
+
+Mask mask_of(const AttnFwdParams &a) {
+    Mask m;
+    m.window_left = a.win_left;
+    m.window_right = a.win_right;
+    m.window_bottom_right = a.bottom_right;
+    return m;
+}
+
+Seq seq_of(const AttnFwdParams &a, int64_t s) {
+    if (!a.cu_seqlens_q) return Seq{s, 0, a.seqlen_q, 0, a.seqlen_kv};
+    return Seq{0, a.cu_seqlens_q[s], int64_t(a.cu_seqlens_q[s + 1]) - a.cu_seqlens_q[s], a.cu_seqlens_kv[s],
+               int64_t(a.cu_seqlens_kv[s + 1]) - a.cu_seqlens_kv[s]};
+}
+
+// Logit of (row i, key j) of head h in sequence sq, -inf when masked.
+double logit(const AttnFwdParams &a, const Seq &sq, const Mask &m, int64_t h, int64_t i, int64_t j) {
+    if (!key_allowed(m, i, j, sq.lq, sq.lk)) return kNegInf;
+    const int64_t hk = h / (a.hq / a.hkv), gi = sq.q0 + i, gj = sq.k0 + j;
+    double dot = 0.0;
+    for (int64_t d = 0; d < a.d; ++d)
+        dot += decode(a.q, a.dtype, sq.b * a.q_sb + gi * a.q_ss + h * a.q_sh + d) *
+               decode(a.k, a.dtype, sq.b * a.k_sb + gj * a.k_ss + hk * a.k_sh + d);
+    double s = double(a.scale) * dot;
+    if (a.bias) s += decode(a.bias, a.bias_dtype, sq.b * a.bias_sb + h * a.bias_sh + gi * a.bias_si + gj);
+    return s;
+}
+
+// dP_ij = dO_i · v_j
+double dlogit_p(const AttnBwdParams &a, const Seq &sq, int64_t h, int64_t i, int64_t j) {
+    const int64_t hk = h / (a.hq / a.hkv), gi = sq.q0 + i, gj = sq.k0 + j;
+    const int64_t dv = static_cast<const AttnFwdParams &>(a).dv;
+    double acc = 0.0;
+    for (int64_t d = 0; d < dv; ++d)
+        acc += decode(a.dout, a.dtype, sq.b * a.do_sb + gi * a.do_ss + h * a.do_sh + d) *
+               decode(a.v, a.dtype, sq.b * a.v_sb + gj * a.v_ss + hk * a.v_sh + d);
+    return acc;
+}
+
+}  // namespace
+
+void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r) {
+    const AttnFwdParams &f = a;
+    const Seq sq = seq_of(f, s);
+    const Mask m = mask_of(f);
+    const int64_t hk = h / (f.hq / f.hkv);
+    std::vector<double> S(size_t(sq.lk)), P(size_t(sq.lk), 0.0), dP(size_t(sq.lk), 0.0);
+    double mx = kNegInf;
+    r->nvis = 0;
+    for (int64_t j = 0; j < sq.lk; ++j) {
+        S[size_t(j)] = logit(f, sq, m, h, i, j);
+        mx = std::fmax(mx, S[size_t(j)]);
+        r->nvis += S[size_t(j)] != kNegInf;
+    }
+    r->o.assign(size_t(f.dv), 0.0);
+    r->dq.assign(size_t(f.d), 0.0);
+    r->lse = kNegInf;
+    if (mx == kNegInf) return;
+    double sum = 0.0;
+    for (int64_t j = 0; j < sq.lk; ++j) sum += std::exp(S[size_t(j)] - mx);
+    r->lse = mx + std::log(sum);
+    double D = 0.0;
+    for (int64_t j = 0; j < sq.lk; ++j) {
+        P[size_t(j)] = std::exp(S[size_t(j)] - r->lse);
+        if (P[size_t(j)] == 0.0) continue;
+        dP[size_t(j)] = dlogit_p(a, sq, h, i, j);
+        D += P[size_t(j)] * dP[size_t(j)];
+        for (int64_t d = 0; d < f.dv; ++d)
+            r->o[size_t(d)] += P[size_t(j)] * decode(f.v, f.dtype, sq.b * f.v_sb + (sq.k0 + j) * f.v_ss + hk * f.v_sh + d);
+    }
+    for (int64_t j = 0; j < sq.lk; ++j) {
+        double ds = P[size_t(j)] * (dP[size_t(j)] - D);
+        if (ds == 0.0) continue;
+        for (int64_t d = 0; d < f.d; ++d)
+            r->dq[size_t(d)] += double(f.scale) * ds * decode(f.k, f.dtype, sq.b * f.k_sb + (sq.k0 + j) * f.k_ss + hk * f.k_sh + d);
+    }
+}
+
+int64_t rows_seeing_key(const AttnFwdParams &f, int64_t s, int64_t j) {
+    const Seq sq = seq_of(f, s);
+    const Mask m = mask_of(f);
+    int64_t n = 0;
+    for (int64_t i = 0; i < sq.lq; ++i) n += key_allowed(m, i, j, sq.lq, sq.lk);
+    return n;
+}
+
+void attn_key(const AttnBwdParams &a, int64_t s, int64_t hk, int64_t j, std::vector<double> *dk,
+              std::vector<double> *dv) {
+    const AttnFwdParams &f = a;
+    const Seq sq = seq_of(f, s);
+    const Mask m = mask_of(f);
+    const int64_t group = f.hq / f.hkv;
+    dk->assign(size_t(f.d), 0.0);
+    dv->assign(size_t(f.dv), 0.0);
+    RowRef row;
+    for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
+        for (int64_t i = 0; i < sq.lq; ++i) {
+            if (!key_allowed(m, i, j, sq.lq, sq.lk)) continue;
+            const double sij = logit(f, sq, m, h, i, j);
+            if (sij == kNegInf) continue;
+            // Row statistics: lse_i and D_i = Σ_j' P_ij' dP_ij' = dO_i · o_i.
+            attn_row(a, s, h, i, &row);
+            const double pij = std::exp(sij - row.lse);
+            double D = 0.0;
+            for (int64_t d = 0; d < f.dv; ++d)
+                D += row.o[size_t(d)] * decode(a.dout, f.dtype, sq.b * a.do_sb + (sq.q0 + i) * a.do_ss + h * a.do_sh + d);
+            const double ds = pij * (dlogit_p(a, sq, h, i, j) - D);
+            for (int64_t d = 0; d < f.d; ++d)
+                (*dk)[size_t(d)] += double(f.scale) * ds * decode(f.q, f.dtype, sq.b * f.q_sb + (sq.q0 + i) * f.q_ss + h * f.q_sh + d);
+            for (int64_t d = 0; d < f.dv; ++d)
+                (*dv)[size_t(d)] += pij * decode(a.dout, f.dtype, sq.b * a.do_sb + (sq.q0 + i) * a.do_ss + h * a.do_sh + d);
+        }
+}
+
 }  // namespace fattn::ref

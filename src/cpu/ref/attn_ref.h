@@ -67,6 +67,22 @@ void attn_bwd(const Problem &p, const Tensors &t, Outputs *out, bool want_dbias 
 void gather(const AttnFwdParams &p, Problem *prob, Tensors *t);
 void gather(const AttnBwdParams &p, Problem *prob, Tensors *t);
 
+// Sampled layer, for problems too big to materialize (fattn-test's large cases): single rows
+// and single keys, read straight from host views, same definitions, O(keys·D) per row.
+struct RowRef {
+    double lse = 0;                // -inf when the row sees no key
+    int64_t nvis = 0;              // keys with a finite logit
+    std::vector<double> o, dq;     // [Dv], [D]
+};
+// Query row i (index inside sequence s) of query head h.
+void attn_row(const AttnBwdParams &p, int64_t s, int64_t h, int64_t i, RowRef *r);
+// Rows of sequence s that the masks let see key j (bias -inf aside).
+int64_t rows_seeing_key(const AttnFwdParams &p, int64_t s, int64_t j);
+// dk [D] and dv [Dv] of key j (inside sequence s) of kv head hk: every query head of its group,
+// every row that may see it.
+void attn_key(const AttnBwdParams &p, int64_t s, int64_t hk, int64_t j, std::vector<double> *dk,
+              std::vector<double> *dv);
+
 // Decode one stored element (own implementation of f16/bf16, independent of core/dtype.h).
 double decode(const void *base, fattn_dtype t, int64_t i);
 
