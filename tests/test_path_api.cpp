@@ -1,0 +1,212 @@
+// test_path_api.cpp — validation of the PaTH C API: one test per rule, checking the status and
+// that the message names the argument; plus defaults, the empty no-op, caller workspace size,
+// the CUDA refusal, and the memory model's terms.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fattn/fattn.h"
+
+namespace {
+
+// A small valid problem whose views each test then breaks one way.
+struct Views {
+    int64_t B = 1, T = 70, HQ = 4, H = 2, K = 32, V = 16;
+    std::vector<float> q, k, v, w, beta, g, o, lse, dout, dq, dk, dv, dw, db, dg;
+    fattn_tensor tq, tk, tv, tw, tb, tg, to, tl, tdo, tdq, tdk, tdv, tdw, tdb, tdg;
+    std::vector<int32_t> cu = {0, 30, 70};
+    fattn_path_params p = fattn_path_params_default();
+    fattn_ctx_t *ctx = nullptr;
+    Views() {
+        auto mk = [&](std::vector<float> &buf, fattn_tensor &t, int64_t a, int64_t b, int64_t c, int64_t d, float fill) {
+            buf.assign(size_t(a * b * c * d), fill);
+            t = fattn_tensor_contiguous(buf.data(), FATTN_F32, a, b, c, d);
+        };
+        mk(q, tq, B, T, HQ, K, 0.1f);
+        mk(k, tk, B, T, H, K, 0.2f);
+        mk(v, tv, B, T, H, V, 0.3f);
+        mk(w, tw, B, T, H, K, 0.f);
+        for (size_t i = 0; i < w.size(); i += size_t(K)) w[i] = 1.f;  // unit w
+        mk(beta, tb, B, T, H, 1, 1.5f);
+        mk(g, tg, B, T, HQ, 1, -0.01f);
+        mk(o, to, B, T, HQ, V, 0.f);
+        mk(lse, tl, B, HQ, T, 1, 0.f);
+        mk(dout, tdo, B, T, HQ, V, 1.f);
+        mk(dq, tdq, B, T, HQ, K, 0.f);
+        mk(dk, tdk, B, T, H, K, 0.f);
+        mk(dv, tdv, B, T, H, V, 0.f);
+        mk(dw, tdw, B, T, H, K, 0.f);
+        mk(db, tdb, B, T, H, 1, 0.f);
+        mk(dg, tdg, B, T, HQ, 1, 0.f);
+        EXPECT_EQ(fattn_ctx_init_cpu(1, &ctx), FATTN_OK);
+    }
+    ~Views() { fattn_ctx_free(ctx); }
+    fattn_status fwd() { return fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, nullptr, 0); }
+    fattn_status bwd() {
+        return fattn_path_bwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, &tdo, &tdq, &tdk, &tdv, &tdw, &tdb,
+                              &tdg, nullptr, 0);
+    }
+    std::string err() const { return fattn_ctx_last_error(ctx); }
+};
+
+#define EXPECT_FAILS(call, status, prefix)                                        \
+    do {                                                                          \
+        EXPECT_EQ(call, status);                                                  \
+        EXPECT_EQ(v.err().rfind(prefix, 0), 0u) << "message: " << v.err();        \
+    } while (0)
+
+TEST(PathApi, ValidProblemRuns) {
+    Views v;
+    EXPECT_EQ(v.fwd(), FATTN_OK) << v.err();
+    EXPECT_EQ(v.bwd(), FATTN_OK) << v.err();
+    v.p.cu_seqlens = v.cu.data(), v.p.num_seqs = 2;
+    EXPECT_EQ(v.fwd(), FATTN_OK) << v.err();
+    char why[256];
+    EXPECT_EQ(fattn_path_supports(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, why, sizeof why), FATTN_OK);
+    EXPECT_STREQ(why, "");
+}
+
+TEST(PathApi, Defaults) {
+    fattn_path_params p = fattn_path_params_default();
+    EXPECT_EQ(p.scale, 0.f);
+    EXPECT_EQ(p.history, FATTN_PATH_HISTORY_PACKED);
+    EXPECT_EQ(p.check, FATTN_PATH_CHECK_STRICT);
+    EXPECT_EQ(p.cu_seqlens, nullptr);
+}
+
+TEST(PathApi, GqaHeads) {
+    Views v;
+    v.tq.ne[2] = 3;
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_GQA_HEADS, "q: ");
+}
+
+TEST(PathApi, HeadDims) {
+    Views v;
+    v.tq.ne[3] = v.tk.ne[3] = v.tw.ne[3] = 24;  // consistent but unsupported
+    v.tq = fattn_tensor_contiguous(v.q.data(), FATTN_F32, 1, 70, 4, 24);
+    v.tk = fattn_tensor_contiguous(v.k.data(), FATTN_F32, 1, 70, 2, 24);
+    v.tw = fattn_tensor_contiguous(v.w.data(), FATTN_F32, 1, 70, 2, 24);
+    char why[256];
+    EXPECT_EQ(fattn_path_supports(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, why, sizeof why),
+              FATTN_ERR_BAD_HEAD_DIM);
+    EXPECT_NE(std::string(why).find("K = 24"), std::string::npos) << why;
+}
+
+TEST(PathApi, ShapeMismatch) {
+    Views v;
+    v.tk.ne[3] = 64;
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_SHAPE_MISMATCH, "k: ne[3]");
+    Views v2;
+    v2.tb.ne[2] = 4;
+    EXPECT_EQ(v2.fwd(), FATTN_ERR_SHAPE_MISMATCH);
+    EXPECT_EQ(v2.err().rfind("beta: ne[2]", 0), 0u) << v2.err();
+    Views v3;
+    v3.tl.ne[2] = 69;
+    EXPECT_EQ(v3.fwd(), FATTN_ERR_SHAPE_MISMATCH);
+    EXPECT_EQ(v3.err().rfind("lse: ", 0), 0u) << v3.err();
+}
+
+TEST(PathApi, Dtypes) {
+    Views v;
+    v.tw.dtype = FATTN_F16;
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_DTYPE_MISMATCH, "w: dtype");
+    Views v2;
+    v2.tk.dtype = FATTN_BF16;
+    EXPECT_EQ(v2.fwd(), FATTN_ERR_DTYPE_MISMATCH);
+    EXPECT_EQ(v2.err().rfind("k: dtype", 0), 0u) << v2.err();
+}
+
+TEST(PathApi, Strides) {
+    Views v;
+    v.tq.nb[3] = 2;
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_STRIDE, "q: nb[3]");
+    Views v2;
+    v2.to.nb[1] = 0;
+    EXPECT_EQ(v2.fwd(), FATTN_ERR_BAD_STRIDE);
+    EXPECT_EQ(v2.err().rfind("o: nb[1]", 0), 0u) << v2.err();
+}
+
+TEST(PathApi, NullPointers) {
+    Views v;
+    EXPECT_EQ(fattn_path_fwd(v.ctx, &v.p, &v.tq, nullptr, &v.tv, &v.tw, &v.tb, &v.tg, &v.to, &v.tl, nullptr, 0),
+              FATTN_ERR_NULL_POINTER);
+    EXPECT_EQ(v.err().rfind("k: ", 0), 0u) << v.err();
+    v.tdg.data = nullptr;  // g given, dg missing
+    EXPECT_FAILS(v.bwd(), FATTN_ERR_NULL_POINTER, "dg: ");
+    EXPECT_EQ(fattn_path_fwd(nullptr, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &v.to, &v.tl, nullptr, 0),
+              FATTN_ERR_NULL_POINTER);
+}
+
+TEST(PathApi, Seqlens) {
+    Views v;
+    v.p.cu_seqlens = v.cu.data(), v.p.num_seqs = 2;
+    v.cu[2] = 69;
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens: ");
+    v.cu = {0, 40, 30};
+    v.p.cu_seqlens = v.cu.data();
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens: decreases");
+}
+
+TEST(PathApi, BadValues) {
+    Views v;
+    v.p.scale = NAN;
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_VALUE, "scale: ");
+    Views v2;
+    v2.p.history = fattn_path_history(7);
+    EXPECT_EQ(v2.fwd(), FATTN_ERR_BAD_VALUE);
+    EXPECT_EQ(v2.err().rfind("history: ", 0), 0u);
+}
+
+TEST(PathApi, Overlap) {
+    Views v;
+    v.tdk.data = v.tdq.data;
+    EXPECT_EQ(v.bwd(), FATTN_ERR_OVERLAP);
+}
+
+TEST(PathApi, WorkspaceTooSmall) {
+    Views v;
+    fattn_path_workspace_info info;
+    ASSERT_EQ(fattn_path_workspace_size(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, FATTN_DIR_FWD, &info),
+              FATTN_OK);
+    std::vector<uint8_t> ws(info.total_bytes);
+    EXPECT_EQ(fattn_path_fwd(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &v.to, &v.tl, ws.data(),
+                             ws.size() - 1),
+              FATTN_ERR_WORKSPACE_TOO_SMALL);
+    EXPECT_EQ(fattn_path_fwd(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &v.to, &v.tl, ws.data(),
+                             ws.size()),
+              FATTN_OK);
+}
+
+TEST(PathApi, EmptyIsANoOp) {
+    Views v;
+    v.tq.ne[1] = v.tk.ne[1] = v.tv.ne[1] = v.tw.ne[1] = v.tb.ne[1] = v.tg.ne[1] = v.to.ne[1] = v.tl.ne[2] = 0;
+    EXPECT_EQ(v.fwd(), FATTN_OK) << v.err();
+}
+
+TEST(PathApi, CudaContextIsUnsupported) {
+    fattn_ctx_t *cuda = nullptr;
+    if (fattn_ctx_init_cuda(0, nullptr, &cuda) != FATTN_OK) GTEST_SKIP() << "no CUDA backend/device";
+    Views v;
+    EXPECT_EQ(fattn_path_fwd(cuda, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &v.to, &v.tl, nullptr, 0),
+              FATTN_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(fattn_ctx_last_error(cuda)).find("CPU backend only"), std::string::npos);
+    fattn_ctx_free(cuda);
+}
+
+TEST(PathApi, MemoryModelTerms) {
+    Views v;
+    fattn_path_memory_info m;
+    ASSERT_EQ(fattn_path_memory(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &m), FATTN_OK);
+    const uint64_t f = 4, R = 70;
+    EXPECT_EQ(m.inputs_bytes, R * (4 * 32 + 2 * 32 + 2 * 16 + 2 * 32 + 2 + 4) * f);
+    EXPECT_EQ(m.saved_bytes, R * (4 * 16 + 4) * f);
+    EXPECT_EQ(m.history_packed_bytes, 0u);  // T = 70 < 512: no history at all
+    EXPECT_EQ(m.history_rectangular_bytes, 0u + R * 1 * 4 * 32 * f);
+    EXPECT_EQ(m.fwd_peak_bytes, m.inputs_bytes + m.saved_bytes + m.fwd_workspace_bytes);
+    EXPECT_EQ(m.bwd_peak_bytes, m.inputs_bytes + m.saved_bytes + m.grads_bytes + m.bwd_workspace_bytes);
+    EXPECT_GT(m.bwd_workspace_bytes, m.fwd_workspace_bytes);
+}
+
+}  // namespace
