@@ -1,0 +1,327 @@
+// path_cases.cpp — the PaTH family of fattn-test (registered as "path").
+//
+// Modes: test (blocked CPU backend through the C API vs the float64 oracle, every output, FLA's
+// err_ratio = rms(out - ref) / rms(ref)), grad (oracle vs central finite differences for q, k, v,
+// w, beta, g), determinism (threads 1 vs --threads, bitwise), support (what runs), perf (one
+// timing line per case). Workspaces and outputs are NaN-poisoned before each call; every
+// reference output is asserted non-zero. CUDA: PaTH is CPU-only in this version, so a CUDA run
+// checks that the API answers FATTN_ERR_UNSUPPORTED (never a silent CPU run) and reports SKIP.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "cpu/ref/path_ref.h"
+#include "fattn/fattn.h"
+#include "test/registry.h"
+
+namespace {
+
+using namespace fattn_test;
+
+struct PCase {
+    const char *name;
+    int64_t B, T, Hq, H, K, V;
+    std::vector<int32_t> cu;
+    bool gate;
+    fattn_dtype dt;
+    fattn_path_history hist;
+    double beta_lo;  // beta ~ U(beta_lo, 2): near 2, long-range paths keep their weight
+    bool quick;      // part of --quick
+};
+
+const std::vector<PCase> &table() {
+    static const std::vector<PCase> t = {
+        {"path/dense_T97_gqa_K16_V32_gate_f32", 2, 97, 2, 1, 16, 32, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 0.3, true},
+        {"path/dense_T512_mha_K64_gate_f32", 1, 512, 2, 2, 64, 64, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.5, false},
+        {"path/dense_T513_gqa_K32_V16_f32", 1, 513, 2, 1, 32, 16, {}, false, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.9, true},
+        {"path/dense_T1025_K64_gate_f32", 1, 1025, 1, 1, 64, 64, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95, false},
+        {"path/varlen_15_333_900_K32_gate_f32", 1, 1248, 2, 1, 32, 32, {0, 15, 348, 1248}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95, false},
+        {"path/dense_T1100_rect_K64_f32", 1, 1100, 2, 1, 64, 64, {}, false, FATTN_F32, FATTN_PATH_HISTORY_RECTANGULAR, 1.95, false},
+        {"path/dense_T640_K128_gate_bf16", 1, 640, 2, 2, 128, 128, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.5, false},
+        {"path/varlen_gqa_K64_f16", 1, 1100, 4, 2, 64, 64, {0, 100, 613, 1100}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, true},
+    };
+    return t;
+}
+
+struct Buf {
+    fattn_dtype dt = FATTN_F32;
+    std::vector<uint8_t> bytes;
+    std::vector<double> val;
+    void alloc(fattn_dtype t, int64_t n) {
+        dt = t;
+        bytes.assign(size_t(n) * fattn_dtype_size(t), 0xFF);  // NaN in every dtype
+        val.assign(size_t(n), 0.0);
+    }
+    void set(int64_t i, double x) {
+        fattn::store_f32(bytes.data(), dt, i, float(x));
+        val[size_t(i)] = fattn::load_f32(bytes.data(), dt, i);
+    }
+    void read() {
+        for (size_t i = 0; i < val.size(); ++i) val[i] = fattn::load_f32(bytes.data(), dt, int64_t(i));
+    }
+};
+
+struct Run {
+    PCase c;
+    Buf q, k, v, w, beta, g, dout, o, lse, dq, dk, dv, dw, db, dg;
+    void inputs(uint32_t seed) {
+        std::mt19937 rng(seed);
+        std::normal_distribution<double> nd;
+        std::uniform_real_distribution<double> ub(c.beta_lo, 2.0), ug(-0.02, 0.0);
+        const int64_t R = c.B * c.T;
+        q.alloc(c.dt, R * c.Hq * c.K), k.alloc(c.dt, R * c.H * c.K), v.alloc(c.dt, R * c.H * c.V);
+        w.alloc(FATTN_F32, R * c.H * c.K), beta.alloc(FATTN_F32, R * c.H), dout.alloc(c.dt, R * c.Hq * c.V);
+        for (Buf *b : {&q, &k, &v, &dout})
+            for (size_t i = 0; i < b->val.size(); ++i) b->set(int64_t(i), nd(rng));
+        std::vector<double> x(size_t(c.K));
+        for (int64_t r = 0; r < R * c.H; ++r) {
+            double n = 0;
+            for (auto &e : x) n += (e = nd(rng)) * e;
+            for (int64_t d = 0; d < c.K; ++d) w.set(r * c.K + d, x[size_t(d)] / std::sqrt(n));
+            beta.set(r, ub(rng));
+        }
+        if (c.gate) {
+            g.alloc(FATTN_F32, R * c.Hq);
+            for (size_t i = 0; i < g.val.size(); ++i) g.set(int64_t(i), ug(rng));
+        }
+    }
+    fattn_tensor t(Buf &b, int64_t n2, int64_t n3) { return fattn_tensor_contiguous(b.bytes.data(), b.dt, c.B, c.T, n2, n3); }
+    // fwd + bwd; returns "" or the error.
+    std::string go(fattn_ctx_t *ctx, double *ms) {
+        const int64_t R = c.B * c.T;
+        o.alloc(c.dt, R * c.Hq * c.V), lse.alloc(FATTN_F32, R * c.Hq), dq.alloc(c.dt, R * c.Hq * c.K);
+        dk.alloc(c.dt, R * c.H * c.K), dv.alloc(c.dt, R * c.H * c.V), dw.alloc(FATTN_F32, R * c.H * c.K);
+        db.alloc(FATTN_F32, R * c.H);
+        if (c.gate) dg.alloc(FATTN_F32, R * c.Hq);
+        fattn_path_params p = fattn_path_params_default();
+        if (!c.cu.empty()) p.cu_seqlens = c.cu.data(), p.num_seqs = int64_t(c.cu.size()) - 1;
+        p.history = c.hist;
+        fattn_tensor tq = t(q, c.Hq, c.K), tk = t(k, c.H, c.K), tv = t(v, c.H, c.V), tw = t(w, c.H, c.K),
+                     tb = t(beta, c.H, 1), tg = c.gate ? t(g, c.Hq, 1) : fattn_tensor_none(), to = t(o, c.Hq, c.V),
+                     tl = fattn_tensor_contiguous(lse.bytes.data(), FATTN_F32, c.B, c.Hq, c.T, 1),
+                     tdo = t(dout, c.Hq, c.V), tdq = t(dq, c.Hq, c.K), tdk = t(dk, c.H, c.K), tdv = t(dv, c.H, c.V),
+                     tdw = t(dw, c.H, c.K), tdb = t(db, c.H, 1), tdg = c.gate ? t(dg, c.Hq, 1) : fattn_tensor_none();
+        fattn_path_workspace_info wf{}, wb{};
+        if (fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_FWD, &wf) != FATTN_OK ||
+            fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_BWD, &wb) != FATTN_OK)
+            return fattn_ctx_last_error(ctx);
+        std::vector<uint8_t> ws(size_t(std::max(wf.total_bytes, wb.total_bytes)) + 1, 0xFF);
+        auto t0 = std::chrono::steady_clock::now();
+        fattn_status s = fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, ws.data(), wf.total_bytes);
+        if (s != FATTN_OK) return std::string(fattn_status_string(s)) + ": " + fattn_ctx_last_error(ctx);
+        std::fill(ws.begin(), ws.end(), 0xFF);
+        s = fattn_path_bwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, &tdo, &tdq, &tdk, &tdv, &tdw, &tdb, &tdg,
+                           ws.data(), wb.total_bytes);
+        if (ms) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (s != FATTN_OK) return std::string(fattn_status_string(s)) + ": " + fattn_ctx_last_error(ctx);
+        for (Buf *b : {&o, &lse, &dq, &dk, &dv, &dw, &db}) b->read();
+        if (c.gate) dg.read();
+        return "";
+    }
+};
+
+fattn::ref::PathRefShape shape_of(const PCase &c) {
+    fattn::ref::PathRefShape s;
+    s.B = c.B, s.T = c.T, s.Hq = c.Hq, s.H = c.H, s.K = c.K, s.V = c.V, s.cu_seqlens = c.cu;
+    return s;
+}
+
+void mode_test(const Options &o, Summary &sum, const PCase &c) {
+    Run r;
+    r.c = c;
+    r.inputs(7);
+    fattn_ctx_t *ctx = nullptr;
+    fattn_ctx_init_cpu(o.threads, &ctx);
+    std::string e = r.go(ctx, nullptr);
+    fattn_ctx_free(ctx);
+    if (!e.empty()) return record(sum, Outcome::FAIL, c.name, e);
+    auto s = shape_of(c);
+    std::vector<double> ro(r.o.val.size()), rl(r.lse.val.size()), rq(r.dq.val.size()), rk(r.dk.val.size()),
+        rv(r.dv.val.size()), rw(r.dw.val.size()), rb(r.db.val.size()), rg(size_t(c.B * c.T * c.Hq));
+    const double *g = c.gate ? r.g.val.data() : nullptr;
+    fattn::ref::path_ref_fwd(s, r.q.val.data(), r.k.val.data(), r.v.val.data(), r.w.val.data(), r.beta.val.data(), g,
+                             ro.data(), rl.data());
+    fattn::ref::path_ref_bwd(s, r.q.val.data(), r.k.val.data(), r.v.val.data(), r.w.val.data(), r.beta.val.data(), g,
+                             r.dout.val.data(), rq.data(), rk.data(), rv.data(), rw.data(), rb.data(), rg.data());
+    // f32: tight; f16/bf16: FLA's per-gradient ratios (PATH.md §7.2).
+    const bool f32 = c.dt == FATTN_F32, bf = c.dt == FATTN_BF16;
+    struct C {
+        const char *n;
+        const std::vector<double> &x, &ref;
+        double tol;
+    };
+    std::vector<C> cs = {{"o", r.o.val, ro, f32 ? 3e-5 : 0.005},   {"lse", r.lse.val, rl, f32 ? 3e-5 : 0.005},
+                         {"dq", r.dq.val, rq, f32 ? 3e-5 : bf ? 0.008 : 0.005},
+                         {"dk", r.dk.val, rk, f32 ? 3e-5 : bf ? 0.008 : 0.005},
+                         {"dv", r.dv.val, rv, f32 ? 3e-5 : bf ? 0.008 : 0.005},
+                         {"dw", r.dw.val, rw, f32 ? 3e-5 : bf ? 0.015 : 0.005},
+                         {"dbeta", r.db.val, rb, f32 ? 3e-5 : bf ? 0.02 : 0.005}};
+    if (c.gate) cs.push_back({"dg", r.dg.val, rg, f32 ? 3e-5 : bf ? 0.02 : 0.005});
+    bool ok = true;
+    std::string detail;
+    char buf[96];
+    for (const C &m : cs) {
+        double se = 0, sr = 0;
+        bool finite = true;
+        for (size_t i = 0; i < m.x.size(); ++i) {
+            finite = finite && std::isfinite(m.x[i]);
+            se += (m.x[i] - m.ref[i]) * (m.x[i] - m.ref[i]);
+            sr += m.ref[i] * m.ref[i];
+        }
+        const double ratio = finite ? std::sqrt(se / (sr + 1e-300)) : INFINITY;
+        const bool good = finite && ratio < m.tol && sr > 0;
+        ok = ok && good;
+        if (!good || o.verbose || &m == &cs.front() || std::string(m.n) == "dw") {
+            std::snprintf(buf, sizeof buf, "%s%s %.1e%s", detail.empty() ? "" : " ", m.n, ratio,
+                          sr > 0 ? "" : "(ref 0!)");
+            detail += buf;
+        }
+    }
+    record(sum, ok ? Outcome::PASS : Outcome::FAIL, c.name, detail);
+}
+
+void mode_determinism(const Options &o, Summary &sum, const PCase &c) {
+    Run a, b;
+    a.c = b.c = c;
+    a.inputs(9);
+    b.inputs(9);
+    fattn_ctx_t *c1 = nullptr, *cn = nullptr;
+    fattn_ctx_init_cpu(1, &c1);
+    fattn_ctx_init_cpu(std::max(2, o.threads), &cn);
+    std::string e = a.go(c1, nullptr);
+    if (e.empty()) e = b.go(cn, nullptr);
+    fattn_ctx_free(c1);
+    fattn_ctx_free(cn);
+    if (!e.empty()) return record(sum, Outcome::FAIL, c.name, e);
+    std::string diff;
+    for (auto [x, y, n] : {std::tuple{&a.o, &b.o, "o"}, {&a.lse, &b.lse, "lse"}, {&a.dq, &b.dq, "dq"},
+                           {&a.dk, &b.dk, "dk"}, {&a.dv, &b.dv, "dv"}, {&a.dw, &b.dw, "dw"}, {&a.db, &b.db, "dbeta"},
+                           {&a.dg, &b.dg, "dg"}})
+        if (x->bytes != y->bytes) diff += std::string(" ") + n;
+    record(sum, diff.empty() ? Outcome::PASS : Outcome::FAIL, c.name,
+           diff.empty() ? "bitwise equal, threads 1 vs " + std::to_string(std::max(2, o.threads)) : "differs:" + diff);
+}
+
+// Oracle gradients vs central differences on tiny problems (the oracle has no head-dim limit).
+void mode_grad(Summary &sum) {
+    struct G {
+        const char *name;
+        fattn::ref::PathRefShape s;
+        bool gate;
+    };
+    std::vector<G> gs(3);
+    gs[0].name = "path/grad/dense_gqa_gate";
+    gs[0].s.B = 2, gs[0].s.T = 6, gs[0].s.Hq = 2, gs[0].s.H = 1, gs[0].s.K = 4, gs[0].s.V = 3, gs[0].gate = true;
+    gs[1].name = "path/grad/varlen_mha";
+    gs[1].s.B = 1, gs[1].s.T = 9, gs[1].s.Hq = 2, gs[1].s.H = 2, gs[1].s.K = 3, gs[1].s.V = 4, gs[1].gate = false;
+    gs[1].s.cu_seqlens = {0, 2, 9};
+    gs[2].name = "path/grad/varlen_gqa_gate";
+    gs[2].s.B = 1, gs[2].s.T = 8, gs[2].s.Hq = 4, gs[2].s.H = 2, gs[2].s.K = 5, gs[2].s.V = 2, gs[2].gate = true;
+    gs[2].s.cu_seqlens = {0, 5, 8};
+    for (G &gc : gs) {
+        const auto &s = gc.s;
+        std::mt19937 rng(5);
+        std::normal_distribution<double> nd;
+        const int64_t R = s.B * s.T;
+        std::vector<double> q(size_t(R * s.Hq * s.K)), k(size_t(R * s.H * s.K)), v(size_t(R * s.H * s.V)),
+            w(k.size()), b(size_t(R * s.H)), g(size_t(R * s.Hq)), dout(size_t(R * s.Hq * s.V));
+        for (auto *x : {&q, &k, &v, &w, &dout})
+            for (auto &e : *x) e = nd(rng);
+        for (auto &e : b) e = 0.5 + std::fabs(nd(rng)) * 0.5;
+        for (auto &e : g) e = -0.1 * std::fabs(nd(rng));
+        std::vector<double> o(dout.size()), l(size_t(R * s.Hq)), dq(q.size()), dk(k.size()), dv(v.size()),
+            dw(w.size()), db(b.size()), dg(g.size());
+        const double *gp = gc.gate ? g.data() : nullptr;
+        fattn::ref::path_ref_bwd(s, q.data(), k.data(), v.data(), w.data(), b.data(), gp, dout.data(), dq.data(),
+                                 dk.data(), dv.data(), dw.data(), db.data(), dg.data());
+        auto loss = [&]() {
+            fattn::ref::path_ref_fwd(s, q.data(), k.data(), v.data(), w.data(), b.data(), gp, o.data(), l.data());
+            double a = 0;
+            for (size_t i = 0; i < o.size(); ++i) a += o[i] * dout[i];
+            return a;
+        };
+        std::string detail;
+        bool ok = true;
+        std::vector<std::tuple<const char *, std::vector<double> *, std::vector<double> *>> args = {
+            {"q", &q, &dq}, {"k", &k, &dk}, {"v", &v, &dv}, {"w", &w, &dw}, {"beta", &b, &db}};
+        if (gc.gate) args.push_back({"g", &g, &dg});
+        for (auto &[n, x, dx] : args) {
+            double err = 0, mx = 0;
+            for (size_t i = 0; i < x->size(); ++i) {
+                const double x0 = (*x)[i], h = 1e-5;
+                (*x)[i] = x0 + h;
+                const double lp = loss();
+                (*x)[i] = x0 - h;
+                const double lm = loss();
+                (*x)[i] = x0;
+                const double fd = (lp - lm) / (2 * h);
+                err = std::max(err, std::fabs(fd - (*dx)[i]));
+                mx = std::max(mx, std::fabs(fd));
+            }
+            const bool good = mx > 1e-3 && err < 1e-7 * std::max(1.0, mx);
+            ok = ok && good;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "%s%s %.0e", detail.empty() ? "" : " ", n, err / std::max(mx, 1e-300));
+            detail += buf;
+        }
+        record(sum, ok ? Outcome::PASS : Outcome::FAIL, gc.name, "max|fd-an|/max|fd|: " + detail);
+    }
+}
+
+int run_path(const Options &o, Summary &sum) {
+    if (o.mode == Mode::GRAD) {
+        if (selected(o, "path/grad")) mode_grad(sum);
+        return 0;
+    }
+    for (const PCase &c : table()) {
+        if (!selected(o, c.name) || (o.quick && !c.quick)) continue;
+        if (o.backend == BackendKind::CUDA) {
+            fattn_ctx_t *ctx = nullptr;
+            if (fattn_ctx_init_cuda(0, nullptr, &ctx) != FATTN_OK) {
+                record(sum, Outcome::FAIL, c.name, "CUDA backend unavailable");
+                continue;
+            }
+            Run r;
+            r.c = c;
+            r.c.T = std::min<int64_t>(c.T, 64), r.c.cu.clear(), r.c.B = 1;
+            r.inputs(1);
+            std::string e = r.go(ctx, nullptr);
+            fattn_ctx_free(ctx);
+            const bool refused = e.rfind(fattn_status_string(FATTN_ERR_UNSUPPORTED), 0) == 0;
+            record(sum, refused ? Outcome::SKIP : Outcome::FAIL, c.name,
+                   refused ? "PaTH is CPU-only in this version (UNSUPPORTED, verified)" : "expected UNSUPPORTED: " + e);
+            continue;
+        }
+        switch (o.mode) {
+        case Mode::TEST: mode_test(o, sum, c); break;
+        case Mode::DETERMINISM: mode_determinism(o, sum, c); break;
+        case Mode::SUPPORT: record(sum, Outcome::PASS, c.name, "cpu: blocked f32 (UT chunks 64, segments 512)"); break;
+        case Mode::PERF: {
+            Run r;
+            r.c = c;
+            r.inputs(3);
+            fattn_ctx_t *ctx = nullptr;
+            fattn_ctx_init_cpu(o.threads, &ctx);
+            double ms = 0;
+            std::string e = r.go(ctx, &ms);
+            fattn_ctx_free(ctx);
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "fwd+bwd %.1f ms", ms);
+            record(sum, e.empty() ? Outcome::PASS : Outcome::FAIL, c.name, e.empty() ? buf : e);
+            break;
+        }
+        default: break;
+        }
+    }
+    return 0;
+}
+
+const bool registered = register_family({"path", run_path});
+
+}  // namespace
