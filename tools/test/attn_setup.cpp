@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 
 #include "core/dtype.h"  // encoding the inputs; the oracle decodes on its own
 
@@ -60,10 +59,22 @@ void mark_cover(Inst &in, const View &v) {
     for_each4(v, [&](int64_t, int64_t, int64_t, int64_t, int64_t e) { b.cover[size_t(e)] = 1; });
 }
 
-void fill_random(Inst &in, const View &v, std::mt19937 &rng) {
+// Inputs: uniform on [-sqrt 3, sqrt 3] (unit variance) from splitmix64, fast enough for the
+// large cases' 2^31-element tensors.
+struct Rng {
+    uint64_t s;
+    float operator()() {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        return float((double(z >> 11) * 0x1.0p-53 * 2.0 - 1.0) * 1.7320508075688772);
+    }
+};
+
+void fill_random(Inst &in, const View &v, Rng &rng) {
     Buf &b = in.buf[v.buf];
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for_each4(v, [&](int64_t, int64_t, int64_t, int64_t, int64_t e) { fattn::store_f32(b.host.data(), b.dt, e, nd(rng)); });
+    for_each4(v, [&](int64_t, int64_t, int64_t, int64_t, int64_t e) { fattn::store_f32(b.host.data(), b.dt, e, rng()); });
 }
 
 }  // namespace
@@ -129,7 +140,7 @@ void setup_inst(const AttnCase &c, Inst *inp) {
     make_buf(in.buf[BUF_LSE], "lse", FATTN_F32, B * Hq * Sq, true);
     in.lse = view(BUF_LSE, 0, B, Hq, Sq, 1, Hq * Sq, Sq, 1);
 
-    std::mt19937 rng(seed_of(c.name));
+    Rng rng{seed_of(c.name)};
     fill_random(in, in.q, rng);
     fill_random(in, in.k, rng);
     fill_random(in, in.v, rng);
@@ -139,7 +150,7 @@ void setup_inst(const AttnCase &c, Inst *inp) {
     in.bias = View{};
     if (c.bias != BiasKind::NONE) {
         const fattn_dtype bt = c.bias_dtype;
-        std::normal_distribution<float> nd(0.0f, 1.0f);
+        Rng &nd = rng;
         Buf &bb = in.buf[BUF_BIAS];
         auto dense = [&](int64_t nB, int64_t nH) {
             make_buf(bb, "bias", bt, nB * nH * Sq * Skv, false);
@@ -155,20 +166,20 @@ void setup_inst(const AttnCase &c, Inst *inp) {
             break;
         case BiasKind::NONE: break;
         }
-        const int64_t band = std::max<int64_t>(2, Skv / 10);
+        const int64_t band = std::max<int64_t>(2, std::min<int64_t>(Skv / 10, 256));
         // Values by logical (b, h, i, j); cells shared through stride 0 get written repeatedly
         // with the same value (KEYPAD's value does not depend on i).
         for_each4(in.bias, [&](int64_t b, int64_t h, int64_t i, int64_t j, int64_t e) {
             float x = 0.0f;
             switch (c.bias) {
-            case BiasKind::DENSE: case BiasKind::BCAST: x = nd(rng); break;
+            case BiasKind::DENSE: case BiasKind::BCAST: x = nd(); break;
             case BiasKind::KEYPAD:
                 x = c.is_varlen() ? (j % 11 == 4 ? kNegInf : 0.0f) : (j >= Skv - (3 + 4 * b) ? kNegInf : 0.0f);
                 break;
-            case BiasKind::NEG_BAND: x = std::llabs(i - j) <= band ? nd(rng) : kNegInf; break;
+            case BiasKind::NEG_BAND: x = std::llabs(i - j) <= band ? nd() : kNegInf; break;
             case BiasKind::NEG_TRI: x = j <= i ? 0.0f : kNegInf; break;
             case BiasKind::NEG_ROWCOL:
-                x = (i % 7 == 3 || j % 5 == 1 || (i * 3 + j) % 11 == 0) ? kNegInf : nd(rng);
+                x = (i % 7 == 3 || j % 5 == 1 || (i * 3 + j) % 11 == 0) ? kNegInf : nd();
                 break;
             case BiasKind::NONE: break;
             }
@@ -179,7 +190,7 @@ void setup_inst(const AttnCase &c, Inst *inp) {
     for (const View *v : {&in.o, &in.lse, &in.dq, &in.dk, &in.dv}) mark_cover(in, *v);
 }
 
-void run_oracle(const Inst &in, fattn::ref::Outputs *out, fattn::ref::Problem *probp, fattn::ref::Tensors *tp) {
+fattn::AttnBwdParams ref_params(const Inst &in) {
     const AttnCase &c = *in.c;
     fattn::AttnBwdParams p{};
     p.batch = in.nseq;
@@ -217,6 +228,11 @@ void run_oracle(const Inst &in, fattn::ref::Outputs *out, fattn::ref::Problem *p
         p.cu_seqlens_q = in.cu_q.data();
         p.cu_seqlens_kv = in.cu_kv.data();
     }
+    return p;
+}
+
+void run_oracle(const Inst &in, fattn::ref::Outputs *out, fattn::ref::Problem *probp, fattn::ref::Tensors *tp) {
+    const fattn::AttnBwdParams p = ref_params(in);
     fattn::ref::Problem prob;
     fattn::ref::Tensors t;
     fattn::ref::gather(p, &prob, &t);

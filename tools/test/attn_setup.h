@@ -49,6 +49,9 @@ struct Inst {
 // Lays out the case and fills its inputs (deterministic per case name).
 void setup_inst(const AttnCase &c, Inst *in);
 
+// The oracle's view of the inputs of `in` (host pointers; masks in the normalized form).
+fattn::AttnBwdParams ref_params(const Inst &in);
+
 // The oracle on the inputs of `in` (through the gather layer): fwd + bwd into *out; the
 // problem and the double tensors too when asked (grad mode).
 void run_oracle(const Inst &in, fattn::ref::Outputs *out, fattn::ref::Problem *prob = nullptr,

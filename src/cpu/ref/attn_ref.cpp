@@ -8,6 +8,7 @@
 // kv head, in head order), dbias = dS. Plain loops, no blocking, no shared helpers.
 #include "cpu/ref/attn_ref.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -270,17 +271,30 @@ Seq seq_of(const AttnFwdParams &a, int64_t s) {
                int64_t(a.cu_seqlens_kv[s + 1]) - a.cu_seqlens_kv[s]};
 }
 
+// Keys [lo, hi] that can pass key_allowed for query i: bounds the loops of the sampled layer on
+// long sequences. A superset by construction (each bound is one clause of key_allowed);
+// key_allowed still decides every key inside it.
+void key_span(const Mask &m, int64_t i, int64_t lq, int64_t lk, int64_t *lo, int64_t *hi) {
+    *lo = 0;
+    *hi = lk - 1;
+    if (m.causal != 0) *hi = std::min(*hi, m.causal == 2 ? i + lk - lq : i);
+    int64_t wdiag = m.window_bottom_right ? i + lk - lq : i;
+    if (m.window_left >= 0) *lo = std::max(*lo, wdiag - m.window_left);
+    if (m.window_right >= 0) *hi = std::min(*hi, wdiag + m.window_right);
+}
+
 // Logit of (row i, key j) of head h in sequence sq, -inf when masked.
 double logit(const AttnFwdParams &a, const Seq &sq, const Mask &m, int64_t h, int64_t i, int64_t j) {
     if (!key_allowed(m, i, j, sq.lq, sq.lk)) return kNegInf;
     const int64_t hk = h / (a.hq / a.hkv), gi = sq.q0 + i, gj = sq.k0 + j;
+    double bias = 0.0;  // read first: a -inf bias decides the logit without the dot product
+    if (a.bias) bias = decode(a.bias, a.bias_dtype, sq.b * a.bias_sb + h * a.bias_sh + gi * a.bias_si + gj);
+    if (bias == kNegInf) return kNegInf;
     double dot = 0.0;
     for (int64_t d = 0; d < a.d; ++d)
         dot += decode(a.q, a.dtype, sq.b * a.q_sb + gi * a.q_ss + h * a.q_sh + d) *
                decode(a.k, a.dtype, sq.b * a.k_sb + gj * a.k_ss + hk * a.k_sh + d);
-    double s = double(a.scale) * dot;
-    if (a.bias) s += decode(a.bias, a.bias_dtype, sq.b * a.bias_sb + h * a.bias_sh + gi * a.bias_si + gj);
-    return s;
+    return double(a.scale) * dot + bias;
 }
 
 // dP_ij = dO_i · v_j
@@ -301,10 +315,12 @@ void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r
     const Seq sq = seq_of(f, s);
     const Mask m = mask_of(f);
     const int64_t hk = h / (f.hq / f.hkv);
-    std::vector<double> S(size_t(sq.lk)), P(size_t(sq.lk), 0.0), dP(size_t(sq.lk), 0.0);
+    int64_t lo, hi;
+    key_span(m, i, sq.lq, sq.lk, &lo, &hi);
+    std::vector<double> S(size_t(sq.lk), kNegInf), P(size_t(sq.lk), 0.0), dP(size_t(sq.lk), 0.0);
     double mx = kNegInf;
     r->nvis = 0;
-    for (int64_t j = 0; j < sq.lk; ++j) {
+    for (int64_t j = lo; j <= hi; ++j) {
         S[size_t(j)] = logit(f, sq, m, h, i, j);
         mx = std::fmax(mx, S[size_t(j)]);
         r->nvis += S[size_t(j)] != kNegInf;
@@ -314,10 +330,10 @@ void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r
     r->lse = kNegInf;
     if (mx == kNegInf) return;
     double sum = 0.0;
-    for (int64_t j = 0; j < sq.lk; ++j) sum += std::exp(S[size_t(j)] - mx);
+    for (int64_t j = lo; j <= hi; ++j) sum += std::exp(S[size_t(j)] - mx);
     r->lse = mx + std::log(sum);
     double D = 0.0;
-    for (int64_t j = 0; j < sq.lk; ++j) {
+    for (int64_t j = lo; j <= hi; ++j) {
         P[size_t(j)] = std::exp(S[size_t(j)] - r->lse);
         if (P[size_t(j)] == 0.0) continue;
         dP[size_t(j)] = dlogit_p(a, sq, h, i, j);
@@ -325,7 +341,7 @@ void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r
         for (int64_t d = 0; d < f.dv; ++d)
             r->o[size_t(d)] += P[size_t(j)] * decode(f.v, f.dtype, sq.b * f.v_sb + (sq.k0 + j) * f.v_ss + hk * f.v_sh + d);
     }
-    for (int64_t j = 0; j < sq.lk; ++j) {
+    for (int64_t j = lo; j <= hi; ++j) {
         double ds = P[size_t(j)] * (dP[size_t(j)] - D);
         if (ds == 0.0) continue;
         for (int64_t d = 0; d < f.d; ++d)
@@ -333,11 +349,16 @@ void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r
     }
 }
 
-int64_t rows_seeing_key(const AttnFwdParams &f, int64_t s, int64_t j) {
+int64_t rows_seeing_key(const AttnFwdParams &f, int64_t s, int64_t h, int64_t j) {
     const Seq sq = seq_of(f, s);
     const Mask m = mask_of(f);
     int64_t n = 0;
-    for (int64_t i = 0; i < sq.lq; ++i) n += key_allowed(m, i, j, sq.lq, sq.lk);
+    for (int64_t i = 0; i < sq.lq; ++i) {
+        if (!key_allowed(m, i, j, sq.lq, sq.lk)) continue;
+        if (f.bias && decode(f.bias, f.bias_dtype, sq.b * f.bias_sb + h * f.bias_sh + (sq.q0 + i) * f.bias_si + sq.k0 + j) == kNegInf)
+            continue;
+        ++n;
+    }
     return n;
 }
 

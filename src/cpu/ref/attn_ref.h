@@ -76,8 +76,8 @@ struct RowRef {
 };
 // Query row i (index inside sequence s) of query head h.
 void attn_row(const AttnBwdParams &p, int64_t s, int64_t h, int64_t i, RowRef *r);
-// Rows of sequence s that the masks let see key j (bias -inf aside).
-int64_t rows_seeing_key(const AttnFwdParams &p, int64_t s, int64_t j);
+// Rows of sequence s whose logit for key j (query head h) is not -inf by mask or bias.
+int64_t rows_seeing_key(const AttnFwdParams &p, int64_t s, int64_t h, int64_t j);
 // dk [D] and dv [Dv] of key j (inside sequence s) of kv head hk: every query head of its group,
 // every row that may see it.
 void attn_key(const AttnBwdParams &p, int64_t s, int64_t hk, int64_t j, std::vector<double> *dk,
