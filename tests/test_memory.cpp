@@ -3,10 +3,64 @@
 // FUSED keeps O(S) bytes while EXACT keeps O(S²), and max_seqlen is the exact boundary of the model.
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <random>
 #include <vector>
 
 #include "fattn/fattn.h"
+
+// ---- heap accounting for the measured-peak test: a pass-through global operator new/delete that
+// tracks live bytes (malloc_usable_size, so frees need no header) and their high-water mark.
+namespace heap {
+std::atomic<int64_t> live{0}, high{0};
+void note(void *p) {
+    if (!p) return;
+    int64_t now = live += int64_t(malloc_usable_size(p));
+    int64_t h = high.load();
+    while (now > h && !high.compare_exchange_weak(h, now)) {
+    }
+}
+void drop(void *p) {
+    if (p) live -= int64_t(malloc_usable_size(p));
+}
+void *get(size_t n) {
+    void *p = std::malloc(n ? n : 1);
+    if (!p) throw std::bad_alloc();
+    note(p);
+    return p;
+}
+void *get_aligned(size_t n, std::align_val_t a) {
+    size_t al = size_t(a), r = (n + al - 1) / al * al;
+    void *p = std::aligned_alloc(al, r ? r : al);
+    if (!p) throw std::bad_alloc();
+    note(p);
+    return p;
+}
+void put(void *p) {
+    drop(p);
+    std::free(p);
+}
+}  // namespace heap
+
+void *operator new(size_t n) { return heap::get(n); }
+void *operator new[](size_t n) { return heap::get(n); }
+void *operator new(size_t n, std::align_val_t a) { return heap::get_aligned(n, a); }
+void *operator new[](size_t n, std::align_val_t a) { return heap::get_aligned(n, a); }
+void operator delete(void *p) noexcept { heap::put(p); }
+void operator delete[](void *p) noexcept { heap::put(p); }
+void operator delete(void *p, size_t) noexcept { heap::put(p); }
+void operator delete[](void *p, size_t) noexcept { heap::put(p); }
+void operator delete(void *p, std::align_val_t) noexcept { heap::put(p); }
+void operator delete[](void *p, std::align_val_t) noexcept { heap::put(p); }
+void operator delete(void *p, size_t, std::align_val_t) noexcept { heap::put(p); }
+void operator delete[](void *p, size_t, std::align_val_t) noexcept { heap::put(p); }
 
 namespace {
 
@@ -125,6 +179,83 @@ TEST(Memory, MaxSeqlenIsTheModelsBoundary) {
     ASSERT_EQ(fattn_attn_max_seqlen(M.ctx, &f, g.dt, g.B, g.Hq, g.Hkv, g.D, g.Dv, uint64_t(1) << 30, &sf), FATTN_OK);
     ASSERT_EQ(fattn_attn_max_seqlen(M.ctx, &e, g.dt, g.B, g.Hq, g.Hkv, g.D, g.Dv, uint64_t(1) << 30, &se), FATTN_OK);
     EXPECT_GT(sf, 2 * se);
+}
+
+// The model against a measurement: the caller's buffers (allocated dense, as the model counts
+// them) plus the high-water of everything the library allocates during the call (the context
+// allocator's workspace, and any heap it takes internally). DESIGN §8: never under-predict,
+// over-predict by at most 15%.
+struct CountingAlloc {
+    int64_t live = 0, high = 0;
+    static void *alloc(size_t n, void *u) {
+        auto *c = static_cast<CountingAlloc *>(u);
+        void *p = std::malloc(n);
+        if (p) c->high = std::max(c->high, c->live += int64_t(malloc_usable_size(p)));
+        return p;
+    }
+    static void free_fn(void *p, void *u) {
+        static_cast<CountingAlloc *>(u)->live -= int64_t(malloc_usable_size(p));
+        std::free(p);
+    }
+};
+
+TEST(Memory, ModelCoversMeasuredPeak) {
+    for (fattn_algo algo : {FATTN_ALGO_FUSED, FATTN_ALGO_EXACT}) {
+        const int64_t B = 1, S = 512, Hq = 4, Hkv = 2, D = 64;
+        fattn_ctx_t *ctx = nullptr;
+        ASSERT_EQ(fattn_ctx_init_cpu(2, &ctx), FATTN_OK);
+        CountingAlloc ca;
+        ASSERT_EQ(fattn_ctx_set_allocator(ctx, CountingAlloc::alloc, CountingAlloc::free_fn, &ca), FATTN_OK);
+        fattn_attn_params p = fattn_attn_params_default();
+        p.algo = algo;
+        p.causal = FATTN_CAUSAL_TOP_LEFT;
+        std::mt19937 g(7);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        auto buf = [&](int64_t n) {
+            std::vector<float> v(static_cast<size_t>(n));
+            for (float &x : v) x = u(g);
+            return v;
+        };
+        std::vector<float> q = buf(B * S * Hq * D), k = buf(B * S * Hkv * D), v = buf(B * S * Hkv * D);
+        std::vector<float> o = buf(B * S * Hq * D), lse = buf(B * Hq * S), dout = buf(B * S * Hq * D);
+        std::vector<float> dq = buf(B * S * Hq * D), dk = buf(B * S * Hkv * D), dv = buf(B * S * Hkv * D);
+        auto T = [](std::vector<float> &x, int64_t a, int64_t b, int64_t c, int64_t d) {
+            return fattn_tensor_contiguous(x.data(), FATTN_F32, a, b, c, d);
+        };
+        fattn_tensor tq = T(q, B, S, Hq, D), tk = T(k, B, S, Hkv, D), tv = T(v, B, S, Hkv, D);
+        fattn_tensor to = T(o, B, S, Hq, D), tl = T(lse, B, Hq, S, 1), tdo = T(dout, B, S, Hq, D);
+        fattn_tensor tdq = T(dq, B, S, Hq, D), tdk = T(dk, B, S, Hkv, D), tdv = T(dv, B, S, Hkv, D);
+        size_t saved_bytes = 0;
+        ASSERT_EQ(fattn_attn_saved_size(ctx, &p, &tq, &tk, &tv, &saved_bytes), FATTN_OK);
+        std::vector<char> saved(saved_bytes);
+        fattn_attn_memory_info m{};
+        ASSERT_EQ(fattn_attn_memory(ctx, &p, &tq, &tk, &tv, &m), FATTN_OK) << fattn_ctx_last_error(ctx);
+
+        const int64_t caller_fwd = int64_t(sizeof(float)) * int64_t(q.size() + k.size() + v.size() + o.size() + lse.size()) + int64_t(saved_bytes);
+        const int64_t caller_bwd = caller_fwd + int64_t(sizeof(float)) * int64_t(dout.size() + dq.size() + dk.size() + dv.size());
+        heap::high = heap::live.load();
+        const int64_t base = heap::live;
+        ASSERT_EQ(fattn_attn_fwd(ctx, &p, &tq, &tk, &tv, &to, &tl, saved.data(), nullptr, 0), FATTN_OK)
+            << fattn_ctx_last_error(ctx);
+        const int64_t fwd_lib = ca.high + (heap::high - base);
+        ca.high = 0;
+        heap::high = heap::live.load();
+        ASSERT_EQ(fattn_attn_bwd(ctx, &p, &tq, &tk, &tv, &to, &tl, saved.data(), &tdo, &tdq, &tdk, &tdv,
+                                 nullptr, 0),
+                  FATTN_OK)
+            << fattn_ctx_last_error(ctx);
+        const int64_t bwd_lib = ca.high + (heap::high - base);
+        const double fwd_meas = double(caller_fwd + fwd_lib), bwd_meas = double(caller_bwd + bwd_lib);
+        std::printf("[memory] %s S=%lld: fwd model %llu measured %.0f (x%.3f), bwd model %llu measured %.0f (x%.3f)\n",
+                    fattn_algo_name(algo), (long long)S, (unsigned long long)m.fwd_peak_bytes, fwd_meas,
+                    double(m.fwd_peak_bytes) / fwd_meas, (unsigned long long)m.bwd_peak_bytes, bwd_meas,
+                    double(m.bwd_peak_bytes) / bwd_meas);
+        EXPECT_GE(double(m.fwd_peak_bytes), fwd_meas) << fattn_algo_name(algo);
+        EXPECT_GE(double(m.bwd_peak_bytes), bwd_meas) << fattn_algo_name(algo);
+        EXPECT_LE(double(m.fwd_peak_bytes), 1.15 * fwd_meas) << fattn_algo_name(algo);
+        EXPECT_LE(double(m.bwd_peak_bytes), 1.15 * bwd_meas) << fattn_algo_name(algo);
+        fattn_ctx_free(ctx);
+    }
 }
 
 TEST(Memory, MaxSeqlenErrors) {
