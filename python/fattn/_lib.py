@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import sys
 import threading
 from typing import Optional
 
@@ -152,6 +153,11 @@ def _candidates():
     # the library the last `pip install ./python` built in its cache, newest first.
     built = glob.glob(os.path.join(here, "..", "build", "*", "libfattn.so"))
     found += sorted(built, key=os.path.getmtime, reverse=True)
+    # ... or the copy inside an installed fattn that this source tree shadows.
+    for entry in sys.path:
+        other = os.path.join(entry or ".", "fattn", "lib", "libfattn.so")
+        if os.path.isfile(other) and os.path.abspath(other) not in map(os.path.abspath, found):
+            found.append(other)
     return found + ["libfattn.so"]
 
 

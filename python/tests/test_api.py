@@ -202,11 +202,14 @@ def test_opcheck_bwd():
                           (do, q, k, v, o, lse, saved) + tuple(args[3:]))
 
 
-def test_torch_compile_matches_eager():
+@pytest.mark.parametrize("algo", ["fused", "exact"])
+def test_torch_compile_matches_eager(algo):
+    """fullgraph=True: the op and its backward trace through their fake kernels (exact's saved
+    buffer has a data-dependent size there) with no graph break."""
     q, k, v = (rnd(2, 13, 2, 16, grad=True) for _ in range(3))
 
     def f(q, k, v):
-        return (fattn.attention(q, k, v, causal=True) * 2).sum()
+        return (fattn.attention(q, k, v, causal=True, algo=algo) * 2).sum()
 
     cf = torch.compile(f, backend="aot_eager", fullgraph=True)
     g_eager = torch.autograd.grad(f(q, k, v), (q, k, v))
@@ -259,3 +262,67 @@ def test_lse_returned_without_gradient():
     o, lse = fattn.attention(q, k, v, return_lse=True)
     ref_o, ref_lse = ref_attention(q.double(), k.double(), v.double())
     assert rel_rms(lse, ref_lse) < 1e-5 and not lse.requires_grad
+
+
+# ------------------------------------------------------------------------------ CUDA specifics
+def _cuda_case(dtype=torch.bfloat16):
+    q = rnd(2, 97, 4, 64, dtype=dtype, device="cuda", grad=True)
+    k = rnd(2, 97, 2, 64, dtype=dtype, device="cuda", grad=True)
+    v = rnd(2, 97, 2, 64, dtype=dtype, device="cuda", grad=True)
+    ok, why = fattn.supports(q, k, v, causal=True)
+    if not ok:
+        pytest.skip(f"CUDA backend: {why}")
+    return q, k, v
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_cuda_side_stream_matches_default_stream():
+    """Calls go on torch.cuda.current_stream(): a side stream gets its own context and the
+    same bits."""
+    q, k, v = _cuda_case()
+    do = torch.randn_like(q)
+    o1 = fattn.attention(q, k, v, causal=True)
+    g1 = torch.autograd.grad(o1, (q, k, v), do)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        o2 = fattn.attention(q, k, v, causal=True)
+        g2 = torch.autograd.grad(o2, (q, k, v), do)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    for a, b in zip((o1,) + g1, (o2,) + g2):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_cuda_varlen_max_seqlen_given_or_derived():
+    q = rnd(1, 40, 2, 64, dtype=torch.bfloat16, device="cuda")
+    cu = torch.tensor([0, 9, 31, 40], dtype=torch.int32, device="cuda")
+    ok, why = fattn.supports(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=22,
+                             max_seqlen_k=22)
+    if not ok:
+        pytest.skip(f"CUDA backend: {why}")
+    a = fattn.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True)
+    b = fattn.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, causal=True,
+                        max_seqlen_q=22, max_seqlen_k=22)
+    assert torch.equal(a, b)
+    ref, _ = ref_attention(q.double(), q.double(), q.double(), causal=True,
+                           cu_seqlens_q=cu.cpu(), cu_seqlens_k=cu.cpu())
+    assert rel_rms(a, ref) < 1e-2
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_cuda_workspace_comes_from_torch_allocator():
+    """Peak memory seen by torch covers what the call needs: o, lse, grads and any workspace
+    are torch tensors (fattn never cudaMallocs behind torch's back when given a workspace)."""
+    q, k, v = _cuda_case()
+    info = fattn.memory(q, k, v, causal=True)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    o = fattn.attention(q, k, v, causal=True)
+    torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
+    torch.cuda.synchronize()
+    used = torch.cuda.max_memory_allocated() - base
+    assert used > 0
+    assert used <= info["bwd_peak_bytes"] + (4 << 20), (used, info)
