@@ -112,13 +112,10 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     const float *delta = ws.delta + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
 
                     // P [rows, n]: zero outside each row's valid keys and for rows that saw none.
-                    if (kExact) {
-                        const float *prow = saved + ((s * p.hq + h) * p.seqlen_q + i0) * p.seqlen_kv + j0;
-                        for (int i = 0; i < rows; ++i) {
-                            float *pr = sc.pm + i * kBK;
-                            std::copy(prow + i * p.seqlen_kv, prow + i * p.seqlen_kv + bk, pr);
-                            std::fill(pr + bk, pr + n, 0.0f);
-                        }
+                    if (kExact) {  // P tile from the saved Pᵀ [B, Hq, Skv, Sq]
+                        const float *pcol = saved + ((s * p.hq + h) * p.seqlen_kv + j0) * p.seqlen_q + i0;
+                        transpose(pcol, p.seqlen_q, bk, rows, sc.pm, kBK);
+                        for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * kBK + bk, sc.pm + i * kBK + n, 0.0f);
                     } else {
                         gemm(rows, n, int(p.d), sc.qs, dp, sc.kt, kBK, sc.pm, kBK, false);
                         for (int i = 0; i < rows; ++i) {
@@ -138,11 +135,9 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     gemm(rows, n, int(hdv), sc.dout, dvp, sc.vt, kBK, sc.dp, kBK, false);
                     for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * kBK, sc.pm + i * kBK, delta[i], n);
 
-                    transpose(sc.pm, kBK, rows, bk, sc.pt, kBQ);
-                    transpose(sc.dp, kBK, rows, bk, sc.dst, kBQ);
-                    // dV += Pᵀ dO,  dK += dSᵀ (scale·Q),  dQ_c += dS K
-                    gemm(bk, int(dvp), rows, sc.pt, kBQ, sc.dout, dvp, sc.dv, dvp, true);
-                    gemm(bk, int(dp), rows, sc.dst, kBQ, sc.qs, dp, sc.dk, dp, true);
+                    // dV += Pᵀ dO,  dK += dSᵀ (scale·Q)  (A read transposed),  dQ_c += dS K
+                    gemm_tn(bk, int(dvp), rows, sc.pm, kBK, sc.dout, dvp, sc.dv, dvp, true);
+                    gemm_tn(bk, int(dp), rows, sc.dp, kBK, sc.qs, dp, sc.dk, dp, true);
                     float *dq = ws.dq_part + (((c * nb + r.batch_index) * p.hq + h) * p.total_q + r.q_begin + i0) * dp;
                     gemm(rows, int(dp), bk, sc.dp, kBK, sc.kr, dp, dq, dp, true);
                 }

@@ -2,7 +2,9 @@
 //
 // One task per (sequence, query head, q tile of kBQ rows). It streams the kv tiles of its window,
 // keeping a running max m and denominator l per row (online softmax) and an f32 accumulator of
-// the unnormalized output; only O and LSE are written. Tiles outside the causal/window band are
+// the unnormalized output; only O and LSE are written. Scores are computed transposed
+// (Sᵀ = K Qᵀ, keys × queries): K and V tiles are then used as loaded, only the q tile is packed
+// transposed (once per task), and the per-query max/exp/sum run as vector work across queries. Tiles outside the causal/window band are
 // never visited, tiles the bias map marks all -inf are skipped. Every output element is produced
 // by exactly one task in a fixed kv order, so results do not depend on the thread count.
 #include <algorithm>
@@ -19,28 +21,6 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t fwd_tasks_of(const AttnFwdParams &p, const SeqRange &r) { return p.hq * cdiv(r.q_len, kBQ); }
-
-// Online-softmax update of one row with this tile's scores s[0, n) (valid keys [a, b)):
-// s becomes the tile's unnormalized probabilities exp(s - m_new), zero outside [a, b).
-inline void online_row(float *s, int a, int b, int n, float *m, float *l, float *acc, int dvp) {
-    float mx = row_max(s + a, b - a);
-    if (mx == kNegInf) {  // nothing visible in this tile: contributes no probability
-        std::fill(s, s + n, 0.0f);
-        return;
-    }
-    float m_new = std::max(*m, mx);
-    std::fill(s, s + a, 0.0f);
-    std::fill(s + b, s + n, 0.0f);
-    exp_shift(s + a, m_new, s + a, b - a);
-    float sum = row_sum(s, n);
-    if (*m != kNegInf && *m != m_new) {
-        float alpha = std::exp(*m - m_new);
-        *l *= alpha;
-        scale_row(acc, alpha, dvp);
-    }
-    *l += sum;
-    *m = m_new;
-}
 
 }  // namespace
 
@@ -62,10 +42,14 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
         int slot = pool.acquire();
         FwdScratch sc = carve_fwd(p, ws.slots + size_t(slot) * ws.slot_bytes);
 
-        load_tile(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh),
-                  p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, dp);
-        std::fill(sc.m, sc.m + rows, kNegInf);
-        std::fill(sc.l, sc.l + rows, 0.0f);
+        // Qᵀ packed once per task; every kv tile then computes Sᵀ = K (scale·Q)ᵀ [bk, nq] with K
+        // loaded as is, and the per-query softmax runs down the columns as vector work.
+        const int nq = int(pad_n(rows));
+        load_tile_t(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh),
+                    p.dtype, p.q_ss, rows, int(p.d), sc.qt, kBQ);
+        for (int64_t d = 0; d < p.d; ++d) scale_row(sc.qt + d * kBQ, p.scale, nq);
+        std::fill(sc.m, sc.m + nq, kNegInf);
+        std::fill(sc.l, sc.l + nq, 0.0f);
         std::fill(sc.acc, sc.acc + rows * dvp, 0.0f);
 
         // The band of kv tiles this q tile can see: from the first row's lo to the last row's hi.
@@ -80,22 +64,37 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
             const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
             if (!ws.map.active(s, h, qt, kt, nkt)) continue;
             if (tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileSkip) continue;
-            const int n = int(pad_n(bk));
-            const int64_t kv_row = r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh;
-            load_tile_t(elem(p.k, p.dtype, kv_row), p.dtype, p.k_ss, bk, int(p.d), sc.kt, kBK);
+            load_tile(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh),
+                      p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
             load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
                       p.dtype, p.v_ss, bk, int(p.dv), 1.0f, sc.v, dvp);
-            // S = (scale · Q) Kᵀ   [rows, n]
-            gemm(rows, n, int(p.d), sc.qs, dp, sc.kt, kBK, sc.s, kBK, false);
-            for (int i = 0; i < rows; ++i) {
-                float *srow = sc.s + i * kBK;
+            // Sᵀ = K (scale · Q)ᵀ   [bk, nq]
+            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, sc.st, kBQ, false);
+            for (int i = 0; i < rows; ++i) {  // bias, then -inf outside each query's window
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)
-                    add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, srow, a, b);
-                online_row(srow, a, b, n, sc.m + i, sc.l + i, sc.acc + i * dvp, int(dvp));
+                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, sc.st + i, kBQ, a, b);
+                for (int j = 0; j < a; ++j) sc.st[j * kBQ + i] = kNegInf;
+                for (int j = std::max(a, b); j < bk; ++j) sc.st[j * kBQ + i] = kNegInf;
             }
-            // acc += P V   [rows, dvp]
-            gemm(rows, int(dvp), bk, sc.s, kBK, sc.v, dvp, sc.acc, dvp, true);
+            // Online softmax per query: new max, rescale factor, probabilities, their sum.
+            col_max(sc.st, kBQ, bk, nq, sc.mx);
+            for (int i = 0; i < nq; ++i) {
+                float m_new = std::max(sc.m[i], sc.mx[i]);
+                sc.shift[i] = m_new == kNegInf ? 0.0f : m_new;  // all -inf so far: exp gives 0
+                sc.alpha[i] = (sc.m[i] == kNegInf || sc.m[i] == m_new) ? 1.0f : std::exp(sc.m[i] - m_new);
+                sc.m[i] = m_new;
+            }
+            col_exp_sum(sc.st, kBQ, bk, nq, sc.shift, sc.st, kBQ, sc.sum);
+            for (int i = 0; i < rows; ++i) {
+                if (sc.alpha[i] != 1.0f) {
+                    sc.l[i] *= sc.alpha[i];
+                    scale_row(sc.acc + i * dvp, sc.alpha[i], int(dvp));
+                }
+                sc.l[i] += sc.sum[i];
+            }
+            // acc += P V with P read from Pᵀ   [rows, dvp]
+            gemm_tn(rows, int(dvp), bk, sc.st, kBQ, sc.v, dvp, sc.acc, dvp, true);
         }
 
         // O = acc / l, LSE = m + log l; a row that saw no key: O = 0, LSE = -inf.

@@ -43,6 +43,9 @@ inline int64_t pad_n(int64_t n) { return cdiv(n, kNR) * kNR; }
 // Every C element sums k = 0..K-1 in order (after its previous value when accumulate).
 void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
           int64_t ldc, bool accumulate);
+// Same with A stored transposed: A(r, k) = At[k * lda + r].
+void gemm_tn(int M, int N, int K, const float *At, int64_t lda, const float *B, int64_t ldb,
+             float *C, int64_t ldc, bool accumulate);
 // y[j] = exp(x[j] - shift) for j < n; exactly 0 where x - shift < -87 (so -inf gives 0).
 void exp_shift(const float *x, float shift, float *y, int n);
 float row_max(const float *x, int n);       // -inf for n == 0
@@ -50,6 +53,15 @@ float row_sum(const float *x, int n);       // fixed 16-lane order, independent 
 void scale_row(float *x, float a, int n);   // x *= a
 // ds[j] = p[j] * (ds[j] - delta)
 void dsoftmax_row(float *ds, const float *p, float delta, int n);
+// Column helpers for tiles stored [keys, queries] (row j = key, column i = query), n columns:
+//   col_max:     mx[i] = max_j x[j, i] over j < nj (-inf when nj == 0)
+//   col_exp_sum: y[j, i] = exp(x[j, i] - shift[i]) (0 below -87, as exp_shift), sum[i] = Σ_j y[j, i]
+//                in j order (y may alias x)
+//   col_scale:   x[j, i] *= a[i]
+void col_max(const float *x, int64_t ld, int nj, int n, float *mx);
+void col_exp_sum(const float *x, int64_t ld, int nj, int n, const float *shift, float *y,
+                 int64_t ldy, float *sum);
+void col_scale(float *x, int64_t ld, int nj, int n, const float *a);
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols
 void transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int64_t ldd);
 
@@ -68,6 +80,8 @@ void store_tile(void *dst, fattn_dtype t, int64_t rs, int rows, int cols, const 
 void zero_rows(void *dst, fattn_dtype t, int64_t rs, int64_t r0, int64_t r1, int cols);
 // s[j] += bias[j] for j in [a, b)
 void add_bias(const void *bias, fattn_dtype t, float *s, int a, int b);
+// Into a column of a [keys, queries] tile: st[j * ld] += bias[j] for j in [a, b)
+void add_bias_t(const void *bias, fattn_dtype t, float *st, int64_t ld, int a, int b);
 
 inline const void *elem(const void *base, fattn_dtype t, int64_t off) {
     return static_cast<const char *>(base) + off * (t == FATTN_F32 ? 4 : 2);
@@ -163,12 +177,12 @@ struct Arena {
 // Per-task scratch of the forward (fused and exact) and of the backward; the same carve sizes
 // the slot (base == nullptr) and hands out its arrays. Shapes in the comments.
 struct FwdScratch {
-    float *qs;   // [kBQ, pad_n(D)]   scale · Q tile
-    float *kt;   // [D, kBK]          K tile transposed
+    float *qt;   // [D, kBQ]          (scale · Q tile)ᵀ, packed once per task
+    float *kr;   // [kBK, pad_n(D)]   K tile
     float *v;    // [kBK, pad_n(Dv)]  V tile
-    float *s;    // [kBQ, kBK]        scores, then probabilities
+    float *st;   // [kBK, kBQ]        Sᵀ, then Pᵀ: keys × queries, so per-query softmax is vector work
     float *acc;  // [kBQ, pad_n(Dv)]  unnormalized O
-    float *m, *l;  // [kBQ]           running max and denominator
+    float *m, *l, *mx, *shift, *alpha, *sum;  // [kBQ] per query
     TileRows *tr;
     size_t bytes;
 };
@@ -182,8 +196,6 @@ struct BwdScratch {
     float *dout;  // [kBQ, pad_n(Dv)]  dO tile
     float *pm;    // [kBQ, kBK]        P
     float *dp;    // [kBQ, kBK]        dP, then dS
-    float *pt;    // [kBK, kBQ]        Pᵀ
-    float *dst;   // [kBK, kBQ]        dSᵀ
     float *dk;    // [kBK, pad_n(D)]   dK accumulator (already scaled: built from scale · Q)
     float *dv;    // [kBK, pad_n(Dv)]  dV accumulator
     float *lse, *delta;  // [kBQ]

@@ -35,20 +35,39 @@ typedef int32_t vi __attribute__((vector_size(kNR * 4), aligned(4), may_alias));
 // runs (AVX2: 12 ymm accumulators, enough independent FMAs to hide their latency).
 constexpr int kMR = 6;
 
-template <int R>
+// kTransA: A is stored transposed ([K, M], element (r, k) at A[k * lda + r]) — lets the
+// backward use Pᵀ / dSᵀ and the forward use Sᵀ without ever transposing a tile.
+template <int R, bool kTransA>
 inline __attribute__((always_inline)) void block(int K, const float *A, int64_t lda, const float *B,
                                                  int64_t ldb, float *C, int64_t ldc, bool accumulate) {
     vf c[R];
     for (int r = 0; r < R; ++r) c[r] = accumulate ? *reinterpret_cast<const vf *>(C + r * ldc) : vf{};
     for (int k = 0; k < K; ++k) {
         vf b = *reinterpret_cast<const vf *>(B + k * ldb);
-        for (int r = 0; r < R; ++r) c[r] += A[r * lda + k] * b;
+        for (int r = 0; r < R; ++r) c[r] += (kTransA ? A[k * lda + r] : A[r * lda + k]) * b;
     }
     for (int r = 0; r < R; ++r) *reinterpret_cast<vf *>(C + r * ldc) = c[r];
 }
 
+template <bool kTransA>
+inline __attribute__((always_inline)) void gemm_body(int M, int N, int K, const float *A, int64_t lda,
+                                                     const float *B, int64_t ldb, float *C,
+                                                     int64_t ldc, bool accumulate) {
+    // Column panels outermost: one K × kNR panel of B is reused by every row block.
+    const int64_t rstep = kTransA ? 1 : lda;  // distance between consecutive rows of A
+    for (int j0 = 0; j0 < N; j0 += kNR) {
+        int i = 0;
+        for (; i + kMR <= M; i += kMR)
+            block<kMR, kTransA>(K, A + i * rstep, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
+        for (; i + 2 <= M; i += 2)
+            block<2, kTransA>(K, A + i * rstep, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
+        for (; i < M; ++i)
+            block<1, kTransA>(K, A + i * rstep, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
+    }
+}
+
 // exp(x - shift) for one vector; see exp_shift.
-inline __attribute__((always_inline)) vf exp_vec(vf x, float shift) {
+inline __attribute__((always_inline)) vf exp_vec(vf x, vf shift) {
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
     const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
@@ -76,14 +95,13 @@ inline __attribute__((always_inline)) vf exp_vec(vf x, float shift) {
 FATTN_CLONES
 void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
           int64_t ldc, bool accumulate) {
-    // Column panels outermost: one K × kNR panel of B is reused by every row block.
-    for (int j0 = 0; j0 < N; j0 += kNR) {
-        int i = 0;
-        for (; i + kMR <= M; i += kMR)
-            block<kMR>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
-        for (; i + 2 <= M; i += 2) block<2>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
-        for (; i < M; ++i) block<1>(K, A + i * lda, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
-    }
+    gemm_body<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
+FATTN_CLONES
+void gemm_tn(int M, int N, int K, const float *At, int64_t lda, const float *B, int64_t ldb,
+             float *C, int64_t ldc, bool accumulate) {
+    gemm_body<true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
 }
 
 FATTN_CLONES
@@ -95,11 +113,11 @@ void exp_shift(const float *x, float shift, float *y, int n) {
     // is computed identically wherever it sits.
     int j = 0;
     for (; j + kNR <= n; j += kNR)
-        *reinterpret_cast<vf *>(y + j) = exp_vec(*reinterpret_cast<const vf *>(x + j), shift);
+        *reinterpret_cast<vf *>(y + j) = exp_vec(*reinterpret_cast<const vf *>(x + j), vf{} + shift);
     if (j < n) {
         float tmp[kNR] = {};
         for (int l = 0; l < n - j; ++l) tmp[l] = x[j + l];
-        vf e = exp_vec(*reinterpret_cast<const vf *>(tmp), shift);
+        vf e = exp_vec(*reinterpret_cast<const vf *>(tmp), vf{} + shift);
         for (int l = 0; l < n - j; ++l) y[j + l] = e[l];
     }
 }
@@ -131,6 +149,45 @@ void scale_row(float *x, float a, int n) {
 FATTN_CLONES
 void dsoftmax_row(float *ds, const float *p, float delta, int n) {
     for (int j = 0; j < n; ++j) ds[j] = p[j] * (ds[j] - delta);
+}
+
+// ---- column (per-query) helpers for tiles stored keys × queries ----
+
+FATTN_CLONES
+void col_max(const float *x, int64_t ld, int nj, int n, float *mx) {
+    for (int i = 0; i < n; ++i) mx[i] = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < nj; ++j) {
+        const float *row = x + j * ld;
+        for (int i = 0; i < n; ++i) mx[i] = row[i] > mx[i] ? row[i] : mx[i];
+    }
+}
+
+FATTN_CLONES
+void col_exp_sum(const float *x, int64_t ld, int nj, int n, const float *shift, float *y,
+                 int64_t ldy, float *sum) {
+    for (int i = 0; i < n; ++i) sum[i] = 0.0f;
+    for (int j = 0; j < nj; ++j) {
+        const float *xr = x + j * ld;
+        float *yr = y + j * ldy;
+        int i = 0;
+        for (; i + kNR <= n; i += kNR) {
+            vf e = exp_vec(*reinterpret_cast<const vf *>(xr + i), *reinterpret_cast<const vf *>(shift + i));
+            *reinterpret_cast<vf *>(yr + i) = e;
+            *reinterpret_cast<vf *>(sum + i) += e;
+        }
+        if (i < n) {  // same vector code on a local copy: a column's bits never depend on n
+            float tx[kNR] = {}, ts[kNR] = {};
+            for (int l = 0; l < n - i; ++l) tx[l] = xr[i + l], ts[l] = shift[i + l];
+            vf e = exp_vec(*reinterpret_cast<const vf *>(tx), *reinterpret_cast<const vf *>(ts));
+            for (int l = 0; l < n - i; ++l) yr[i + l] = e[l], sum[i + l] += e[l];
+        }
+    }
+}
+
+FATTN_CLONES
+void col_scale(float *x, int64_t ld, int nj, int n, const float *a) {
+    for (int j = 0; j < nj; ++j)
+        for (int i = 0; i < n; ++i) x[j * ld + i] *= a[i];
 }
 
 void transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int64_t ldd) {

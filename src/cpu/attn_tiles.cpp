@@ -74,7 +74,22 @@ void add_bias_(const void *bias, float *s, int a, int b) {
     for (int j = a; j < b; ++j) s[j] += E::get(x[j]);
 }
 
+template <fattn_dtype T>
+void add_bias_t_(const void *bias, float *st, int64_t ld, int a, int b) {
+    using E = Elem<T>;
+    const auto *x = static_cast<const typename E::type *>(bias);
+    for (int j = a; j < b; ++j) st[j * ld] += E::get(x[j]);
+}
+
 }  // namespace
+
+void add_bias_t(const void *bias, fattn_dtype t, float *st, int64_t ld, int a, int b) {
+    switch (t) {
+    case FATTN_F32: return add_bias_t_<FATTN_F32>(bias, st, ld, a, b);
+    case FATTN_F16: return add_bias_t_<FATTN_F16>(bias, st, ld, a, b);
+    case FATTN_BF16: return add_bias_t_<FATTN_BF16>(bias, st, ld, a, b);
+    }
+}
 
 void load_tile(const void *src, fattn_dtype t, int64_t rs, int rows, int cols, float scale,
                float *dst, int64_t ldd) {
@@ -165,13 +180,17 @@ FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     Arena a{base};
     FwdScratch f;
     int64_t dp = pad_n(p.d), dvp = pad_n(p.dv);
-    f.qs = a.floats(kBQ * dp);
-    f.kt = a.floats(p.d * kBK);
+    f.qt = a.floats(p.d * kBQ);
+    f.kr = a.floats(kBK * dp);
     f.v = a.floats(kBK * dvp);
-    f.s = a.floats(kBQ * kBK);
+    f.st = a.floats(kBK * kBQ);
     f.acc = a.floats(kBQ * dvp);
     f.m = a.floats(kBQ);
     f.l = a.floats(kBQ);
+    f.mx = a.floats(kBQ);
+    f.shift = a.floats(kBQ);
+    f.alpha = a.floats(kBQ);
+    f.sum = a.floats(kBQ);
     f.tr = a.rows();
     f.bytes = a.used;
     return f;
@@ -188,8 +207,6 @@ BwdScratch carve_bwd(const AttnFwdParams &p, char *base) {
     b.dout = a.floats(kBQ * dvp);
     b.pm = a.floats(kBQ * kBK);
     b.dp = a.floats(kBQ * kBK);
-    b.pt = a.floats(kBK * kBQ);
-    b.dst = a.floats(kBK * kBQ);
     b.dk = a.floats(kBK * dp);
     b.dv = a.floats(kBK * dvp);
     b.lse = a.floats(kBQ);
