@@ -20,13 +20,14 @@ cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStrea
 
 // Opt in to more than 48 KiB of dynamic shared memory once per kernel, then launch.
 template <typename Kernel, typename Params>
-cudaError_t launch_kernel(Kernel k, dim3 grid, size_t smem, cudaStream_t st, const Params &p, const KArgs &a) {
+cudaError_t launch_kernel(Kernel k, dim3 grid, int threads, size_t smem, cudaStream_t st, const Params &p,
+                          const KArgs &a) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (e != cudaSuccess) return e;
     }
-    k<<<grid, 128, smem, st>>>(p, a);
+    k<<<grid, threads, smem, st>>>(p, a);
     return cudaGetLastError();
 }
 

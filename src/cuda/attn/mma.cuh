@@ -136,20 +136,16 @@ template <> struct MmaOp<__half> : MmaOp16<__half> {};
 template <> struct MmaOp<float> {
     static constexpr int K = 8;
     template <int ST> __device__ static void load_a(uint32_t (&a)[4], const float *t, int r0, int k0, int lane) {
-        const int g = lane >> 2, q = lane & 3;
-        const float *p = t + (r0 + g) * ST + k0 + q;
-        a[0] = to_tf32(p[0]);
-        a[1] = to_tf32(p[8 * ST]);
-        a[2] = to_tf32(p[4]);
-        a[3] = to_tf32(p[8 * ST + 4]);
+        // ldmatrix on 32-bit data: each 8x8 b16 matrix is 8 rows × 4 floats and hands lane
+        // (g, t) the float (g, t) — exactly the tf32 A map, one matrix per register.
+        ldsm_x4(a, smem_u32(t + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + k0 + (lane >> 4) * 4));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = to_tf32(__uint_as_float(a[i]));
     }
     template <int ST> __device__ static void load_b2(uint32_t (&b)[4], const float *t, int n0, int k0, int lane) {
-        const int g = lane >> 2, q = lane & 3;
-        const float *p = t + (n0 + g) * ST + k0 + q;
-        b[0] = to_tf32(p[0]);
-        b[1] = to_tf32(p[4]);
-        b[2] = to_tf32(p[8 * ST]);
-        b[3] = to_tf32(p[8 * ST + 4]);
+        ldsm_x4(b, smem_u32(t + (n0 + (lane & 7) + (lane >> 4) * 8) * ST + k0 + ((lane >> 3) & 1) * 4));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[i] = to_tf32(__uint_as_float(b[i]));
     }
     template <int ST> __device__ static void load_bt2(uint32_t (&b)[4], const float *t, int k0, int n0, int lane) {
         const int g = lane >> 2, q = lane & 3;
@@ -191,14 +187,14 @@ __device__ __forceinline__ void mma_load_tile(T *s, const T *g, int64_t rstride,
                                               int64_t cols_valid, bool vec) {
     constexpr int EPC = 16 / int(sizeof(T)), ST = mma_stride(DB, sizeof(T)), CH = DB / EPC;
     if (vec) {
-        for (int e = threadIdx.x; e < ROWS * CH; e += mma_threads()) {
+        for (int e = threadIdx.x; e < ROWS * CH; e += blockDim.x) {
             const int r = e / CH, c = (e % CH) * EPC;
             const bool ok = r < rows_valid && c < cols_valid;
             cp_async16(smem_u32(s + r * ST + c), ok ? static_cast<const void *>(g + r * rstride + c) : g,
                        ok ? 16 : 0);
         }
     } else {
-        for (int e = threadIdx.x; e < ROWS * DB; e += mma_threads()) {
+        for (int e = threadIdx.x; e < ROWS * DB; e += blockDim.x) {
             const int r = e / DB, c = e % DB;
             s[r * ST + c] = (r < rows_valid && c < cols_valid) ? g[r * rstride + c] : from_f<T>(0.f);
         }

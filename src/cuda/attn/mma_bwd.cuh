@@ -7,7 +7,7 @@
 //   dK/dV: a CTA owns (64-key tile, kv head, sequence) and loops over the query heads of its GQA
 //          group, then over the query tiles, in that order (GQA reduced inside the kernel, K/V
 //          never expanded);
-//   dQ:    a CTA owns (64-query tile, q head, sequence) and loops over the key tiles in order,
+//   dQ:    a CTA owns (query tile, q head, sequence) and loops over the key tiles in order,
 //          recomputing P from the saved LSE and dP = dO·Vᵀ.
 // The price is recomputing S and dP in the dQ kernel (7 GEMM-sized products instead of 5); the
 // gain is bitwise determinism by construction and no dQ accumulation buffer (memory stays linear).
@@ -19,8 +19,8 @@
 namespace fattn::cuda::attn {
 
 template <typename T, int DB>
-__global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, const KArgs a) {
-    constexpr int BM = mma_fwd_bm(), BN = mma_fwd_bn(), ST = mma_stride(DB, sizeof(T));
+__global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int BM = mma_fwd_bm(sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(128) mma_dq_kernel(const AttnBwdParams p, cons
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, const KArgs a) {
-    constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB), ST = mma_stride(DB, sizeof(T));
+    constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NQ = BM / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + (sr.q_begin + m0) * p.do_ss + h * p.do_sh;
         mma_load_tile<T, BM, DB>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
         mma_load_tile<T, BM, DB>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.AttnFwdParams::dv, a.vec);
-        for (int c = threadIdx.x; c < BM; c += mma_threads()) {
+        for (int c = threadIdx.x; c < BM; c += blockDim.x) {
             const int64_t i = m0 + c;
             float l2 = -INFINITY, dl = 0.f;
             if (i < lq) {

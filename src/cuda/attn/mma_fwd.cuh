@@ -1,6 +1,7 @@
 // mma_fwd.cuh — tensor-core forward (prec NATIVE: bf16/f16 m16n8k16; prec TF32: f32 inputs on
 // m16n8k8), FlashAttention-2 style, one body for both through the fragment policy MmaOp<T>.
-// One CTA per (64-query tile, q head, sequence), 4 warps × 16 query rows. K/V tiles of 64 keys
+// One CTA per (query tile, q head, sequence), 16 query rows per warp (tiles.h: 8 warps for
+// bf16/f16, 4 for tf32). K/V tiles of 64 keys
 // stream through shared memory with cp.async double buffering (the next tile is in flight while
 // the current one is multiplied); S = Q·Kᵀ and the online softmax stay in registers in the exp2
 // domain; P is re-packed from the S accumulators into A fragments for P·V; O and LSE (natural
@@ -14,8 +15,8 @@
 namespace fattn::cuda::attn {
 
 template <typename T, int DB>
-__global__ void __launch_bounds__(128) mma_fwd_kernel(const AttnFwdParams p, const KArgs a) {
-    constexpr int BM = mma_fwd_bm(), BN = mma_fwd_bn(), ST = mma_stride(DB, sizeof(T));
+__global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(const AttnFwdParams p, const KArgs a) {
+    constexpr int BM = mma_fwd_bm(sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];

@@ -9,16 +9,16 @@ namespace {
 template <typename T, int DB>
 cudaError_t fwd_t(const AttnFwdParams &p, const KArgs &a, cudaStream_t st) {
     const dim3 grid(ceil_div_u(p.seqlen_q, sc_rows()), unsigned(p.hq), unsigned(p.batch));
-    return launch_kernel(sc_fwd_kernel<T, DB>, grid, sc_fwd_smem(DB), st, p, a);
+    return launch_kernel(sc_fwd_kernel<T, DB>, grid, sc_threads(), sc_fwd_smem(DB), st, p, a);
 }
 
 template <typename T, int DB>
 cudaError_t bwd_t(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     const dim3 gkv(ceil_div_u(p.seqlen_kv, sc_rows()), unsigned(p.hkv), unsigned(p.batch));
-    cudaError_t e = launch_kernel(sc_dkdv_kernel<T, DB>, gkv, sc_dkdv_smem(DB), st, p, a);
+    cudaError_t e = launch_kernel(sc_dkdv_kernel<T, DB>, gkv, sc_threads(), sc_dkdv_smem(DB), st, p, a);
     if (e != cudaSuccess) return e;
     const dim3 gq(ceil_div_u(p.seqlen_q, sc_rows()), unsigned(p.hq), unsigned(p.batch));
-    return launch_kernel(sc_dq_kernel<T, DB>, gq, sc_dq_smem(DB), st, p, a);
+    return launch_kernel(sc_dq_kernel<T, DB>, gq, sc_threads(), sc_dq_smem(DB), st, p, a);
 }
 
 template <typename T>

@@ -8,31 +8,36 @@
 namespace fattn::cuda::attn {
 
 // ---- tensor-core (mma.sync) kernels, templated on the element type and head-dim bucket DB ----
-// 4 warps: one warp owns 16 rows (the M of m16n8k16), 4 warps keep an SM busy with 2+ CTAs.
+// dK/dV: 4 warps, one warp owns 16 key rows (the M of m16n8k16); 2 CTAs per SM.
 constexpr int mma_threads() { return 128; }
-// Forward and dQ: 64 query rows per CTA (4 warps × 16 rows).
-constexpr int mma_fwd_bm() { return 64; }
-// Forward and dQ: 64 keys per step keeps the S accumulator at 32 registers per thread.
-constexpr int mma_fwd_bn() { return 64; }
+// Forward and dQ: 8 warps × 16 query rows share each K/V tile (half the shared-memory fill and
+// cp.async issue per FLOP of 4 warps); tf32 tiles are twice the bytes, so 4 warps there.
+constexpr int mma_fwd_warps(size_t es) { return es == 4 ? 4 : 8; }
+constexpr int mma_fwd_bm(size_t es) { return 16 * mma_fwd_warps(es); }
+// Forward and dQ: 64 keys per step keeps the S accumulator at 32 registers per thread; with
+// 4-byte (tf32) elements 32 keys, so two CTAs' tiles fit in shared memory (one CTA of 4 warps
+// per SM cannot hide the load latency).
+constexpr int mma_fwd_bn(size_t es) { return es == 4 ? 32 : 64; }
 // dK/dV: 64 keys per CTA (4 warps × 16 key rows), each warp owns its rows' dK and dV.
 constexpr int mma_bwd_bn() { return 64; }
 // dK/dV: query tile; at DB 128 the dK+dV accumulators take 128 registers, so 32 query columns
 // keep Sᵀ and dPᵀ at 16 registers each and the kernel under 255 registers without spills.
-constexpr int mma_bwd_bm(int db) { return db > 64 ? 32 : 64; }
+// With tf32 at DB 128, 16 query columns keep two CTAs' tiles within shared memory.
+constexpr int mma_bwd_bm(int db, size_t es) { return db > 64 ? (es == 4 ? 16 : 32) : 64; }
 // Shared-memory row stride in elements: +16 bytes shifts each row by 4 banks, so the 8 row
 // addresses of one ldmatrix (2-byte types) or the 8 g-rows × 4 t-columns of a tf32 fragment
 // load hit distinct banks (no conflicts, no swizzle). es = element size in bytes.
 constexpr int mma_stride(int db, size_t es) { return db + int(16 / es); }
 
 constexpr size_t mma_fwd_smem(int db, size_t es) {  // Q + double-buffered K and V
-    return size_t(mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db, es) * es;
+    return size_t(mma_fwd_bm(es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es;
 }
 constexpr size_t mma_dq_smem(int db, size_t es) {  // Q, dO + double-buffered K and V
-    return size_t(2 * mma_fwd_bm() + 4 * mma_fwd_bn()) * mma_stride(db, es) * es;
+    return size_t(2 * mma_fwd_bm(es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es;
 }
 constexpr size_t mma_dkdv_smem(int db, size_t es) {  // K, V + double-buffered Q, dO; lse, delta
-    return size_t(2 * mma_bwd_bn() + 4 * mma_bwd_bm(db)) * mma_stride(db, es) * es +
-           size_t(4 * mma_bwd_bm(db)) * sizeof(float);
+    return size_t(2 * mma_bwd_bn() + 4 * mma_bwd_bm(db, es)) * mma_stride(db, es) * es +
+           size_t(4 * mma_bwd_bm(db, es)) * sizeof(float);
 }
 
 // ---- strict-f32 scalar kernels, templated on DB (64, 128 or 256) ----
