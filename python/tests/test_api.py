@@ -312,9 +312,10 @@ def test_cuda_varlen_max_seqlen_given_or_derived():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
-def test_cuda_workspace_comes_from_torch_allocator():
-    """Peak memory seen by torch covers what the call needs: o, lse, grads and any workspace
-    are torch tensors (fattn never cudaMallocs behind torch's back when given a workspace)."""
+def test_cuda_peak_within_memory_model():
+    """What torch's allocator sees one fwd+bwd allocate (o, lse, saved, dout, grads and the
+    workspaces, all torch tensors) stays within fattn.memory()'s bwd peak minus the inputs
+    (DESIGN §8: the model never under-predicts). 1 MiB slack for allocator rounding."""
     q, k, v = _cuda_case()
     info = fattn.memory(q, k, v, causal=True)
     torch.cuda.synchronize()
@@ -324,5 +325,4 @@ def test_cuda_workspace_comes_from_torch_allocator():
     torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
     torch.cuda.synchronize()
     used = torch.cuda.max_memory_allocated() - base
-    assert used > 0
-    assert used <= info["bwd_peak_bytes"] + (4 << 20), (used, info)
+    assert 0 < used <= info["bwd_peak_bytes"] - info["inputs_bytes"] + (1 << 20), (used, info)
