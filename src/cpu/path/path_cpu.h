@@ -45,9 +45,15 @@ Ws bind(const PathWorkspace &lay, void *base, fattn_dir dir);
 // vexing parse).
 inline size_t sz(int64_t n) { return static_cast<size_t>(n); }
 
+// Dot product with 8 interleaved partial sums combined in a fixed tree: vectorizable without
+// -ffast-math, and its rounding depends only on n, never on the thread or the call site.
 inline float dotf(const float *a, const float *b, int64_t n) {
-    float r = 0.f;
-    for (int64_t i = 0; i < n; ++i) r += a[i] * b[i];
+    float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) s[j] += a[i + j] * b[i + j];
+    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; i < n; ++i) r += a[i] * b[i];
     return r;
 }
 
