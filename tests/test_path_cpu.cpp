@@ -284,4 +284,75 @@ TEST(PathCpu, WBetaCheckModes) {
     fattn_ctx_free(ctx);
 }
 
+// Non-contiguous views (q, k, v interleaved in one fused buffer with padding, beta/g/w strided, o
+// and the gradients strided too) give bitwise the results of contiguous views: strides are
+// only addresses, never a copy or a different arithmetic order.
+TEST(PathCpu, StridedViewsMatchContiguous) {
+    Case c{"strided", 2, 150, 2, 1, 16, 16, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED};
+    Problem a;
+    a.c = c;
+    make_inputs(a, 31);
+    run(a, 2);
+    // fused row per (b, t): [q (Hq*K) | k (H*K) | v (H*V) | pad 3], all f32
+    const int64_t B = c.B, T = c.T, HQ = c.Hq, H = c.H, K = c.K, V = c.V;
+    const int64_t row = HQ * K + H * K + H * V + 3;
+    std::vector<float> fused(size_t(B * T * row)), wst(size_t(B * T * H * (K + 5))), bst(size_t(B * T * H * 2)),
+        gst(size_t(B * T * HQ * 3));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+            const int64_t r = b * T + t;
+            for (int64_t i = 0; i < HQ * K; ++i) fused[size_t(r * row + i)] = float(a.q.val[size_t(r * HQ * K + i)]);
+            for (int64_t i = 0; i < H * K; ++i) fused[size_t(r * row + HQ * K + i)] = float(a.k.val[size_t(r * H * K + i)]);
+            for (int64_t i = 0; i < H * V; ++i)
+                fused[size_t(r * row + HQ * K + H * K + i)] = float(a.v.val[size_t(r * H * V + i)]);
+            for (int64_t h = 0; h < H; ++h) {
+                for (int64_t d = 0; d < K; ++d) wst[size_t((r * H + h) * (K + 5) + d)] = float(a.w.val[size_t((r * H + h) * K + d)]);
+                bst[size_t((r * H + h) * 2)] = float(a.beta.val[size_t(r * H + h)]);
+            }
+            for (int64_t h = 0; h < HQ; ++h) gst[size_t((r * HQ + h) * 3)] = float(a.g.val[size_t(r * HQ + h)]);
+        }
+    float *f = fused.data();
+    fattn_tensor q = fattn_tensor_4d(f, FATTN_F32, B, T, HQ, K, T * row, row, K, 1);
+    fattn_tensor k = fattn_tensor_4d(f + HQ * K, FATTN_F32, B, T, H, K, T * row, row, K, 1);
+    fattn_tensor v = fattn_tensor_4d(f + HQ * K + H * K, FATTN_F32, B, T, H, V, T * row, row, V, 1);
+    fattn_tensor w = fattn_tensor_4d(wst.data(), FATTN_F32, B, T, H, K, T * H * (K + 5), H * (K + 5), K + 5, 1);
+    fattn_tensor beta = fattn_tensor_4d(bst.data(), FATTN_F32, B, T, H, 1, T * H * 2, H * 2, 2, 1);
+    fattn_tensor g = fattn_tensor_4d(gst.data(), FATTN_F32, B, T, HQ, 1, T * HQ * 3, HQ * 3, 3, 1);
+    // strided outputs: every row padded by one element
+    std::vector<float> o(size_t(B * T * HQ * (V + 1))), lse(size_t(B * HQ * (T + 2))), dq(size_t(B * T * HQ * (K + 1))),
+        dk(size_t(B * T * H * (K + 1))), dv(size_t(B * T * H * (V + 1))), dw(size_t(B * T * H * (K + 1))),
+        db(size_t(B * T * H * 2)), dg(size_t(B * T * HQ * 2)), dout(size_t(B * T * HQ * (V + 1)));
+    for (int64_t r = 0; r < B * T * HQ; ++r)
+        for (int64_t d = 0; d < V; ++d) dout[size_t(r * (V + 1) + d)] = float(a.dout.val[size_t(r * V + d)]);
+    auto sv = [](std::vector<float> &x, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int64_t pad) {
+        return fattn_tensor_4d(x.data(), FATTN_F32, n0, n1, n2, n3, n1 * n2 * (n3 + pad), n2 * (n3 + pad), n3 + pad, 1);
+    };
+    fattn_tensor to = sv(o, B, T, HQ, V, 1), tdo = sv(dout, B, T, HQ, V, 1), tdq = sv(dq, B, T, HQ, K, 1),
+                 tdk = sv(dk, B, T, H, K, 1), tdv = sv(dv, B, T, H, V, 1), tdw = sv(dw, B, T, H, K, 1),
+                 tdb = sv(db, B, T, H, 1, 1), tdg = sv(dg, B, T, HQ, 1, 1);
+    fattn_tensor tl = fattn_tensor_4d(lse.data(), FATTN_F32, B, HQ, T, 1, HQ * (T + 2), T + 2, 1, 1);
+    fattn_ctx_t *ctx = nullptr;
+    ASSERT_EQ(fattn_ctx_init_cpu(2, &ctx), FATTN_OK);
+    fattn_path_params p = fattn_path_params_default();
+    ASSERT_EQ(fattn_path_fwd(ctx, &p, &q, &k, &v, &w, &beta, &g, &to, &tl, nullptr, 0), FATTN_OK) << fattn_ctx_last_error(ctx);
+    ASSERT_EQ(fattn_path_bwd(ctx, &p, &q, &k, &v, &w, &beta, &g, &to, &tl, &tdo, &tdq, &tdk, &tdv, &tdw, &tdb, &tdg,
+                             nullptr, 0),
+              FATTN_OK)
+        << fattn_ctx_last_error(ctx);
+    fattn_ctx_free(ctx);
+    auto same = [](const Buf &ref, const std::vector<float> &x, int64_t rows, int64_t n, int64_t pitch, const char *name) {
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t d = 0; d < n; ++d)
+                ASSERT_EQ(float(ref.val[size_t(r * n + d)]), x[size_t(r * pitch + d)]) << name << " row " << r << " d " << d;
+    };
+    same(a.o, o, B * T * HQ, V, V + 1, "o");
+    same(a.lse, lse, B * HQ, T, T + 2, "lse");
+    same(a.dq, dq, B * T * HQ, K, K + 1, "dq");
+    same(a.dk, dk, B * T * H, K, K + 1, "dk");
+    same(a.dv, dv, B * T * H, V, V + 1, "dv");
+    same(a.dw, dw, B * T * H, K, K + 1, "dw");
+    same(a.dbeta, db, B * T * H, 1, 2, "dbeta");
+    same(a.dg, dg, B * T * HQ, 1, 2, "dg");
+}
+
 }  // namespace
