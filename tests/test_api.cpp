@@ -34,7 +34,6 @@ TEST(Api, StatusStringsDistinct) {
         ASSERT_NE(str, nullptr);
         EXPECT_TRUE(seen.insert(str).second) << "duplicate: " << str;
     }
-    EXPECT_STREQ(fattn_status_string(fattn_status(999)), "unknown status");
 }
 
 TEST(Api, EnumNamesAndSizes) {
@@ -42,9 +41,7 @@ TEST(Api, EnumNamesAndSizes) {
     EXPECT_EQ(fattn_dtype_size(FATTN_F32), 4u);
     EXPECT_EQ(fattn_dtype_size(FATTN_F16), 2u);
     EXPECT_EQ(fattn_dtype_size(FATTN_BF16), 2u);
-    EXPECT_EQ(fattn_dtype_size(fattn_dtype(9)), 0u);
     EXPECT_STREQ(fattn_prec_name(FATTN_PREC_TF32), "tf32");
-    EXPECT_STREQ(fattn_prec_name(fattn_prec(9)), "invalid");
     EXPECT_STREQ(fattn_algo_name(FATTN_ALGO_EXACT), "exact");
 }
 

@@ -11,6 +11,7 @@
 #include "core/attn_dispatch.h"
 #include "core/attn_validate.h"
 #include "core/dtype.h"
+#include "core/enum_raw.h"
 #include "cpu/attn_cpu.h"
 #ifdef FATTN_WITH_CUDA
 #include "cuda/attn_cuda.h"
@@ -183,10 +184,10 @@ fattn_attn_params fattn_attn_params_default(void) {
 fattn_prec fattn_resolve_prec(const fattn_ctx_t *ctx, const fattn_attn_params *p,
                               const fattn_tensor *q) {
     // Missing or invalid arguments resolve as AUTO for f32 would: the answer is never AUTO.
-    fattn_prec req = p ? p->prec : FATTN_PREC_AUTO;
-    if (req < FATTN_PREC_AUTO || req > FATTN_PREC_NATIVE) req = FATTN_PREC_AUTO;
-    fattn_dtype dt = q ? q->dtype : FATTN_F32;
-    if (dt != FATTN_F16 && dt != FATTN_BF16) dt = FATTN_F32;
+    const int64_t rp = p ? fattn::raw_enum(p->prec) : int64_t(FATTN_PREC_AUTO);
+    const int64_t rd = q ? fattn::raw_enum(q->dtype) : int64_t(FATTN_F32);
+    fattn_prec req = rp >= FATTN_PREC_AUTO && rp <= FATTN_PREC_NATIVE ? fattn_prec(rp) : FATTN_PREC_AUTO;
+    fattn_dtype dt = rd == FATTN_F16 || rd == FATTN_BF16 ? fattn_dtype(rd) : FATTN_F32;
     return fattn::attn_resolve_prec(ctx, req, dt);
 }
 
@@ -213,9 +214,10 @@ fattn_status fattn_attn_workspace_size(fattn_ctx_t *ctx, const fattn_attn_params
     return guarded(ctx, "fattn_attn_workspace_size", [&] {
         if (!bytes) return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER, "bytes: is NULL");
         *bytes = 0;
-        if (dir != FATTN_DIR_FWD && dir != FATTN_DIR_BWD)
+        const int64_t rdir = fattn::raw_enum(dir);
+        if (rdir != FATTN_DIR_FWD && rdir != FATTN_DIR_BWD)
             return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE,
-                                    "dir: " + std::to_string(int(dir)) + " is not a fattn_dir");
+                                    "dir: " + std::to_string(rdir) + " is not a fattn_dir");
         AttnViews vw;
         vw.q = q; vw.k = k; vw.v = v;
         AttnResolved r;

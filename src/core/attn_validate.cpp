@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_raw.h"
 #include "cpu/attn_cpu.h"
 #ifdef FATTN_WITH_CUDA
 #include "cuda/attn_cuda.h"
@@ -33,7 +34,10 @@ string S(int64_t x) { return std::to_string(x); }
 const char *const kDimNames[4] = {"batch", "seq", "heads", "head dim"};
 const char *const kLseDimNames[4] = {"batch", "heads", "seq", "unit"};
 
-bool valid_dtype(fattn_dtype t) { return t == FATTN_F32 || t == FATTN_F16 || t == FATTN_BF16; }
+bool valid_dtype(const fattn_dtype &t) {
+    int64_t v = raw_enum(t);
+    return v == FATTN_F32 || v == FATTN_F16 || v == FATTN_BF16;
+}
 
 int64_t numel(const fattn_tensor &t) { return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3]; }
 
@@ -246,18 +250,19 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     // ---- enum values ----
     for (int i = 0; i < nviews; ++i)
         FATTN_RETURN_IF(!valid_dtype(views[i].t->dtype), FATTN_ERR_BAD_VALUE,
-                        string(views[i].name) + ": dtype " + S(int(views[i].t->dtype)) +
+                        string(views[i].name) + ": dtype " + S(raw_enum(views[i].t->dtype)) +
                             " is not a fattn_dtype");
-    FATTN_RETURN_IF(p.prec < FATTN_PREC_AUTO || p.prec > FATTN_PREC_NATIVE, FATTN_ERR_BAD_VALUE,
-                    "prec: " + S(int(p.prec)) + " is not a fattn_prec");
-    FATTN_RETURN_IF(p.algo != FATTN_ALGO_FUSED && p.algo != FATTN_ALGO_EXACT, FATTN_ERR_BAD_VALUE,
-                    "algo: " + S(int(p.algo)) + " is not a fattn_algo");
-    FATTN_RETURN_IF(p.causal < FATTN_CAUSAL_NONE || p.causal > FATTN_CAUSAL_BOTTOM_RIGHT,
-                    FATTN_ERR_BAD_VALUE, "causal: " + S(int(p.causal)) + " is not a fattn_causal");
-    FATTN_RETURN_IF(p.window_align != FATTN_ALIGN_TOP_LEFT &&
-                        p.window_align != FATTN_ALIGN_BOTTOM_RIGHT,
-                    FATTN_ERR_BAD_VALUE,
-                    "window_align: " + S(int(p.window_align)) + " is not a fattn_align");
+    // Read raw: an out-of-range value must be reported, not loaded through the enum type.
+    const int64_t prec = raw_enum(p.prec), algo = raw_enum(p.algo);
+    const int64_t causal_raw = raw_enum(p.causal), align = raw_enum(p.window_align);
+    FATTN_RETURN_IF(prec < FATTN_PREC_AUTO || prec > FATTN_PREC_NATIVE, FATTN_ERR_BAD_VALUE,
+                    "prec: " + S(prec) + " is not a fattn_prec");
+    FATTN_RETURN_IF(algo != FATTN_ALGO_FUSED && algo != FATTN_ALGO_EXACT, FATTN_ERR_BAD_VALUE,
+                    "algo: " + S(algo) + " is not a fattn_algo");
+    FATTN_RETURN_IF(causal_raw < FATTN_CAUSAL_NONE || causal_raw > FATTN_CAUSAL_BOTTOM_RIGHT,
+                    FATTN_ERR_BAD_VALUE, "causal: " + S(causal_raw) + " is not a fattn_causal");
+    FATTN_RETURN_IF(align != FATTN_ALIGN_TOP_LEFT && align != FATTN_ALIGN_BOTTOM_RIGHT,
+                    FATTN_ERR_BAD_VALUE, "window_align: " + S(align) + " is not a fattn_align");
 
     // ---- dtypes ----
     for (int i = 0; i < nviews; ++i) {
@@ -325,7 +330,7 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     if (has_bias) {
         const fattn_tensor &b = p.bias;
         FATTN_RETURN_IF(!valid_dtype(b.dtype), FATTN_ERR_BAD_BIAS,
-                        "bias: dtype " + S(int(b.dtype)) + " is not f32, f16 or bf16");
+                        "bias: dtype " + S(raw_enum(b.dtype)) + " is not f32, f16 or bf16");
         for (int d = 0; d < 4; ++d)
             FATTN_RETURN_IF(b.ne[d] < 0, FATTN_ERR_BAD_BIAS,
                             "bias: ne[" + S(d) + "] is " + S(b.ne[d]) + ", must not be negative");

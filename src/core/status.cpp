@@ -1,5 +1,6 @@
 // status.cpp — the small, state-free part of the C API: status strings, the version, enum names,
 // dtype sizes and the tensor-view constructors. Nothing here touches a context.
+#include "core/enum_raw.h"
 #include "fattn/fattn.h"
 
 #define FATTN_STR2(x) #x
@@ -8,7 +9,7 @@
 extern "C" {
 
 const char *fattn_status_string(fattn_status s) {
-    switch (s) {
+    switch (fattn::raw_enum(s)) {  // C callers may pass any int
     case FATTN_OK: return "ok";
     case FATTN_ERR_NULL_POINTER: return "null pointer";
     case FATTN_ERR_DTYPE_MISMATCH: return "dtype mismatch";
@@ -38,7 +39,7 @@ const char *fattn_version(void) {
 }
 
 size_t fattn_dtype_size(fattn_dtype t) {
-    switch (t) {
+    switch (fattn::raw_enum(t)) {  // C callers may pass any int
     case FATTN_F32: return 4;
     case FATTN_F16: return 2;
     case FATTN_BF16: return 2;
@@ -47,7 +48,7 @@ size_t fattn_dtype_size(fattn_dtype t) {
 }
 
 const char *fattn_dtype_name(fattn_dtype t) {
-    switch (t) {
+    switch (fattn::raw_enum(t)) {  // C callers may pass any int
     case FATTN_F32: return "f32";
     case FATTN_F16: return "f16";
     case FATTN_BF16: return "bf16";
@@ -56,7 +57,7 @@ const char *fattn_dtype_name(fattn_dtype t) {
 }
 
 const char *fattn_prec_name(fattn_prec p) {
-    switch (p) {
+    switch (fattn::raw_enum(p)) {  // C callers may pass any int
     case FATTN_PREC_AUTO: return "auto";
     case FATTN_PREC_F32: return "f32";
     case FATTN_PREC_TF32: return "tf32";
@@ -66,7 +67,7 @@ const char *fattn_prec_name(fattn_prec p) {
 }
 
 const char *fattn_algo_name(fattn_algo a) {
-    switch (a) {
+    switch (fattn::raw_enum(a)) {  // C callers may pass any int
     case FATTN_ALGO_FUSED: return "fused";
     case FATTN_ALGO_EXACT: return "exact";
     }
