@@ -28,9 +28,11 @@ namespace {
 
 constexpr size_t kGuardBytes = 256;  // after every output, workspace and saved buffer
 
-// Tolerance on rms(out - ref) / rms(ref). F32: measured worst over the table is ~1e-6
-// (see the report); TF32/NATIVE per DESIGN §4; outputs stored in f16/bf16 carry their own
-// rounding (bf16 ~ 2^-9 relative, f16 ~ 2^-12) whatever the arithmetic.
+// Tolerance on rms(out - ref) / rms(ref). F32: the CPU backend's worst over the table with
+// --extra measured 1.4e-6 (extra_s2048_causal dk; S = 1025 cases ~1e-6), error grows ~sqrt(S),
+// so 1e-5 leaves room up to S ~ 16k. TF32/NATIVE per DESIGN §4. Outputs stored in f16/bf16
+// carry their own rounding whatever the arithmetic (measured worst at F32: f16 2.4e-4,
+// bf16 2.0e-3), so those dtypes get 5e-3 / 1e-2.
 double tolerance(fattn_prec resolved, fattn_dtype dt) {
     double t = resolved == FATTN_PREC_TF32 ? 2e-3 : resolved == FATTN_PREC_NATIVE ? 0.0 : 1e-5;
     if (dt == FATTN_F16) t = std::max(t, 5e-3);
