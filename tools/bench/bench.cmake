@@ -15,7 +15,8 @@ if(FATTN_CUDA AND TARGET fattn-bench AND FATTN_CUDNN_FRONTEND_DIR)
       # cuDNN's own include goes first so the frontend compiles against the library it runs with.
       target_include_directories(fattn-bench BEFORE PRIVATE "${FATTN_CUDNN_INCLUDE}" "${FATTN_CUDNN_FRONTEND_DIR}")
       target_compile_definitions(fattn-bench PRIVATE FATTN_BENCH_CUDNN=1)
-      target_link_libraries(fattn-bench PRIVATE "${FATTN_CUDNN_LIBRARY}" ${CMAKE_DL_LIBS})
+      # The frontend's experimental engines call NVRTC (linked even though SDPA does not use them).
+      target_link_libraries(fattn-bench PRIVATE "${FATTN_CUDNN_LIBRARY}" CUDA::nvrtc ${CMAKE_DL_LIBS})
       get_filename_component(_cudnn_libdir "${FATTN_CUDNN_LIBRARY}" DIRECTORY)
       set_target_properties(fattn-bench PROPERTIES BUILD_RPATH "${_cudnn_libdir}")
       message(STATUS "fattn-bench: cuDNN SDPA arm ON (${FATTN_CUDNN_LIBRARY})")

@@ -29,7 +29,7 @@ struct Case {
 
 struct Options {
     fattn_backend backend = FATTN_BACKEND_CPU;
-    int reps = -1;          // -1: per backend default (cpu 3, cuda 10)
+    int reps = -1;          // -1: per backend default (cpu 5, cuda 10)
     int warmup = -1;        // -1: cpu 1, cuda 3
     int threads = 0;        // CPU threads (0 = hardware; presets may pin it)
     bool threads_set = false;
@@ -83,6 +83,7 @@ double max_rel_err(const ArmResult &a, const ArmResult &b, bool with_lse);
 // ---- device helpers (bench_device.cpp): CUDA via cudart when built with it, else the host ----
 namespace dev {
 bool cuda_built();
+bool has_device();  // a CUDA device is present and usable
 bool alloc(fattn_backend be, void **p, size_t bytes);
 void free(fattn_backend be, void *p);
 bool upload(fattn_backend be, void *dst, const void *src, size_t bytes);

@@ -238,7 +238,7 @@ ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, cons
     void *ws = buf.get(std::max(ws_f, ws_b));
     if (!ws) return r.status = "error: allocating the workspace", r;
     const int warm = opt.warmup >= 0 ? opt.warmup : (cuda ? 3 : 1);
-    const int reps = opt.reps > 0 ? opt.reps : (cuda ? 10 : 3);
+    const int reps = opt.reps > 0 ? opt.reps : (cuda ? 10 : 5);
     auto fwd = [&] {
         return fattn_attn_fwd(ctx, &p, &q, &k, &v, &o, &lse, saved, ws, ws_f) == FATTN_OK;
     };

@@ -31,6 +31,14 @@ double median(std::vector<double> v) {
 
 #if defined(FATTN_WITH_CUDA)
 bool cuda_built() { return true; }
+bool has_device() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
 
 bool alloc(fattn_backend be, void **p, size_t bytes) {
     if (bytes == 0) bytes = 64;
@@ -131,6 +139,7 @@ double Timer::stop_ms() {
 }
 #else
 bool cuda_built() { return false; }
+bool has_device() { return false; }
 bool alloc(fattn_backend, void **p, size_t bytes) {
     if (bytes == 0) bytes = 64;
     *p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
