@@ -526,6 +526,13 @@ int run_attn_family(const Options &o, Summary &s) {
         }
         Inst in;
         setup_inst(c, &in);
+        if (o.verbose)
+            std::printf("        %s: B %lld Sq %lld Skv %lld Hq %lld Hkv %lld D %lld Dv %lld %s, causal %d, window (%lld, %lld, %s), "
+                        "bias kind %d (%s), layout %d%s\n",
+                        c.name.c_str(), (long long)in.Bv, (long long)in.Sq, (long long)in.Skv, (long long)c.Hq, (long long)c.Hkv,
+                        (long long)c.D, (long long)c.Dv, fattn_dtype_name(c.dtype), int(c.causal), (long long)c.win_left,
+                        (long long)c.win_right, c.win_align == FATTN_ALIGN_BOTTOM_RIGHT ? "br" : "tl", int(c.bias),
+                        fattn_dtype_name(c.bias_dtype), int(c.layout), c.is_varlen() ? fmt(", varlen %lld seqs", (long long)in.nseq).c_str() : "");
         const fattn_prec prec = o.prec != FATTN_PREC_AUTO ? o.prec : c.prec;
         if (o.mode == Mode::GRAD) {
             if (ref_cost(in) > 3e6) continue;  // finite differences only on the small cases
