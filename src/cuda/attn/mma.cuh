@@ -180,21 +180,22 @@ template <> struct MmaOp<float> {
 };
 
 // Rows [0, ROWS) of a tile starting at g (row stride rstride) into shared s [ROWS, ST]; rows >=
-// rows_valid and columns >= cols_valid are zero. vec: 16-byte cp.async (caller commits/waits);
+// rows_valid and columns >= cols_valid are zero; NT = the CTA's threads (compile-time, so the
+// copy loop unrolls). vec: 16-byte cp.async (caller commits/waits);
 // otherwise element loads (for views whose strides or pointers are not 16-byte aligned).
-template <typename T, int ROWS, int DB>
+template <typename T, int ROWS, int DB, int NT>
 __device__ __forceinline__ void mma_load_tile(T *s, const T *g, int64_t rstride, int64_t rows_valid,
                                               int64_t cols_valid, bool vec) {
     constexpr int EPC = 16 / int(sizeof(T)), ST = mma_stride(DB, sizeof(T)), CH = DB / EPC;
     if (vec) {
-        for (int e = threadIdx.x; e < ROWS * CH; e += blockDim.x) {
+        for (int e = threadIdx.x; e < ROWS * CH; e += NT) {
             const int r = e / CH, c = (e % CH) * EPC;
             const bool ok = r < rows_valid && c < cols_valid;
             cp_async16(smem_u32(s + r * ST + c), ok ? static_cast<const void *>(g + r * rstride + c) : g,
                        ok ? 16 : 0);
         }
     } else {
-        for (int e = threadIdx.x; e < ROWS * DB; e += blockDim.x) {
+        for (int e = threadIdx.x; e < ROWS * DB; e += NT) {
             const int r = e / DB, c = e % DB;
             s[r * ST + c] = (r < rows_valid && c < cols_valid) ? g[r * rstride + c] : from_f<T>(0.f);
         }

@@ -20,6 +20,7 @@ namespace fattn::cuda::attn {
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int NT = 32 * mma_fwd_warps(sizeof(T));
     constexpr int BM = mma_fwd_bm(sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
@@ -57,12 +58,12 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     };
     auto load_kv = [&](int64_t n, int buf) {
         const int64_t n0 = n * BN;
-        mma_load_tile<T, BN, DB>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
-        mma_load_tile<T, BN, DB>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.AttnFwdParams::dv, a.vec);
+        mma_load_tile<T, BN, DB, NT>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
+        mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.AttnFwdParams::dv, a.vec);
     };
 
-    mma_load_tile<T, BM, DB>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
-    mma_load_tile<T, BM, DB>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, a.vec);
+    mma_load_tile<T, BM, DB, NT>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
+    mma_load_tile<T, BM, DB, NT>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, a.vec);
     int64_t n = next_tile(n_first);
     if (n <= n_last) load_kv(n, 0);
     cp_async_commit();
@@ -174,6 +175,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int NT = mma_threads();
     constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NQ = BM / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
@@ -216,9 +218,9 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
         const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + (sr.q_begin + m0) * p.q_ss + h * p.q_sh;
         const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + (sr.q_begin + m0) * p.do_ss + h * p.do_sh;
-        mma_load_tile<T, BM, DB>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
-        mma_load_tile<T, BM, DB>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.AttnFwdParams::dv, a.vec);
-        for (int c = threadIdx.x; c < BM; c += blockDim.x) {
+        mma_load_tile<T, BM, DB, NT>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
+        mma_load_tile<T, BM, DB, NT>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.AttnFwdParams::dv, a.vec);
+        for (int c = threadIdx.x; c < BM; c += NT) {
             const int64_t i = m0 + c;
             float l2 = -INFINITY, dl = 0.f;
             if (i < lq) {
@@ -230,8 +232,8 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         }
     };
 
-    mma_load_tile<T, BN, DB>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, a.vec);
-    mma_load_tile<T, BN, DB>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, a.vec);
+    mma_load_tile<T, BN, DB, NT>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, a.vec);
+    mma_load_tile<T, BN, DB, NT>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, a.vec);
     int64_t idx = next_item(0);
     if (idx < G * nt) load_q(idx, 0);
     cp_async_commit();

@@ -16,6 +16,7 @@ namespace fattn::cuda::attn {
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(const AttnFwdParams p, const KArgs a) {
+    constexpr int NT = 32 * mma_fwd_warps(sizeof(T));
     constexpr int BM = mma_fwd_bm(sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
@@ -51,11 +52,11 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     };
     auto load_kv = [&](int64_t n, int buf) {
         const int64_t n0 = n * BN;
-        mma_load_tile<T, BN, DB>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
-        mma_load_tile<T, BN, DB>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.dv, a.vec);
+        mma_load_tile<T, BN, DB, NT>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
+        mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.dv, a.vec);
     };
 
-    mma_load_tile<T, BM, DB>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
+    mma_load_tile<T, BM, DB, NT>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
     int64_t n = next_tile(n_first);
     if (n <= n_last) load_kv(n, 0);
     cp_async_commit();
