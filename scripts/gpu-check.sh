@@ -88,20 +88,24 @@ fi
 [ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 GEN=()
 command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/Makefile" ] && GEN=(-G Ninja)
-build_all() {
-    cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON \
-        -DFATTN_CUDA_ARCHS=90a -DFATTN_BUILD_TESTS=OFF "${CUDNN_ARGS[@]}" || return 1
-    # Each tool on its own, so one that fails to build does not stop the other.
-    local rc=0
-    cmake --build "$BUILD" -j "$(nproc)" --target fattn-test || rc=1
-    cmake --build "$BUILD" -j "$(nproc)" --target fattn-bench || rc=1
-    return $rc
-}
 if want build; then
-    run_step build 300 "$OUT/build.log" build_all
+    # `timeout` runs programs, not shell functions: configure and each tool are separate steps,
+    # so one tool that fails to build does not stop the other.
+    run_step configure 120 "$OUT/build.log" cmake -S . -B "$BUILD" "${GEN[@]}" \
+        -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a -DFATTN_BUILD_TESTS=OFF \
+        "${CUDNN_ARGS[@]}"
+    b_rc=$STEP_RC
+    b_s=$STEP_S
+    if [ "$b_rc" -eq 0 ]; then
+        for tool in fattn-test fattn-bench; do
+            run_step "build:$tool" 300 "$OUT/build.log" cmake --build "$BUILD" -j "$(nproc)" --target "$tool"
+            [ "$STEP_RC" -ne 0 ] && b_rc=$STEP_RC
+            b_s=$(( b_s + STEP_S ))
+        done
+    fi
     cudnn_state=$(grep -o 'cuDNN SDPA arm [A-Z]*' "$OUT/build.log" | tail -n1)
-    record build "$(status_of $STEP_RC)" "$STEP_S" "sm_90a, -j$(nproc)${cudnn_state:+, $cudnn_state}"
-    [ "$STEP_RC" -ne 0 ] && FAILED=1 && tail -n 30 "$OUT/build.log"
+    record build "$(status_of $b_rc)" "$b_s" "sm_90a, -j$(nproc)${cudnn_state:+, $cudnn_state}"
+    [ "$b_rc" -ne 0 ] && FAILED=1 && grep -E 'error|Error' "$OUT/build.log" | head -n 20
 fi
 FT="$BUILD/fattn-test"
 FB="$BUILD/fattn-bench"
