@@ -328,6 +328,31 @@ TEST(Validate, FusedQkvViewsAreNotOverlap) {
     EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input v");
 }
 
+TEST(Validate, OverlapSavedAndWorkspace) {
+    Prob P;
+    P.p.algo = FATTN_ALGO_EXACT;
+    size_t saved = 0, ws = 0;
+    ASSERT_EQ(fattn_attn_saved_size(P.ctx, &P.p, &P.q, &P.k, &P.v, &saved), FATTN_OK);
+    ASSERT_EQ(fattn_attn_workspace_size(P.ctx, &P.p, &P.q, &P.k, &P.v, FATTN_DIR_BWD, &ws), FATTN_OK);
+    std::vector<char> sv(saved), w(ws + 64);
+    // The forward writes `saved`: on top of an input it is an overlap.
+    EXPECT_FAIL(fattn_attn_fwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, P.bk.data(), nullptr, 0),
+                FATTN_ERR_OVERLAP, "saved: overlaps k");
+    // A caller's workspace on top of an output (checked before its size).
+    EXPECT_FAIL(fattn_attn_fwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, sv.data(), P.bo.data() + 1,
+                               4),
+                FATTN_ERR_OVERLAP, "workspace: overlaps o");
+    EXPECT_FAIL(fattn_attn_bwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, sv.data(), &P.dout, &P.dq,
+                               &P.dk, &P.dv, sv.data(), saved),
+                FATTN_ERR_OVERLAP, "workspace: overlaps saved");
+    // The backward only reads `saved`: sharing bytes with a gradient it writes is an overlap.
+    std::vector<float> big(saved / 4 + P.bdq.size());
+    P.dq.data = big.data();
+    EXPECT_FAIL(fattn_attn_bwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, big.data(), &P.dout,
+                               &P.dq, &P.dk, &P.dv, nullptr, 0),
+                FATTN_ERR_OVERLAP, "saved: overlaps dq");
+}
+
 // ------------------------------------------------------------------------- bias
 
 TEST(Validate, BiasShape) {

@@ -265,6 +265,12 @@ fattn_status fattn_attn_fwd(fattn_ctx_t *ctx, const fattn_attn_params *p, const 
                                     "saved: is NULL but algo " + std::string(fattn_algo_name(r.p.algo)) +
                                         " keeps " + std::to_string(saved_bytes) +
                                         " bytes for the backward (query fattn_attn_saved_size)");
+        {
+            std::string why;
+            s = fattn::attn_check_buffers(AttnOp::FWD, vw, *p, saved, saved_bytes, workspace,
+                                          workspace ? workspace_bytes : 0, &why);
+            if (s != FATTN_OK) return fattn::set_error(ctx, s, why);
+        }
         Workspace ws{ctx};
         s = ws.acquire(workspace, workspace_bytes,
                        fattn::attn_backend_workspace_size(ctx, r.p, FATTN_DIR_FWD));
@@ -299,6 +305,12 @@ fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params *p, const 
                                     "saved: is NULL but algo " + std::string(fattn_algo_name(r.p.algo)) +
                                         " reads " + std::to_string(saved_bytes) +
                                         " bytes the forward kept");
+        {
+            std::string why;
+            s = fattn::attn_check_buffers(AttnOp::BWD, vw, *p, saved, saved_bytes, workspace,
+                                          workspace ? workspace_bytes : 0, &why);
+            if (s != FATTN_OK) return fattn::set_error(ctx, s, why);
+        }
         Workspace ws{ctx};
         s = ws.acquire(workspace, workspace_bytes,
                        fattn::attn_backend_workspace_size(ctx, r.p, FATTN_DIR_BWD));

@@ -209,6 +209,47 @@ fattn_status check_cu_seqlens(Checker &ck, const char *name, const int32_t *cu, 
 
 }  // namespace
 
+fattn_status attn_check_buffers(AttnOp op, const AttnViews &vw, const fattn_attn_params &params,
+                                const void *saved, size_t saved_bytes, const void *workspace,
+                                size_t workspace_bytes, string *why) {
+    struct Buf {
+        const char *name;
+        i128 begin, end;
+    };
+    Buf bufs[2];
+    int nb = 0;
+    auto addr = [](const void *p) { return i128(reinterpret_cast<uintptr_t>(p)); };
+    if (saved && saved_bytes > 0)
+        bufs[nb++] = Buf{"saved", addr(saved), addr(saved) + i128(saved_bytes)};
+    if (workspace && workspace_bytes > 0)
+        bufs[nb++] = Buf{"workspace", addr(workspace), addr(workspace) + i128(workspace_bytes)};
+    if (nb == 2 && bufs[0].begin < bufs[1].end && bufs[1].begin < bufs[0].end) {
+        *why = "workspace: overlaps saved";
+        return FATTN_ERR_OVERLAP;
+    }
+    // `output`: written by this op. The workspace is written, so it clashes with every view; the
+    // backward only reads `saved`, so there it clashes only with the gradients it writes.
+    const bool bwd = op == AttnOp::BWD;
+    const View views[] = {
+        {"q", vw.q, false, false},      {"k", vw.k, false, false},     {"v", vw.v, false, false},
+        {"o", vw.o, !bwd, false},       {"lse", vw.lse, !bwd, true},   {"dout", vw.dout, false, false},
+        {"dq", vw.dq, true, false},     {"dk", vw.dk, true, false},    {"dv", vw.dv, true, false},
+        {"bias", params.bias.data ? &params.bias : nullptr, false, false},
+    };
+    for (int b = 0; b < nb; ++b)
+        for (const View &v : views) {
+            if (!v.t || !v.t->data || numel(*v.t) == 0) continue;
+            if (bwd && string(bufs[b].name) == "saved" && !v.output) continue;
+            i128 v0, v1;
+            byte_span(*v.t, v.lse_layout ? 3 : 4, &v0, &v1);
+            if (bufs[b].begin < v1 && v0 < bufs[b].end) {
+                *why = string(bufs[b].name) + ": overlaps " + v.name;
+                return FATTN_ERR_OVERLAP;
+            }
+        }
+    return FATTN_OK;
+}
+
 fattn_prec attn_resolve_prec(const fattn_ctx *ctx, fattn_prec requested, fattn_dtype dtype) {
     if (requested != FATTN_PREC_AUTO) return requested;  // explicit: as is, judged by the backend
     bool cuda = ctx && ctx->backend == FATTN_BACKEND_CUDA;

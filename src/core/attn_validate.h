@@ -47,6 +47,13 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
                            const AttnViews &views, bool select, AttnResolved *out,
                            std::string *why);
 
+// The raw buffers of a call (EXACT's `saved`, a caller's workspace) must not share bytes with any
+// view of the call, nor with each other: OVERLAP naming both. A conservative byte-extent test
+// (buffers are dense). Views must have passed attn_validate for `op` first.
+fattn_status attn_check_buffers(AttnOp op, const AttnViews &views, const fattn_attn_params &params,
+                                const void *saved, size_t saved_bytes, const void *workspace,
+                                size_t workspace_bytes, std::string *why);
+
 // The precision a call would run (never AUTO); p and q are assumed non-null and valid.
 fattn_prec attn_resolve_prec(const fattn_ctx *ctx, fattn_prec requested, fattn_dtype dtype);
 
