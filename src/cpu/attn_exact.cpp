@@ -49,43 +49,48 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
                     p.dtype, p.q_ss, rows, int(p.d), sc.qt, kBQ);
         for (int64_t d = 0; d < p.d; ++d) scale_row(sc.qt + d * kBQ, p.scale, nq);
 
-        // Pass 1: logits into Pᵀ (-inf where masked or skipped).
+        // The task's Pᵀ block [kv_len, nq] is built in the slot's scratch (L2-sized for moderate
+        // Skv), softmaxed there and written to `saved` once: the materialization costs one write
+        // of P, not repeated passes over memory.
+        float *blk = sc.blk;
+        const int nk = int(r.kv_len);
+
+        // Pass 1: logits (-inf where masked or skipped).
         for (int64_t kt = 0; kt < nkt; ++kt) {
             const int64_t j0 = kt * kBK;
             const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
+            float *st = blk + j0 * kBQ;
             bool live = tile_may_touch(p, r, i0, rows, j0, bk) && ws.map.active(s, h, qt, kt, nkt) &&
                         tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileActive;
             if (!live) {
-                for (int j = 0; j < bk; ++j) std::fill(pcol + (j0 + j) * ldp, pcol + (j0 + j) * ldp + rows, kNegInf);
+                std::fill(st, st + bk * kBQ, kNegInf);
                 continue;
             }
             load_tile(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh),
                       p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
-            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, sc.st, kBQ, false);  // Sᵀ [bk, nq]
+            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, st, kBQ, false);  // Sᵀ [bk, nq]
             for (int i = 0; i < rows; ++i) {
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)
-                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, sc.st + i, kBQ, a, b);
-                for (int j = 0; j < a; ++j) sc.st[j * kBQ + i] = kNegInf;
-                for (int j = std::max(a, b); j < bk; ++j) sc.st[j * kBQ + i] = kNegInf;
+                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, st + i, kBQ, a, b);
+                for (int j = 0; j < a; ++j) st[j * kBQ + i] = kNegInf;
+                for (int j = std::max(a, b); j < bk; ++j) st[j * kBQ + i] = kNegInf;
             }
-            for (int j = 0; j < bk; ++j) std::copy(sc.st + j * kBQ, sc.st + j * kBQ + rows, pcol + (j0 + j) * ldp);
         }
 
-        // Pass 2: softmax down each materialized column (= query row); LSE = m + log l.
-        const int nk = int(r.kv_len);
-        col_max(pcol, ldp, nk, rows, sc.mx);
-        for (int i = 0; i < rows; ++i) sc.shift[i] = sc.mx[i] == kNegInf ? 0.0f : sc.mx[i];
-        col_exp_sum(pcol, ldp, nk, rows, sc.shift, pcol, ldp, sc.sum);
+        // Pass 2: softmax down each column (= query row); LSE = m + log l.
+        col_max(blk, kBQ, nk, nq, sc.mx);
+        for (int i = 0; i < nq; ++i) sc.shift[i] = sc.mx[i] == kNegInf ? 0.0f : sc.mx[i];
+        col_exp_sum(blk, kBQ, nk, nq, sc.shift, blk, kBQ, sc.sum);
         float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
-        for (int i = 0; i < rows; ++i) {
-            bool seen = sc.sum[i] > 0.0f;  // a row with no visible key: P = 0, LSE = -inf
+        for (int i = 0; i < nq; ++i) {
+            bool seen = i < rows && sc.sum[i] > 0.0f;  // no visible key: P = 0, LSE = -inf
             sc.alpha[i] = seen ? 1.0f / sc.sum[i] : 0.0f;
-            lse[i] = seen ? sc.mx[i] + std::log(sc.sum[i]) : kNegInf;
+            if (i < rows) lse[i] = seen ? sc.mx[i] + std::log(sc.sum[i]) : kNegInf;
         }
-        col_scale(pcol, ldp, nk, rows, sc.alpha);
+        col_scale(blk, kBQ, nk, nq, sc.alpha);
 
-        // Pass 3: O = P V over the tiles that hold probability (P read from Pᵀ).
+        // Pass 3: O = P V over the tiles that hold probability, then save P.
         std::fill(sc.acc, sc.acc + rows * dvp, 0.0f);
         for (int64_t kt = 0; kt < nkt; ++kt) {
             const int64_t j0 = kt * kBK;
@@ -93,8 +98,9 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
             if (!tile_may_touch(p, r, i0, rows, j0, bk) || !ws.map.active(s, h, qt, kt, nkt)) continue;
             load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
                       p.dtype, p.v_ss, bk, int(p.dv), 1.0f, sc.v, dvp);
-            gemm_tn(rows, int(dvp), bk, pcol + j0 * ldp, ldp, sc.v, dvp, sc.acc, dvp, true);
+            gemm_tn(rows, int(dvp), bk, blk + j0 * kBQ, kBQ, sc.v, dvp, sc.acc, dvp, true);
         }
+        for (int j = 0; j < nk; ++j) std::copy(blk + j * kBQ, blk + j * kBQ + rows, pcol + j * ldp);
         store_tile(elem(p.o, p.dtype, r.batch_index * p.o_sb + (r.q_begin + i0) * p.o_ss + h * p.o_sh),
                    p.dtype, p.o_ss, rows, int(p.dv), sc.acc, dvp, 1.0f);
         pool.release(slot);

@@ -183,6 +183,7 @@ struct FwdScratch {
     float *st;   // [kBK, kBQ]        Sᵀ, then Pᵀ: keys × queries, so per-query softmax is vector work
     float *acc;  // [kBQ, pad_n(Dv)]  unnormalized O
     float *m, *l, *mx, *shift, *alpha, *sum;  // [kBQ] per query
+    float *blk;  // EXACT only: [Skv, kBQ] the task's Pᵀ block, softmaxed in cache, then saved
     TileRows *tr;
     size_t bytes;
 };

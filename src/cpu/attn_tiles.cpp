@@ -191,6 +191,7 @@ FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     f.shift = a.floats(kBQ);
     f.alpha = a.floats(kBQ);
     f.sum = a.floats(kBQ);
+    f.blk = p.algo == FATTN_ALGO_EXACT ? a.floats(kBQ * p.seqlen_kv) : nullptr;
     f.tr = a.rows();
     f.bytes = a.used;
     return f;
