@@ -105,6 +105,42 @@ TEST(Api, CudaContextWithoutCudaOrDevice) {
 #endif
 }
 
+// On a machine with a CUDA device: the context reports its backend and the device's AUTO
+// precision, rejects CPU-only setters, allocates device workspace by default, and applies the
+// CUDA-only varlen rule (max_seqlen must be given: cu_seqlens are device memory).
+TEST(Api, CudaContextRules) {
+    fattn_ctx_t *ctx = nullptr;
+    if (fattn_ctx_init_cuda(0, nullptr, &ctx) != FATTN_OK)
+        GTEST_SKIP() << "no CUDA device: " << fattn_ctx_last_error(nullptr);
+    EXPECT_EQ(fattn_ctx_backend(ctx), FATTN_BACKEND_CUDA);
+    EXPECT_EQ(fattn_ctx_set_nthreads(ctx, 4), FATTN_ERR_BAD_VALUE);
+    EXPECT_EQ(fattn_ctx_set_stream(ctx, nullptr), FATTN_OK);
+    fattn_attn_params p = fattn_attn_params_default();
+    fattn_tensor q = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 64, 2, 64);
+    EXPECT_EQ(fattn_resolve_prec(ctx, &p, &q), ctx->sm_major >= 8 ? FATTN_PREC_TF32 : FATTN_PREC_F32);
+    q.dtype = FATTN_BF16;
+    EXPECT_EQ(fattn_resolve_prec(ctx, &p, &q), FATTN_PREC_NATIVE);
+    void *d = fattn::ctx_alloc(ctx, 1 << 20);
+    EXPECT_NE(d, nullptr);
+    fattn::ctx_free(ctx, d);
+    // Varlen on CUDA: the host cannot read cu_seqlens, so max_seqlen_q/kv are required.
+    int32_t fake_device_ptr[2] = {0, 64};  // never dereferenced by the core on a CUDA context
+    p.cu_seqlens_q = p.cu_seqlens_kv = fake_device_ptr;
+    p.num_seqs = 1;
+    char why[256];
+    EXPECT_EQ(fattn_attn_supports(ctx, &p, &q, &q, &q, why, sizeof why), FATTN_ERR_BAD_SEQLENS);
+    EXPECT_NE(std::string(why).find("max_seqlen_q"), std::string::npos) << why;
+    p.max_seqlen_q = p.max_seqlen_kv = 64;
+    fattn_status s = fattn_attn_supports(ctx, &p, &q, &q, &q, why, sizeof why);
+    EXPECT_TRUE(s == FATTN_OK || s == FATTN_ERR_UNSUPPORTED) << fattn_status_string(s) << ": " << why;
+    // Explicit strict F32 is never silently changed.
+    p = fattn_attn_params_default();
+    p.prec = FATTN_PREC_F32;
+    q.dtype = FATTN_F32;
+    EXPECT_EQ(fattn_resolve_prec(ctx, &p, &q), FATTN_PREC_F32);
+    fattn_ctx_free(ctx);
+}
+
 TEST(Api, ThreadLocalLastError) {
     fattn_ctx_init_cpu(1, nullptr);  // fails: message on this thread
     std::string here = fattn_ctx_last_error(nullptr);

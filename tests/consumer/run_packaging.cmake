@@ -39,11 +39,6 @@ run(${WORK_DIR}/consumer/consumer_noexc)
 message(STATUS "${LAST_OUT}")
 
 # ---- pkg-config: the C example with nothing but the .pc file's flags
-if(CUDA)
-  # fattn.pc does not carry the static CUDA runtime / cuBLAS link lines; use find_package there.
-  message(STATUS "pkg-config check skipped: CUDA build (fattn.pc lists no CUDA link deps)")
-  return()
-endif()
 find_program(PKG_CONFIG pkg-config)
 if(NOT PKG_CONFIG)
   message(FATAL_ERROR "pkg-config not found (apt-get install pkg-config)")
