@@ -31,39 +31,51 @@ namespace {
 typedef float vf __attribute__((vector_size(kNR * 4), aligned(4), may_alias));
 typedef int32_t vi __attribute__((vector_size(kNR * 4), aligned(4), may_alias));
 
-// Register block of the microkernel: kMR rows × kNR columns of C stay in registers while k
-// runs (AVX2: 12 ymm accumulators, enough independent FMAs to hide their latency).
-constexpr int kMR = 6;
-
 // kTransA: A is stored transposed ([K, M], element (r, k) at A[k * lda + r]) — lets the
 // backward use Pᵀ / dSᵀ and the forward use Sᵀ without ever transposing a tile.
-template <int R, bool kTransA>
+// Register block: R rows × W·kNR columns of C stay in registers while k runs.
+template <int R, int W, bool kTransA>
 inline __attribute__((always_inline)) void block(int K, const float *A, int64_t lda, const float *B,
                                                  int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    vf c[R];
-    for (int r = 0; r < R; ++r) c[r] = accumulate ? *reinterpret_cast<const vf *>(C + r * ldc) : vf{};
+    vf c[R][W];
+    for (int r = 0; r < R; ++r)
+        for (int w = 0; w < W; ++w)
+            c[r][w] = accumulate ? *reinterpret_cast<const vf *>(C + r * ldc + w * kNR) : vf{};
     for (int k = 0; k < K; ++k) {
-        vf b = *reinterpret_cast<const vf *>(B + k * ldb);
-        for (int r = 0; r < R; ++r) c[r] += (kTransA ? A[k * lda + r] : A[r * lda + k]) * b;
+        vf b[W];
+        for (int w = 0; w < W; ++w) b[w] = *reinterpret_cast<const vf *>(B + k * ldb + w * kNR);
+        for (int r = 0; r < R; ++r) {
+            float a = kTransA ? A[k * lda + r] : A[r * lda + k];
+            for (int w = 0; w < W; ++w) c[r][w] += a * b[w];
+        }
     }
-    for (int r = 0; r < R; ++r) *reinterpret_cast<vf *>(C + r * ldc) = c[r];
+    for (int r = 0; r < R; ++r)
+        for (int w = 0; w < W; ++w) *reinterpret_cast<vf *>(C + r * ldc + w * kNR) = c[r][w];
 }
 
-template <bool kTransA>
+// Rows of one column panel (W vectors wide): MR-row blocks, then 2- and 1-row tails.
+template <int MR, int W, bool kTransA>
+inline __attribute__((always_inline)) void panel(int M, int K, const float *A, int64_t lda,
+                                                 const float *B, int64_t ldb, float *C, int64_t ldc,
+                                                 bool accumulate) {
+    const int64_t rstep = kTransA ? 1 : lda;  // distance between consecutive rows of A
+    int i = 0;
+    for (; i + MR <= M; i += MR) block<MR, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
+    for (; i + 2 <= M; i += 2) block<2, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
+    for (; i < M; ++i) block<1, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
+}
+
+// Column panels outermost: one K × (W·kNR) panel of B is reused by every row block; a last
+// kNR-wide panel when N is not a multiple of W·kNR. Each C element sums k in order whatever the
+// blocking, so the choice of (MR, W) never changes a result.
+template <int MR, int W, bool kTransA>
 inline __attribute__((always_inline)) void gemm_body(int M, int N, int K, const float *A, int64_t lda,
                                                      const float *B, int64_t ldb, float *C,
                                                      int64_t ldc, bool accumulate) {
-    // Column panels outermost: one K × kNR panel of B is reused by every row block.
-    const int64_t rstep = kTransA ? 1 : lda;  // distance between consecutive rows of A
-    for (int j0 = 0; j0 < N; j0 += kNR) {
-        int i = 0;
-        for (; i + kMR <= M; i += kMR)
-            block<kMR, kTransA>(K, A + i * rstep, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
-        for (; i + 2 <= M; i += 2)
-            block<2, kTransA>(K, A + i * rstep, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
-        for (; i < M; ++i)
-            block<1, kTransA>(K, A + i * rstep, lda, B + j0, ldb, C + i * ldc + j0, ldc, accumulate);
-    }
+    int j0 = 0;
+    for (; j0 + W * kNR <= N; j0 += W * kNR)
+        panel<MR, W, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
+    for (; j0 < N; j0 += kNR) panel<MR, 1, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
 }
 
 // exp(x - shift) for one vector; see exp_shift.
@@ -90,18 +102,57 @@ inline __attribute__((always_inline)) vf exp_vec(vf x, vf shift) {
     return zero ? vf{} : p * two_k;
 }
 
-}  // namespace
-
-FATTN_CLONES
-void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-          int64_t ldc, bool accumulate) {
-    gemm_body<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+// The GEMM is compiled per ISA with its own register block (a target_clones body cannot differ
+// per clone) and picked once by CPU feature:
+//   AVX-512: 8 × 32 (16 zmm accumulators: two FMA ports × 4-cycle latency need >= 8 in flight)
+//   AVX2:    6 × 16 (12 ymm accumulators of the 16 registers)
+//   baseline 4 × 16
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define FATTN_GEMM_DISPATCH 1
+template <bool kTransA>
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) void gemm_avx512(int M, int N, int K, const float *A, int64_t lda,
+                                                            const float *B, int64_t ldb, float *C,
+                                                            int64_t ldc, bool accumulate) {
+    gemm_body<8, 2, kTransA>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+template <bool kTransA>
+__attribute__((target("avx2,fma"))) void gemm_avx2(int M, int N, int K, const float *A, int64_t lda,
+                                                   const float *B, int64_t ldb, float *C, int64_t ldc,
+                                                   bool accumulate) {
+    gemm_body<6, 1, kTransA>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+#endif
+template <bool kTransA>
+void gemm_base(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+               int64_t ldc, bool accumulate) {
+    gemm_body<4, 1, kTransA>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
 }
 
-FATTN_CLONES
+using GemmFn = void (*)(int, int, int, const float *, int64_t, const float *, int64_t, float *,
+                        int64_t, bool);
+
+template <bool kTransA>
+GemmFn pick_gemm() {
+#ifdef FATTN_GEMM_DISPATCH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return gemm_avx512<kTransA>;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return gemm_avx2<kTransA>;
+#endif
+    return gemm_base<kTransA>;
+}
+
+}  // namespace
+
+void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+          int64_t ldc, bool accumulate) {
+    static const GemmFn fn = pick_gemm<false>();
+    fn(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+}
+
 void gemm_tn(int M, int N, int K, const float *At, int64_t lda, const float *B, int64_t ldb,
              float *C, int64_t ldc, bool accumulate) {
-    gemm_body<true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
+    static const GemmFn fn = pick_gemm<true>();
+    fn(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
 }
 
 FATTN_CLONES
