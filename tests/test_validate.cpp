@@ -180,7 +180,7 @@ TEST(Validate, ShapeMismatchEachView) {
     EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "lse: ne[2] (seq) is 4 but q has 5");
     P.build();
     P.lse.ne[3] = 2;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "lse: ne[3] (unit) is 2");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "lse: ne[3] (unit) is 2, must be 1");
     P.build();
     P.dout.ne[2] = 2;
     EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dout: ne[2] (heads) is 2 but q has 4");

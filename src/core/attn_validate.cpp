@@ -157,9 +157,11 @@ fattn_status check_shape(Checker &ck, const View &v, const Want (&want)[4]) {
                         string(v.name) + ": ne[" + S(d) + "] (" + names[d] + ") is " + S(got) +
                             ", must not be negative");
         if (!want[d].src || got == want[d].val) continue;
+        const string head = string(v.name) + ": ne[" + S(d) + "] (" + names[d] + ") is " + S(got);
+        if (!*want[d].src)  // a fixed size, not another tensor's
+            return ck.fail(FATTN_ERR_SHAPE_MISMATCH, head + ", must be " + S(want[d].val));
         return ck.fail(FATTN_ERR_SHAPE_MISMATCH,
-                       string(v.name) + ": ne[" + S(d) + "] (" + names[d] + ") is " + S(got) +
-                           " but " + want[d].src + " has " + S(want[d].val));
+                       head + " but " + want[d].src + " has " + S(want[d].val));
     }
     return FATTN_OK;
 }
@@ -328,7 +330,7 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
         const Want wk[4] = {{B, "q"}, free, free, {D, "q"}};
         const Want wv[4] = {{B, "q"}, {Skv, "k"}, {Hkv, "k"}, free};
         const Want wo[4] = {{B, "q"}, {Sq, "q"}, {Hq, "q"}, {Dv, "v"}};
-        const Want wl[4] = {{B, "q"}, {Hq, "q"}, {Sq, "q"}, {1, "the unit dim"}};
+        const Want wl[4] = {{B, "q"}, {Hq, "q"}, {Sq, "q"}, {1, ""}};
         const Want wdk[4] = {{B, "q"}, {Skv, "k"}, {Hkv, "k"}, {D, "k"}};
         const Want wdv[4] = {{B, "q"}, {Skv, "k"}, {Hkv, "k"}, {Dv, "v"}};
         const Want wdq[4] = {{B, "q"}, {Sq, "q"}, {Hq, "q"}, {D, "q"}};
