@@ -233,7 +233,7 @@ fattn_status select(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     if (!ld_ok(p.q_ss, p.d)) return no("q token stride " + std::to_string(p.q_ss) + " < head dim (cuBLAS lda)");
     if (!ld_ok(p.k_ss, p.d)) return no("k token stride " + std::to_string(p.k_ss) + " < head dim (cuBLAS lda)");
     if (!ld_ok(p.v_ss, p.dv)) return no("v token stride " + std::to_string(p.v_ss) + " < head dim (cuBLAS lda)");
-    if (!ld_ok(p.o_ss, p.dv)) return no("o token stride " + std::to_string(p.o_ss) + " < head dim (cuBLAS ldc)");
+    // o (and dout/dq in the backward) are not part of a support query: checked when run.
     return FATTN_OK;
 }
 
@@ -248,6 +248,11 @@ size_t saved_size(const AttnFwdParams &p, const DeviceInfo &) {
 fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, void *workspace,
                  std::string *err) {
     EXACT_TRY(select(p, dev, err));
+    if (!ld_ok(p.o_ss, p.dv)) {
+        if (err) *err = "exact (cuBLAS): o token stride " + std::to_string(p.o_ss) +
+                        " < head dim (cuBLAS leading dimension)";
+        return FATTN_ERR_UNSUPPORTED;
+    }
     DeviceGuard guard(dev.device);
     Runner R;
     R.h = handle_for(dev.device, err);
