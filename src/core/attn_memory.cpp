@@ -30,8 +30,14 @@ int64_t host_allowance(const fattn_ctx *ctx, const fattn::AttnFwdParams &p) {
 
 // Bytes of the dense data a view describes: broadcast (stride 0) dims hold one copy.
 i128 dense_bytes(const fattn_tensor &t) {
+    // Clamped at 2^100 per step: a (self-overlapping) input view may describe more elements
+    // than 128 bits hold; anything that large saturates the uint64 fields anyway.
+    const i128 cap = i128(1) << 100;
     i128 n = i128(fattn_dtype_size(t.dtype));
-    for (int d = 0; d < 4; ++d) n *= (t.nb[d] == 0 ? std::min<int64_t>(t.ne[d], 1) : t.ne[d]);
+    for (int d = 0; d < 4; ++d) {
+        n *= (t.nb[d] == 0 ? std::min<int64_t>(t.ne[d], 1) : t.ne[d]);
+        if (n > cap) n = cap;
+    }
     return n;
 }
 
