@@ -14,6 +14,9 @@
 namespace fattn {
 namespace {
 
+static_assert(sizeof(fattn_path_history) == sizeof(int) && sizeof(fattn_path_check) == sizeof(int),
+              "enums are read as int");
+
 using std::string;
 string S(int64_t x) { return std::to_string(x); }
 
@@ -129,10 +132,15 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
     }
 #undef CHECK
     PATH_FAIL_IF(!std::isfinite(pp->scale), FATTN_ERR_BAD_VALUE, "scale: not finite");
-    PATH_FAIL_IF(pp->history != FATTN_PATH_HISTORY_PACKED && pp->history != FATTN_PATH_HISTORY_RECTANGULAR,
-                 FATTN_ERR_BAD_VALUE, "history: unknown layout " + S(int64_t(pp->history)));
-    PATH_FAIL_IF(pp->check != FATTN_PATH_CHECK_STRICT && pp->check != FATTN_PATH_CHECK_NONE,
-                 FATTN_ERR_BAD_VALUE, "check: unknown mode " + S(int64_t(pp->check)));
+    // Enums are read through their bytes: a C caller may store any int there, and loading an
+    // out-of-range value as the C++ enum type would itself be undefined behaviour.
+    int hist_raw = 0, check_raw = 0;
+    std::memcpy(&hist_raw, &pp->history, sizeof hist_raw);
+    std::memcpy(&check_raw, &pp->check, sizeof check_raw);
+    PATH_FAIL_IF(hist_raw != FATTN_PATH_HISTORY_PACKED && hist_raw != FATTN_PATH_HISTORY_RECTANGULAR,
+                 FATTN_ERR_BAD_VALUE, "history: unknown layout " + S(hist_raw));
+    PATH_FAIL_IF(check_raw != FATTN_PATH_CHECK_STRICT && check_raw != FATTN_PATH_CHECK_NONE,
+                 FATTN_ERR_BAD_VALUE, "check: unknown mode " + S(check_raw));
     PATH_FAIL_IF(!(pp->check_tol >= 0) || !std::isfinite(pp->check_tol), FATTN_ERR_BAD_VALUE,
                  "check_tol: must be finite and >= 0");
     int64_t nseq = B;

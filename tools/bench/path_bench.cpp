@@ -1,7 +1,8 @@
 // path_bench.cpp — `fattn-bench path [options]`: CPU time of PaTH fwd and fwd+bwd, and the memory
 // of the backward (history bytes PACKED vs RECTANGULAR: the model's number next to the workspace
 // the library actually allocated, counted by a context allocator). Both history layouts run in the
-// same process on the same inputs, so their ratio is readable.
+// same process on the same inputs, so their ratio is readable. Times: median wall ms and median
+// process CPU ms (fwd_cpu, fwdbwd_cpu) of `reps` runs after one warm-up.
 //
 //   fattn-bench path [--T 4096] [--hq 1] [--h 1] [--k 64] [--v 64] [--dtype bf16|f16|f32]
 //                    [--threads N] [--reps 3] [--gate 0|1]
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,6 +47,13 @@ void count_free(void *ptr, void *user) {
 
 double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+// Process CPU time (all threads): on a shared, oversubscribed machine the wall clock of a
+// single-threaded run is inflated by waiting; the CPU time is what the computation cost.
+double cpu_ms() {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -121,8 +130,8 @@ extern "C" int fattn_bench_path_main(int argc, char **argv) {
     std::printf("fattn-bench path: CPU, T=%lld Hq=%lld H=%lld K=%lld V=%lld %s gate=%d threads=%d reps=%d\n",
                 (long long)T, (long long)HQ, (long long)H, (long long)K, (long long)V, fattn_dtype_name(dt),
                 gate, fattn_ctx_nthreads(ctx), reps);
-    std::printf("%-12s %10s %12s %12s %14s %14s %14s %14s\n", "history", "fwd_ms", "fwdbwd_ms", "bwd_ms",
-                "hist_MiB", "bwd_ws_MiB", "measured_MiB", "bwd_peak_MiB");
+    std::printf("%-12s %10s %12s %12s %10s %12s %10s %14s %14s %14s\n", "history", "fwd_ms", "fwdbwd_ms",
+                "bwd_ms", "fwd_cpu", "fwdbwd_cpu", "hist_MiB", "bwd_ws_MiB", "measured_MiB", "bwd_peak_MiB");
     for (fattn_path_history hist : {FATTN_PATH_HISTORY_PACKED, FATTN_PATH_HISTORY_RECTANGULAR}) {
         fattn_path_params p = fattn_path_params_default();
         p.history = hist;
@@ -131,25 +140,25 @@ extern "C" int fattn_bench_path_main(int argc, char **argv) {
             std::printf("error: %s\n", fattn_ctx_last_error(ctx));
             return 1;
         }
-        std::vector<double> tf, tfb;
+        std::vector<double> tf, tfb, cf, cfb;
         counter.peak = 0;
         for (int r = 0; r < reps + 1; ++r) {  // first rep is warm-up
-            double t0 = now_ms();
+            double t0 = now_ms(), c0 = cpu_ms();
             fattn_status s1 = fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, nullptr, 0);
-            double t1 = now_ms();
+            double t1 = now_ms(), c1 = cpu_ms();
             fattn_status s2 = fattn_path_bwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, &tdo, &tdq, &tdk,
                                              &tdv, &tdw, &tdb, &tdg, nullptr, 0);
-            double t2 = now_ms();
+            double t2 = now_ms(), c2 = cpu_ms();
             if (s1 != FATTN_OK || s2 != FATTN_OK) {
                 std::printf("error: %s\n", fattn_ctx_last_error(ctx));
                 return 1;
             }
-            if (r > 0) tf.push_back(t1 - t0), tfb.push_back(t2 - t0);
+            if (r > 0) tf.push_back(t1 - t0), tfb.push_back(t2 - t0), cf.push_back(c1 - c0), cfb.push_back(c2 - c0);
         }
         const uint64_t hb = hist == FATTN_PATH_HISTORY_PACKED ? mem.history_packed_bytes : mem.history_rectangular_bytes;
-        std::printf("%-12s %10.1f %12.1f %12.1f %14.2f %14.2f %14.2f %14.2f\n",
+        std::printf("%-12s %10.1f %12.1f %12.1f %10.1f %12.1f %10.2f %14.2f %14.2f %14.2f\n",
                     hist == FATTN_PATH_HISTORY_PACKED ? "packed" : "rectangular", median(tf), median(tfb),
-                    median(tfb) - median(tf), mib(hb), mib(mem.bwd_workspace_bytes), mib(counter.peak),
+                    median(tfb) - median(tf), median(cf), median(cfb), mib(hb), mib(mem.bwd_workspace_bytes), mib(counter.peak),
                     mib(mem.bwd_peak_bytes));
     }
     fattn_ctx_free(ctx);
