@@ -328,6 +328,30 @@ TEST(Validate, FusedQkvViewsAreNotOverlap) {
     EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input v");
 }
 
+// Fused [B, S, H*(2D + Dv)] buffer with D != Dv: v's head stride differs from q's and k's, so the
+// views have different layouts; they are still disjoint and must be accepted. A v shifted onto k's
+// last head must not.
+TEST(Validate, FusedQkvViewsDifferentHeadStrides) {
+    Prob P;
+    const int64_t B = 2, S = 5, H = 3, D = 8, Dv = 4;
+    P.B = B; P.Sq = P.Skv = S; P.Hq = P.Hkv = H; P.D = D; P.Dv = Dv;
+    P.build();
+    const int64_t ss = H * (2 * D + Dv), sb = S * ss;
+    std::vector<float> qkv(size_t(B * sb), 0.5f), dqkv(qkv.size(), 0.0f);
+    auto views = [&](std::vector<float> &buf, fattn_tensor *q, fattn_tensor *k, fattn_tensor *v,
+                     int64_t v_shift) {
+        *q = fattn_tensor_4d(buf.data(), FATTN_F32, B, S, H, D, sb, ss, D, 1);
+        *k = fattn_tensor_4d(buf.data() + H * D, FATTN_F32, B, S, H, D, sb, ss, D, 1);
+        *v = fattn_tensor_4d(buf.data() + 2 * H * D + v_shift, FATTN_F32, B, S, H, Dv, sb, ss, Dv, 1);
+    };
+    views(qkv, &P.q, &P.k, &P.v, 0);
+    views(dqkv, &P.dq, &P.dk, &P.dv, 0);
+    std::string why;
+    EXPECT_EQ(P.check(fattn::AttnOp::BWD, nullptr, &why), FATTN_OK) << why;
+    views(dqkv, &P.dq, &P.dk, &P.dv, -1);  // dv's first element is dk's last of each token
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "overlaps output dv");
+}
+
 TEST(Validate, OverlapSavedAndWorkspace) {
     Prob P;
     P.p.algo = FATTN_ALGO_EXACT;

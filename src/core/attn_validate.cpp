@@ -58,11 +58,13 @@ struct View {
 // ---------------------------------------------------------------- overlap
 //
 // Two views overlap iff some element of one shares a byte with some element of the other. Exact
-// test for equal element size and (effective) strides: with δ the base difference, they overlap
-// iff Σ_d t_d·nb_d·es lies within es of δ for some t_d = i_d − j_d in [−(neB_d−1), neA_d−1].
-// Searched digit by digit from the largest stride inward; each level keeps only the t_d that the
-// inner dims can still compensate, which is at most 2 candidates for nested strides. A pathological
-// (non-nested) layout that blows the search budget is reported as overlapping: never a false "no".
+// test for equal element size: with δ the base difference (in elements), they overlap iff
+// δ = Σ_d i_d·nbA_d − Σ_d j_d·nbB_d for some in-range indices i, j. A dim with the same stride in
+// both views becomes one digit t_d = i_d − j_d in [−(neB_d−1), neA_d−1]; a dim whose strides differ
+// (q, k, v or dq, dk, dv as views of one fused buffer with D != Dv) becomes two digits, one per view.
+// Searched digit by digit from the largest stride inward; each level keeps only the t that the
+// inner digits can still compensate (at most 2 candidates for nested strides). A pathological
+// layout that blows the search budget is reported as overlapping: never a false "no".
 
 struct Digit {
     i128 nb, lo, hi;
@@ -108,19 +110,23 @@ bool views_overlap(const View &a, const View &b) {
     if (es != i128(fattn_dtype_size(tb.dtype))) return true;
     // Effective per-dim strides: a dim of size 1 takes the other view's stride (its own is never
     // used); a dim beyond a view's rank has size 1.
-    Digit dg[4];
+    Digit dg[8];
     int n = 0;
     for (int d = 0; d < 4; ++d) {
         int64_t nea = d < na ? ta.ne[d] : 1, neb = d < nbd ? tb.ne[d] : 1;
         if (nea == 1 && neb == 1) continue;
         int64_t sa = ta.nb[d], sb = tb.nb[d];
-        int64_t s = nea == 1 ? sb : (neb == 1 ? sa : sa);
-        if (nea > 1 && neb > 1 && sa != sb) return true;  // different layouts that intersect
-        if (s == 0) continue;                              // broadcast dim of an input: irrelevant
+        if (nea > 1 && neb > 1 && sa != sb) {  // different layouts: one digit per view
+            if (sa != 0) dg[n++] = Digit{i128(sa), 0, i128(nea - 1)};
+            if (sb != 0) dg[n++] = Digit{i128(sb), -i128(neb - 1), 0};
+            continue;
+        }
+        int64_t s = nea == 1 ? sb : sa;
+        if (s == 0) continue;  // broadcast dim of an input: irrelevant
         dg[n++] = Digit{i128(s), -i128(neb - 1), i128(nea - 1)};
     }
     std::sort(dg, dg + n, [](const Digit &x, const Digit &y) { return x.nb > y.nb; });
-    i128 inner_lo[5], inner_hi[5];
+    i128 inner_lo[9], inner_hi[9];
     inner_lo[n] = inner_hi[n] = 0;
     for (int k = n - 1; k >= 0; --k) {
         inner_lo[k] = inner_lo[k + 1] + dg[k].lo * dg[k].nb;
