@@ -36,6 +36,7 @@ struct Options {
     std::string csv;
     std::string arms = "fused,exact,cudnn";
     std::string preset = "small";
+    double slow_ms = 400;        // a first fwd+bwd slower than this: 1 warm-up, at most 3 reps
     double max_mem_frac = 0.85;  // CUDA: skip an arm whose modelled peak exceeds this of free memory
 };
 

@@ -204,11 +204,14 @@ ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, cons
     // ---- first call (warm-up; creates any lazily made library state such as cuBLAS handles)
     Tracker tr{be};
     fattn_ctx_set_allocator(ctx, track_alloc, track_free, &tr);
+    dev::Timer first(FATTN_BACKEND_CPU);  // host clock: the first call's cost sets the rep count
+    first.start();
     if (fattn_attn_fwd(ctx, &p, &q, &k, &v, &o, &lse, saved, nullptr, 0) != FATTN_OK)
         return fail("fwd");
     if (fattn_attn_bwd(ctx, &p, &q, &k, &v, &o, &lse, saved, &dO, &dq, &dk, &dv, nullptr, 0) != FATTN_OK)
         return fail("bwd");
     dev::sync(be);
+    const double first_ms = first.stop_ms();
     // ---- memory pass: workspace from the tracking allocator, free memory sampled throughout
     size_t base = 0, tot = 0;
     if (cuda) dev::mem_info(&base, &tot);
@@ -237,8 +240,12 @@ ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, cons
     // ---- timing with caller-provided workspace (no allocation inside the timed region)
     void *ws = buf.get(std::max(ws_f, ws_b));
     if (!ws) return r.status = "error: allocating the workspace", r;
-    const int warm = opt.warmup >= 0 ? opt.warmup : (cuda ? 3 : 1);
-    const int reps = opt.reps > 0 ? opt.reps : (cuda ? 10 : 5);
+    int warm = opt.warmup >= 0 ? opt.warmup : (cuda ? 3 : 1);
+    int reps = opt.reps > 0 ? opt.reps : (cuda ? 10 : 5);
+    if (first_ms > opt.slow_ms) {  // long cases: 1 warm-up, 3 reps keep a preset within minutes
+        warm = std::min(warm, 1);
+        reps = std::min(reps, 3);
+    }
     auto fwd = [&] {
         return fattn_attn_fwd(ctx, &p, &q, &k, &v, &o, &lse, saved, ws, ws_f) == FATTN_OK;
     };

@@ -164,8 +164,11 @@ ArmResult run_cudnn_arm(const Case &c, const Options &opt, const HostData &in) {
     if (bias) pf[kBias] = pb[kBias] = bias;
     auto fwd = [&] { return gf.execute(h, pf, ws).is_good(); };
     auto fwdbwd = [&] { return fwd() && gb.execute(h, pb, ws).is_good(); };
+    dev::Timer first(FATTN_BACKEND_CPU);
+    first.start();
     if (!fwdbwd()) return r.status = "error: cuDNN execute failed", r;
     dev::sync(be);
+    const double first_ms = first.stop_ms();
     size_t free1 = 0;
     dev::mem_info(&free1, &tot);
     r.measured_peak = double(free0) - double(free1);
@@ -181,8 +184,12 @@ ArmResult run_cudnn_arm(const Case &c, const Options &opt, const HostData &in) {
     r.dk = to_f32(dk, nkv);
     r.dv = to_f32(dv, nkv);
     r.have_values = true;
-    const int warm = opt.warmup >= 0 ? opt.warmup : 3;
-    const int reps = opt.reps > 0 ? opt.reps : 10;
+    int warm = opt.warmup >= 0 ? opt.warmup : 3;
+    int reps = opt.reps > 0 ? opt.reps : 10;
+    if (first_ms > opt.slow_ms) {
+        warm = std::min(warm, 1);
+        reps = std::min(reps, 3);
+    }
     r.fwd_ms = dev::time_median(be, warm, reps, fwd);
     r.fwdbwd_ms = dev::time_median(be, warm, reps, fwdbwd);
     if (r.fwd_ms < 0 || r.fwdbwd_ms < 0) r.status = "error: cuDNN execute failed while timing";
