@@ -6,6 +6,7 @@
 // measured call (checked in tests/test_memory.cpp against a heap-counting run).
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <new>
 #include <string>
 
@@ -41,6 +42,16 @@ i128 dense_bytes(const fattn_tensor &t) {
     return n;
 }
 
+// Product of dims, clamped like dense_bytes.
+i128 prod(std::initializer_list<int64_t> dims) {
+    i128 n = 1;
+    for (int64_t x : dims) {
+        n *= x;
+        if (n > (i128(1) << 100)) n = i128(1) << 100;
+    }
+    return n;
+}
+
 uint64_t sat(i128 x) { return x > i128(UINT64_MAX) ? UINT64_MAX : uint64_t(x); }
 
 // The model, shared by fattn_attn_memory and the S search. The error (if any) is recorded on ctx.
@@ -55,11 +66,11 @@ fattn_status model(fattn_ctx *ctx, const fattn_attn_params *p, const fattn_tenso
     const fattn::AttnFwdParams &fp = r.p;
     const i128 es = i128(fattn_dtype_size(fp.dtype));
     const int64_t B = q->ne[0];
-    const i128 o_bytes = i128(B) * fp.total_q * fp.hq * fp.dv * es;
-    const i128 lse_bytes = i128(B) * fp.hq * fp.total_q * 4;
-    const i128 q_bytes = i128(B) * fp.total_q * fp.hq * fp.d * es;  // dense, like dq
-    const i128 k_bytes = i128(B) * fp.total_kv * fp.hkv * fp.d * es;
-    const i128 v_bytes = i128(B) * fp.total_kv * fp.hkv * fp.dv * es;
+    const i128 o_bytes = prod({B, fp.total_q, fp.hq, fp.dv}) * es;
+    const i128 lse_bytes = prod({B, fp.hq, fp.total_q}) * 4;
+    const i128 q_bytes = prod({B, fp.total_q, fp.hq, fp.d}) * es;  // dense, like dq
+    const i128 k_bytes = prod({B, fp.total_kv, fp.hkv, fp.d}) * es;
+    const i128 v_bytes = prod({B, fp.total_kv, fp.hkv, fp.dv}) * es;
     i128 inputs = dense_bytes(*q) + dense_bytes(*k) + dense_bytes(*v);
     if (p->bias.data) inputs += dense_bytes(p->bias);
     i128 saved_buf = 0, ws_f = 0, ws_b = 0;
