@@ -13,6 +13,9 @@ if(TARGET fattn-test)
   add_test(NAME fattn-test-cpu-quick COMMAND fattn-test test --backend cpu --quick)
   add_test(NAME fattn-test-grad-quick COMMAND fattn-test grad --quick)
   add_test(NAME fattn-test-determinism-quick COMMAND fattn-test determinism --backend cpu --quick)
+  # selftest: injected faults (wrong value, unwritten cell, guard write, masked-row and
+  # unseen-key values, zero loss gradient) must each make the judge fail.
+  add_test(NAME fattn-test-selftest COMMAND fattn-test selftest --backend cpu)
   set_tests_properties(fattn-test-cpu-quick fattn-test-grad-quick fattn-test-determinism-quick
-    PROPERTIES LABELS "harness;quick" TIMEOUT 900)
+    fattn-test-selftest PROPERTIES LABELS "harness;quick" TIMEOUT 900)
 endif()

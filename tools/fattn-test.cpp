@@ -1,6 +1,6 @@
 // fattn-test — the parity harness (DESIGN §6), modeled on ggml's test-backend-ops.
 //
-//   fattn-test [test|grad|determinism|support|perf] [--backend cpu|cuda] [--prec auto|f32|tf32|native]
+//   fattn-test [test|grad|determinism|support|perf|selftest] [--backend cpu|cuda] [--prec auto|f32|tf32|native]
 //              [--algo fused|exact|both] [--extra] [--large] [--quick] [--bench] [-p REGEX]
 //              [--threads N] [-v]
 //
@@ -22,7 +22,7 @@ using namespace fattn_test;
 static void usage() {
     std::printf(
         "usage: fattn-test [MODE] [options]\n"
-        "modes: test (default) | grad | determinism | support | perf\n"
+        "modes: test (default) | grad | determinism | support | perf | selftest\n"
         "  --backend cpu|cuda   backend under test (default cpu); cuda fails if unavailable\n"
         "  --prec auto|f32|tf32|native  override every case's precision (default: the case's)\n"
         "  --algo fused|exact|both      (default both)\n"
@@ -50,6 +50,7 @@ static bool parse(int argc, char **argv, Options *o) {
         else if (a == "determinism") o->mode = Mode::DETERMINISM;
         else if (a == "support") o->mode = Mode::SUPPORT;
         else if (a == "perf" || a == "--bench") o->mode = Mode::PERF;
+        else if (a == "selftest") o->mode = Mode::SELFTEST;
         else if (a == "--backend") {
             const char *v = next("--backend");
             if (!v) return false;

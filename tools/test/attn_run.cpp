@@ -20,6 +20,7 @@
 #include <memory>
 #include <random>
 
+#include "core/dtype.h"  // injecting faults in selftest
 #include "test/attn_setup.h"
 
 namespace fattn_test {
@@ -476,6 +477,112 @@ bool grad_case(const Inst &in, std::string *msg) {
     return ok;
 }
 
+// ---------------------------------------------------------------- selftest
+// The checks must be able to fail: run a case once, then inject one fault at a time into a copy
+// of what came back (or into the inputs of the reference) and require the judge to catch it.
+void selftest_case(fattn_ctx_t *ctx, BackendKind bk, const AttnCase &c, Summary &s) {
+    Inst in;
+    setup_inst(c, &in);
+    bool unsupported = false;
+    fattn_prec resolved = FATTN_PREC_AUTO;
+    std::string msg;
+    if (!run_lib(ctx, bk, in, FATTN_ALGO_FUSED, c.prec, &unsupported, &resolved, &msg)) {
+        record(s, Outcome::FAIL, "selftest/" + c.name, "clean run failed: " + msg);
+        return;
+    }
+    fattn::ref::Outputs ref;
+    run_oracle(in, &ref);
+    const double tol = tolerance(resolved, c.dtype);
+    std::string m;
+    if (!judge(in, ref, tol, &m)) {
+        record(s, Outcome::FAIL, "selftest/" + c.name, "clean run does not pass: " + m);
+        return;
+    }
+    Buf saved[NUM_BUFS];
+    for (int i = 0; i < NUM_BUFS; ++i) saved[i].host = in.buf[i].host;
+    auto restore = [&] {
+        for (int i = 0; i < NUM_BUFS; ++i) in.buf[i].host = saved[i].host;
+    };
+    auto expect_caught = [&](const std::string &fault, bool caught, const std::string &how) {
+        record(s, caught ? Outcome::PASS : Outcome::FAIL, "selftest/" + c.name + "/" + fault,
+               caught ? "caught: " + how.substr(0, 90) : "NOT caught");
+        restore();
+    };
+    // Which rows are masked / which keys are unseen, from the reference.
+    int64_t masked_row = -1;  // index into lse layout
+    for (size_t i = 0; i < ref.lse.size(); ++i)
+        if (!std::isfinite(ref.lse[i])) { masked_row = int64_t(i); break; }
+    int64_t unseen_key = -1;  // (b*Skv + j)*Hkv + h
+    for (int64_t e = 0; e < int64_t(ref.dv.size() / size_t(c.Dv)); ++e) {
+        bool z = true;
+        for (int64_t d = 0; d < c.Dv; ++d) z &= ref.dv[size_t(e * c.Dv + d)] == 0.0;
+        if (z) { unseen_key = e; break; }
+    }
+    auto set = [&](const View &v, int64_t a, int64_t b, int64_t cc, int64_t d, float x) {
+        Buf &bf = in.buf[v.buf];
+        fattn::store_f32(bf.host.data(), bf.dt, v.at(a, b, cc, d), x);
+    };
+    // 1. a wrong value in o (a live row)
+    {
+        int64_t b = 0, i = in.Sq - 1, h = 0;
+        double x = fattn::ref::decode(in.buf[in.o.buf].host.data(), in.buf[in.o.buf].dt, in.o.at(b, i, h, 0));
+        set(in.o, b, i, h, 0, float(x + 0.5));
+        std::string jm;
+        bool ok = judge(in, ref, tol, &jm);
+        bool live = std::isfinite(ref.lse[size_t(h * in.Sq + i)]);
+        if (live) expect_caught("wrong_o_value", !ok, jm);
+        else restore();
+    }
+    // 2. an unwritten cell in dq, 3. a byte written past the end of lse (guard)
+    {
+        std::vector<std::string> errs;
+        Buf &bq = in.buf[in.dq.buf];
+        std::memset(bq.host.data() + size_t(in.dq.at(0, 0, 0, 1)) * bq.esz(), kPoisonByte, bq.esz());
+        check_written(bq, &errs);
+        expect_caught("unwritten_dq_cell", !errs.empty(), errs.empty() ? "" : errs[0]);
+        errs.clear();
+        Buf &bl = in.buf[BUF_LSE];
+        bl.host[bl.bytes() + 3] = 0;
+        check_written(bl, &errs);
+        expect_caught("lse_guard_write", !errs.empty(), errs.empty() ? "" : errs[0]);
+        if (c.layout == Layout::FUSED_QKV) {  // a write into the padding between o's tokens
+            errs.clear();
+            Buf &bo = in.buf[in.o.buf];
+            bo.host[size_t(in.o.at(0, 0, c.Hq - 1, c.Dv - 1) + 1) * bo.esz()] = 0;
+            check_written(bo, &errs);
+            expect_caught("o_padding_write", !errs.empty(), errs.empty() ? "" : errs[0]);
+        }
+    }
+    // 4. a fully-masked row with a non-zero o, 5. an unseen key with a non-zero dk
+    if (masked_row >= 0) {
+        int64_t i = masked_row % in.Sq, h = (masked_row / in.Sq) % c.Hq, b = masked_row / (in.Sq * c.Hq);
+        set(in.o, b, i, h, 0, 1e-30f);
+        std::string jm;
+        expect_caught("masked_row_o_nonzero", !judge(in, ref, tol, &jm), jm);
+    }
+    if (unseen_key >= 0) {
+        int64_t h = unseen_key % c.Hkv, j = (unseen_key / c.Hkv) % in.Skv, b = unseen_key / (c.Hkv * in.Skv);
+        set(in.dk, b, j, h, 0, 1e-30f);
+        std::string jm;
+        expect_caught("unseen_key_dk_nonzero", !judge(in, ref, tol, &jm), jm);
+    }
+    // 6. the 0-vs-0 trap: a zero loss gradient makes every reference gradient zero
+    {
+        Buf &bd = in.buf[in.dout.buf];
+        for (int64_t e = 0; e < bd.elems; ++e)
+            if (!is_nan_elem(bd, e)) fattn::store_f32(bd.host.data(), bd.dt, e, 0.0f);
+        fattn::ref::Outputs zref;
+        run_oracle(in, &zref);
+        for (const View *v : {&in.dq, &in.dk, &in.dv}) {
+            Buf &bf = in.buf[v->buf];
+            for (int64_t e = 0; e < bf.elems; ++e)
+                if (bf.cover[size_t(e)]) fattn::store_f32(bf.host.data(), bf.dt, e, 0.0f);
+        }
+        std::string jm;
+        expect_caught("zero_loss_gradient", !judge(in, zref, tol, &jm), jm);
+    }
+}
+
 // ---------------------------------------------------------------- the family
 
 std::vector<fattn_algo> algos_of(const Options &o, const AttnCase &c) {
@@ -510,6 +617,13 @@ int run_attn_family(const Options &o, Summary &s) {
         }
     }
     const bool cpu = o.backend == BackendKind::CPU;
+    if (o.mode == Mode::SELFTEST) {
+        for (const AttnCase &c : attn_cases())
+            if ((c.name == "plain_s17" || c.name == "causal_br_sq97_skv40" || c.name == "bias_rowcol" ||
+                 c.name == "fused_qkv") && selected(o, c.name))
+                selftest_case(ctx.get(), o.backend, c, s);
+        return 0;
+    }
     for (const AttnCase &c : attn_cases()) {
         if (!selected(o, c.name)) continue;
         if (o.quick && !c.quick) continue;

@@ -46,6 +46,7 @@ const char *mode_name(Mode m) {
     case Mode::DETERMINISM: return "determinism";
     case Mode::SUPPORT: return "support";
     case Mode::PERF: return "perf";
+    case Mode::SELFTEST: return "selftest";
     }
     return "?";
 }

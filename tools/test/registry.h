@@ -21,7 +21,8 @@
 
 namespace fattn_test {
 
-enum class Mode { TEST, GRAD, DETERMINISM, SUPPORT, PERF };
+// SELFTEST: the harness checks itself (injected faults must be caught); a family may ignore it.
+enum class Mode { TEST, GRAD, DETERMINISM, SUPPORT, PERF, SELFTEST };
 enum class BackendKind { CPU, CUDA };
 
 struct Options {
