@@ -107,12 +107,14 @@ std::vector<AttnCase> make_table() {
         C("extra_s2048_causal").shape(1, 2048, 2048, 2, 1, 64).causal_(BR).is_extra(),
         C("extra_b4_s512_bias_gqa").shape(4, 512, 512, 4, 2, 128).with_bias(BiasKind::NEG_BAND).is_extra(),
         C("extra_cross_1877").shape(1, 625, 1877, 2, 2, 64).dt(BF16).is_extra(),
-        // ---- large (--large; CUDA): S >= 16k, and a tensor with more than 2^31 elements
-        C("large_s16k_causal_bf16").shape(2, 16384, 16384, 16, 16, 128).dt(BF16).causal_(BR).is_large(),
-        C("large_varlen_32k").shape(1, 0, 0, 8, 2, 64).dt(F16).varlen({20000, 1, 12767}, {20000, 1, 12767}).causal_(BR).is_large(),
+        // ---- large (--large; CUDA): S >= 16k, and a tensor with more than 2^31 elements.
+        // Judged on sampled rows and keys (the oracle's sampled layer). FUSED only where the
+        // EXACT arm's [B, Hq, S, S] probabilities would not fit in device memory.
+        C("large_s16k_causal_bf16").shape(2, 16384, 16384, 16, 16, 128).dt(BF16).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
+        C("large_varlen_32k").shape(1, 0, 0, 8, 2, 64).dt(F16).varlen({20000, 1, 12767}, {20000, 1, 12767}).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_window_bias").shape(1, 16384, 16384, 2, 2, 64).dt(BF16).with_bias(BiasKind::NEG_BAND).is_large(),
         // q, o, dout, dq: (2^20 + 17)·32·64 > 2^31 elements (MQA keeps k, v small)
-        C("large_2g_elems_mqa_window").shape(1, (1 << 20) + 17, (1 << 20) + 17, 32, 1, 64).dt(BF16).window(64, 0, ATL).is_large(),
+        C("large_2g_elems_mqa_window").shape(1, (1 << 20) + 17, (1 << 20) + 17, 32, 1, 64).dt(BF16).window(64, 0, ATL).algo_(AlgoSel::FUSED).is_large(),
     };
 }
 

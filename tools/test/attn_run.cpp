@@ -94,7 +94,6 @@ bool run_lib(fattn_ctx_t *ctx, BackendKind bk, Inst &in, fattn_algo algo, fattn_
     *unsupported = false;
     std::vector<std::string> errs;
     // Device buffers: inputs uploaded, everything else (and every guard) poisoned.
-    std::vector<unsigned char> in_copy;
     for (auto &b : in.buf) {
         if (b.elems == 0 && b.host.empty()) continue;
         if (!b.dev.alloc(bk, b.bytes() + kGuardBytes) || !b.dev.poison()) return *msg = fmt("%s: device alloc failed", b.name), false;
