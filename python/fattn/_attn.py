@@ -139,6 +139,14 @@ def attn_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
              causal: int, window_left: int, window_right: int, window_align: int, scale: float,
              max_seqlen_q: int, max_seqlen_k: int, prec: int, algo: int
              ) -> Tuple[Tensor, Tensor, Tensor]:
+    with _lib.device_guard(q.device):
+        return _attn_fwd_impl(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left,
+                              window_right, window_align, scale, max_seqlen_q, max_seqlen_k,
+                              prec, algo)
+
+
+def _attn_fwd_impl(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
+                   window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo):
     _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
                      "cu_seqlens_k": cu_seqlens_k})
     ctx = _lib.context(q.device)
@@ -183,6 +191,15 @@ def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tens
              cu_seqlens_k: Optional[Tensor], causal: int, window_left: int, window_right: int,
              window_align: int, scale: float, max_seqlen_q: int, max_seqlen_k: int, prec: int,
              algo: int) -> Tuple[Tensor, Tensor, Tensor]:
+    with _lib.device_guard(q.device):
+        return _attn_bwd_impl(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k,
+                              causal, window_left, window_right, window_align, scale,
+                              max_seqlen_q, max_seqlen_k, prec, algo)
+
+
+def _attn_bwd_impl(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, causal,
+                   window_left, window_right, window_align, scale, max_seqlen_q, max_seqlen_k,
+                   prec, algo):
     _same_device(q, {"dout": dout, "k": k, "v": v, "o": o, "lse": lse, "bias": bias,
                      "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
     if dout.dim() == 4 and dout.stride(3) != 1:

@@ -252,6 +252,22 @@ def context(device: torch.device) -> ctypes.c_void_p:
                      "(cpu and cuda only)")
 
 
+class device_guard:
+    """Make `device` torch's current CUDA device for the duration of a library call (the CUDA
+    context is per device, but launches follow the thread's current device); no-op on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.guard = torch.cuda.device(device) if device.type == "cuda" else None
+
+    def __enter__(self):
+        if self.guard is not None:
+            self.guard.__enter__()
+
+    def __exit__(self, *exc):
+        if self.guard is not None:
+            self.guard.__exit__(*exc)
+
+
 def check(ctx: ctypes.c_void_p, status: int, what: str = "") -> None:
     """Raise FattnError with the library's message when status is not FATTN_OK."""
     if status == FATTN_OK:
