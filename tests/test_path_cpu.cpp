@@ -206,6 +206,7 @@ const std::vector<Case> &cases() {
     static const std::vector<Case> t = {
         // name                     B  T     Hq H  K    V    cu_seqlens                       gate  dtype      history
         {"dense_t100_gqa_k16_v32", 2, 100, 2, 1, 16, 32, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
+        {"varlen_empty_and_T1_seqs", 1, 70, 2, 1, 16, 16, {0, 0, 1, 1, 70}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
         {"dense_t512_mha_k64", 1, 512, 2, 2, 64, 64, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
         {"dense_t513_gqa_k32_v16", 1, 513, 2, 1, 32, 16, {}, false, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
         {"dense_t1025_k64", 1, 1025, 1, 1, 64, 64, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95},
