@@ -106,6 +106,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
 
                     const int64_t qrow = r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh;
                     const int64_t drow = r.batch_index * p.do_sb + (r.q_begin + i0) * p.do_ss + h * p.do_sh;
+                    if (!kExact && p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
                     load_tile(elem(p.q, p.dtype, qrow), p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, dp);
                     load_tile(elem(p.dout, p.dtype, drow), p.dtype, p.do_ss, rows, int(hdv), 1.0f, sc.dout, dvp);
                     const float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;

@@ -68,6 +68,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
             }
             load_tile(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh),
                       p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
+            if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
             gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, st, kBQ, false);  // Sᵀ [bk, nq]
             for (int i = 0; i < rows; ++i) {
                 int a = sc.tr->a[i], b = sc.tr->b[i];

@@ -68,6 +68,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
                       p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
             load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
                       p.dtype, p.v_ss, bk, int(p.dv), 1.0f, sc.v, dvp);
+            if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
             // Sᵀ = K (scale · Q)ᵀ   [bk, nq]
             gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, sc.st, kBQ, false);
             for (int i = 0; i < rows; ++i) {  // bias, then -inf outside each query's window

@@ -81,6 +81,19 @@ void add_bias_t_(const void *bias, float *st, int64_t ld, int a, int b) {
     for (int j = a; j < b; ++j) st[j * ld] += E::get(x[j]);
 }
 
+// True if some element of x[a, b) is not -inf (NaN and +inf count as "not -inf"). Compares bit
+// patterns with an integer OR-reduction so it vectorizes; the map scan is then memory-bound.
+typedef uint32_t u32_alias __attribute__((may_alias));  // reads float/half storage as bits
+typedef uint16_t u16_alias __attribute__((may_alias));
+
+template <class U>
+bool any_not_neginf(const void *x, int a, int b, U neginf) {
+    const U *u = static_cast<const U *>(x);
+    U acc = 0;
+    for (int j = a; j < b; ++j) acc |= U(u[j] ^ neginf);
+    return acc != 0;
+}
+
 }  // namespace
 
 void add_bias_t(const void *bias, fattn_dtype t, float *st, int64_t ld, int a, int b) {
@@ -299,7 +312,6 @@ void build_bias_map(const AttnFwdParams &p, Workspace *ws) {
         int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
         uint8_t *out = act + slice * m.slice_pairs + (m.seq_off ? m.seq_off[s] : 0) + qt * nkt;
         TileRows tr;
-        float buf[kBK];
         for (int64_t kt = 0; kt < nkt; ++kt) {
             int64_t j0 = kt * kBK;
             int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
@@ -307,10 +319,12 @@ void build_bias_map(const AttnFwdParams &p, Workspace *ws) {
             if (tile_may_touch(p, r, i0, rows, j0, bk) && tile_rows(p, r, i0, rows, j0, bk, &tr)) {
                 for (int i = 0; i < rows && !live; ++i) {
                     if (tr.a[i] >= tr.b[i]) continue;
-                    std::fill(buf, buf + kBK, 0.0f);
-                    add_bias(bias_at(p, r, bh, i0 + i, j0), p.bias_dtype, buf, tr.a[i], tr.b[i]);
-                    for (int j = tr.a[i]; j < tr.b[i]; ++j)
-                        if (!std::isinf(buf[j]) || buf[j] > 0) { live = 1; break; }
+                    const void *row = bias_at(p, r, bh, i0 + i, j0);
+                    switch (p.bias_dtype) {
+                    case FATTN_F32: live = any_not_neginf<u32_alias>(row, tr.a[i], tr.b[i], 0xff800000u); break;
+                    case FATTN_F16: live = any_not_neginf<u16_alias>(row, tr.a[i], tr.b[i], 0xfc00u); break;
+                    case FATTN_BF16: live = any_not_neginf<u16_alias>(row, tr.a[i], tr.b[i], 0xff80u); break;
+                    }
                 }
             }
             out[kt] = live;
