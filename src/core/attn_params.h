@@ -72,6 +72,8 @@ struct AttnFwdParams {
     FATTN_HD bool has_mask() const { return win_left >= 0 || win_right >= 0; }
 };
 
+// Note: the gradient pointer `dv` below hides the head dim AttnFwdParams::dv inside a bwd struct;
+// read the head dim as `static_cast<const AttnFwdParams &>(p).dv` (or pass the fwd base around).
 struct AttnBwdParams : AttnFwdParams {
     const void *dout; int64_t do_sb, do_ss, do_sh;
     void *dq;         int64_t dq_sb, dq_ss, dq_sh;
