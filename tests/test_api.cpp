@@ -374,4 +374,58 @@ TEST(Hpp, ContextAllocatorProvidesWorkspace) {
     for (float x : lse) EXPECT_TRUE(std::isfinite(x));
 }
 
+// A caller-provided workspace of exactly the queried size gives the same bits as one the context
+// allocates (and the context allocator is then not called at all).
+TEST(Hpp, CallerWorkspaceMatchesContextWorkspace) {
+    const int64_t B = 2, S = 45, Hq = 4, Hkv = 2, D = 24;
+    fattn::Context ctx = fattn::Context::cpu(2);
+    Counter c;
+    ctx.set_allocator(count_alloc, count_free, &c);
+    fattn::AttnParams p;
+    p.window_left = 7;
+    p.window_right = 3;
+    Rng rng;
+    std::vector<float> q(size_t(B * S * Hq * D)), k(size_t(B * S * Hkv * D)), v(k.size()), dout(q.size());
+    rng.fill(q);
+    rng.fill(k);
+    rng.fill(v);
+    rng.fill(dout);
+    auto T = [](std::vector<float> &x, int64_t h) {
+        return fattn::Tensor::contiguous(x.data(), FATTN_F32, B, S, h, D);
+    };
+    auto tq = T(q, Hq), tk = T(k, Hkv), tv = T(v, Hkv), tdo = T(dout, Hq);
+    size_t wf = 0, wb = 0;
+    ctx.workspace_size(p, tq, tk, tv, FATTN_DIR_FWD, &wf);
+    ctx.workspace_size(p, tq, tk, tv, FATTN_DIR_BWD, &wb);
+    std::vector<char> wsf(wf), wsb(wb);
+    std::vector<float> o[2], lse[2], dq[2], dk[2], dv[2];
+    for (int run = 0; run < 2; ++run) {
+        o[run].assign(q.size(), NAN);
+        lse[run].assign(size_t(B * Hq * S), NAN);
+        dq[run].assign(q.size(), NAN);
+        dk[run].assign(k.size(), NAN);
+        dv[run].assign(k.size(), NAN);
+        auto to = T(o[run], Hq);
+        auto tl = fattn::Tensor::contiguous(lse[run].data(), FATTN_F32, B, Hq, S, 1);
+        auto tdq = T(dq[run], Hq), tdk = T(dk[run], Hkv), tdv = T(dv[run], Hkv);
+        if (run == 0) {
+            ctx.attn_fwd(p, tq, tk, tv, to, tl, nullptr, wsf.data(), wsf.size());
+            ctx.attn_bwd(p, tq, tk, tv, to, tl, nullptr, tdo, tdq, tdk, tdv, wsb.data(), wsb.size());
+            EXPECT_EQ(c.allocs, 0);  // the caller's workspace was used
+        } else {
+            ctx.attn_fwd(p, tq, tk, tv, to, tl);
+            ctx.attn_bwd(p, tq, tk, tv, to, tl, nullptr, tdo, tdq, tdk, tdv);
+        }
+    }
+    auto same = [](const std::vector<float> &a, const std::vector<float> &b) {
+        return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(o[0], o[1]));
+    EXPECT_TRUE(same(lse[0], lse[1]));
+    EXPECT_TRUE(same(dq[0], dq[1]));
+    EXPECT_TRUE(same(dk[0], dk[1]));
+    EXPECT_TRUE(same(dv[0], dv[1]));
+    for (float x : dk[0]) ASSERT_TRUE(std::isfinite(x));
+}
+
 }  // namespace
