@@ -184,15 +184,25 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, (ax, axd) = plt.subplots(2, 1, figsize=(7, 6), sharex=True,
+                                      gridspec_kw={"height_ratios": [2, 1]})
         for arm in arms:
             ax.plot(results[arm]["losses"], label=f"{arm} ({results[arm]['median_step_ms']:.1f} ms/step)",
                     lw=1)
-        ax.set_xlabel("step")
         ax.set_ylabel("train loss (nats/char)")
         ax.set_title(f"tiny GPT on {os.path.basename(cfg.data)}, {device.type}, {dtype_name}, seed {cfg.seed}")
         ax.grid(alpha=0.3)
         ax.legend()
+        # The curves overlap at this scale: the drift between arms is the readable part.
+        for arm in arms[1:]:
+            d = [max(abs(a - b), 1e-12) for a, b in zip(results[arm]["losses"], results[first]["losses"])]
+            axd.plot(d, label=f"|{arm} - {first}|", lw=1)
+        axd.set_yscale("log")
+        axd.set_xlabel("step")
+        axd.set_ylabel("|loss difference| (0 at 1e-12)")
+        axd.grid(alpha=0.3)
+        if len(arms) > 1:
+            axd.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(cfg.out, "loss_curves.png"), dpi=120)
         print(f"wrote {os.path.join(cfg.out, 'loss_curves.png')}")
