@@ -291,7 +291,7 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
  *
  * w / beta check: the products are only bounded (spectral norm <= 1) when |w_t| = 1 and
  * beta_t in [0, 2]; low-precision walks (FLA's, and the planned CUDA kernels) rely on that.
- *   FATTN_PATH_CHECK_STRICT (default): fwd, bwd and supports-with-data reject any token whose
+ *   FATTN_PATH_CHECK_STRICT (default): fattn_path_fwd and fattn_path_bwd reject any token whose
  *     | |w_t|_2 - 1 | > check_tol (0 = 1e-3) or beta_t outside [0, 2] or a non-finite value, with
  *     FATTN_ERR_BAD_VALUE and a message naming the token and head. Cost: one pass over w and beta.
  *   FATTN_PATH_CHECK_NONE: no check; the CPU backend then computes the definition above as is in
