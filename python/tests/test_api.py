@@ -326,3 +326,10 @@ def test_cuda_peak_within_memory_model():
     torch.cuda.synchronize()
     used = torch.cuda.max_memory_allocated() - base
     assert 0 < used <= info["bwd_peak_bytes"] - info["inputs_bytes"] + (1 << 20), (used, info)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the no-GPU case")
+def test_cuda_request_without_gpu_is_an_error_not_a_cpu_fallback():
+    q = torch.empty(1, 8, 2, 16, device="meta")
+    with pytest.raises(RuntimeError):
+        fattn.memory(q, q, q, device="cuda:0")
