@@ -234,7 +234,7 @@ def fmt(r, key_ms, key_tf):
 
 def write_table(results, meta, path):
     lines = [f"# fattn vs torch SDPA ({meta['gpu']}, torch {meta['torch']}, fattn {meta['fattn']})",
-             "", f"Command: `{meta['command']}`", "",
+             "", f"Command: `{meta['command']}` at commit {meta['commit']}, median of {meta['reps']} reps.", "",
              "Cells: time ms (TFLOP/s). fwd+bwd = 3.5 × fwd FLOPs, causal halved. "
              "peak = allocator high-water above the inputs during fwd+bwd. "
              "det = two backward runs bitwise equal. — = could not run (reason below).", ""]
@@ -290,6 +290,15 @@ def write_plot(results, path):
     return path
 
 
+def git_commit():
+    try:
+        import subprocess
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__)), timeout=5).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="out/bench_sdpa")
@@ -313,7 +322,7 @@ def main():
     meta = dict(gpu=torch.cuda.get_device_name() if DEV == "cuda" else "CPU smoke run",
                 torch=torch.__version__, fattn=fattn.version(),
                 library=fattn.library_path(), python=platform.python_version(),
-                command="python3 " + " ".join(sys.argv), reps=reps)
+                command="python3 " + " ".join(sys.argv), reps=reps, commit=git_commit())
     flush = torch.empty(256 << 20 if DEV == "cuda" else 1, dtype=torch.uint8, device=DEV)  # > L2
     results = []
     t0 = time.time()
