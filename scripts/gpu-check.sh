@@ -12,7 +12,8 @@
 #
 # Never hangs: every step runs under `timeout`, capped by a global budget (GPU_CHECK_BUDGET
 # seconds, default 520, so one device call of 10 minutes holds it), and the summary is printed
-# whatever fails. Environment knobs: BENCH_PRESETS (default "hotstep-sites targets hotstep"),
+# whatever fails. Environment knobs: BENCH_PRESETS (default "hotstep-sites:40 targets:110
+# hotstep:40", preset:seconds), TORCH_RESERVE (120 s kept for the torch step),
 # BENCH_REPS (10), SAN_FILTER (fattn-test -p regex for the sanitizers; default: --quick subset).
 # The cudnn-frontend headers for the cuDNN SDPA arm come from .carry/cudnn-frontend/include
 # (scripts/fetch-peer-headers.sh on the dev machine); cuDNN itself from the nvidia-cudnn wheel.
@@ -37,7 +38,7 @@ if ! want nobuild && ! want build; then parts="build $parts"; fi
 elapsed() { echo $(( $(date +%s) - T0 )); }
 # Seconds a step may take: its cap, or what is left of the budget (minus a reserve for the summary).
 slice() {
-    local cap=$1 left=$(( BUDGET - $(elapsed) - 10 ))
+    local cap=$1 left=$(( BUDGET - $(elapsed) - 10 - ${RESERVE:-0} ))
     [ "$left" -lt "$cap" ] && cap=$left
     echo "$cap"
 }
@@ -113,7 +114,7 @@ FB="$BUILD/fattn-bench"
 # ---------------------------------------------------------------- parity
 if want parity; then
     if [ -x "$FT" ]; then
-        run_step parity 150 "$OUT/parity.log" "$FT" test --backend cuda --extra --large
+        run_step parity 120 "$OUT/parity.log" "$FT" test --backend cuda --extra --large
         record parity "$(status_of $STEP_RC)" "$STEP_S" "$(test_line "$OUT/parity.log")"
         [ "$STEP_RC" -ne 0 ] && FAILED=1
     else
@@ -124,7 +125,7 @@ fi
 # ---------------------------------------------------------------- determinism
 if want determinism; then
     if [ -x "$FT" ]; then
-        run_step determinism 90 "$OUT/parity.log" "$FT" determinism --backend cuda
+        run_step determinism 60 "$OUT/parity.log" "$FT" determinism --backend cuda
         record determinism "$(status_of $STEP_RC)" "$STEP_S" "$(test_line "$OUT/parity.log")"
         [ "$STEP_RC" -ne 0 ] && FAILED=1
     else
@@ -139,7 +140,7 @@ if want sanitize; then
     for tool in memcheck racecheck; do
         log="$OUT/sanitize.log"
         if [ -x "$FT" ] && command -v compute-sanitizer >/dev/null 2>&1; then
-            run_step "$tool" 75 "$log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+            run_step "$tool" 60 "$log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
                 "$FT" test --backend cuda "${SAN_SEL[@]}"
             errs=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -n1)
             record "$tool" "$(status_of $STEP_RC)" "$STEP_S" "${errs:-no summary} | $(test_line "$log")"
@@ -154,19 +155,26 @@ fi
 if want bench; then
     : >"$OUT/bench.log"
     rm -f "$OUT/bench.csv"
-    for preset in ${BENCH_PRESETS:-hotstep-sites targets hotstep}; do
+    # The torch step keeps its slice: the bench presets share what is left before it.
+    RESERVE=0
+    want torch && [ -f scripts/gpu-check-torch.sh ] && RESERVE=${TORCH_RESERVE:-120}
+    for entry in ${BENCH_PRESETS:-hotstep-sites:40 targets:110 hotstep:40}; do
+        preset=${entry%%:*}
+        cap=${entry#*:}
+        [ "$cap" = "$entry" ] && cap=120
         if [ ! -x "$FB" ]; then record "bench" FAIL 0 "no $FB"; FAILED=1; break; fi
-        run_step "bench:$preset" 200 "$OUT/bench.log" "$FB" --backend cuda --preset "$preset" \
+        run_step "bench:$preset" "$cap" "$OUT/bench.log" "$FB" --backend cuda --preset "$preset" \
             --reps "${BENCH_REPS:-10}" --csv "$OUT/bench-$preset.csv"
         if [ -f "$OUT/bench-$preset.csv" ]; then  # one CSV comes back (the device returns 8 files)
             if [ -f "$OUT/bench.csv" ]; then tail -n +2 "$OUT/bench-$preset.csv" >>"$OUT/bench.csv"
             else cp "$OUT/bench-$preset.csv" "$OUT/bench.csv"; fi
             rm -f "$OUT/bench-$preset.csv"
         fi
-        line=$(grep -E '^fattn-bench: [0-9]+ cases' "$OUT/bench.log" | tail -n1)
+        line=$(grep -E '^fattn-bench: ' "$OUT/bench.log" | tail -n1)
         record "bench" "$(status_of $STEP_RC)" "$STEP_S" "$preset: ${line:-no verdict line}"
         [ "$STEP_RC" -ne 0 ] && FAILED=1
     done
+    RESERVE=0
 fi
 
 # ---------------------------------------------------------------- PyTorch binding (engineer "torch")

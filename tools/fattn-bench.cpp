@@ -7,7 +7,7 @@
 // and a parity line (max rel err of each arm against the exact arm).
 //
 //   fattn-bench [--backend cpu|cuda] [--preset NAME|list] [--reps N] [--warmup N] [--threads N]
-//               [--arms fused,exact,cudnn] [--csv FILE]
+//               [--arms fused,exact,cudnn] [--csv FILE] [--max-err E]
 //   fattn-bench --shape B,Sq,Skv,Hq,Hkv,D [--dtype f32|f16|bf16] [--prec auto|f32|tf32|native]
 //               [--causal none|tl|br] [--band W] [--window W]     (one custom case)
 //   fattn-bench path ...                                          (the PaTH family's bench)
@@ -29,7 +29,7 @@ namespace {
 void usage() {
     std::printf(
         "usage: fattn-bench [--backend cpu|cuda] [--preset NAME|list] [--reps N] [--warmup N]\n"
-        "                   [--threads N] [--arms fused,exact,cudnn] [--csv FILE]\n"
+        "                   [--threads N] [--arms fused,exact,cudnn] [--csv FILE] [--max-err E]\n"
         "       fattn-bench --shape B,Sq,Skv,Hq,Hkv,D [--dtype f32|f16|bf16]\n"
         "                   [--prec auto|f32|tf32|native] [--causal none|tl|br] [--band W] [--window W]\n"
         "       fattn-bench path ...\n"
@@ -180,6 +180,7 @@ int main(int argc, char **argv) {
         return fattn_bench_path_main(argc - 1, argv + 1);
     }
     Options opt;
+    double max_err = -1;  // > 0: exit 1 when an arm's parity error against exact exceeds it
     Case custom;
     bool have_custom = false;
     for (int i = 1; i < argc; ++i) {
@@ -207,6 +208,8 @@ int main(int argc, char **argv) {
             opt.threads_set = true;
         } else if (a == "--arms") {
             opt.arms = next();
+        } else if (a == "--max-err") {
+            max_err = std::atof(next());
         } else if (a == "--csv") {
             opt.csv = next();
         } else if (a == "--shape") {
@@ -296,10 +299,17 @@ int main(int argc, char **argv) {
     }
     if (!opt.csv.empty()) write_csv(opt.csv, all, opt);
     print_summary(all, opt);
-    int failed = 0;
-    for (const CaseResult &cr : all)
+    int failed = 0, parity_bad = 0;
+    for (const CaseResult &cr : all) {
         for (const ArmResult &a : cr.arms)
             if (a.status.rfind("error", 0) == 0) ++failed;
-    std::printf("fattn-bench: %zu cases, %d arm errors\n", all.size(), failed);
-    return failed ? 1 : 0;
+        // An unmeasurable error (< 0) with both arms ok is also a failure: values were lost.
+        const ArmResult *fu = cr.find("fused"), *ex = cr.find("exact");
+        if (max_err > 0 && fu && ex && fu->ok() && ex->ok() && !(cr.err_fused >= 0 && cr.err_fused <= max_err))
+            ++parity_bad;
+    }
+    std::printf("fattn-bench: %zu cases, %d arm errors", all.size(), failed);
+    if (max_err > 0) std::printf(", %d over --max-err %.1e", parity_bad, max_err);
+    std::printf("\n");
+    return failed || parity_bad ? 1 : 0;
 }
