@@ -4,9 +4,10 @@
 // keeping a running max m and denominator l per row (online softmax) and an f32 accumulator of
 // the unnormalized output; only O and LSE are written. Scores are computed transposed
 // (Sᵀ = K Qᵀ, keys × queries): K and V tiles are then used as loaded, only the q tile is packed
-// transposed (once per task), and the per-query max/exp/sum run as vector work across queries. Tiles outside the causal/window band are
-// never visited, tiles the bias map marks all -inf are skipped. Every output element is produced
-// by exactly one task in a fixed kv order, so results do not depend on the thread count.
+// transposed (once per task), and the per-query max/exp/sum run as vector work across queries.
+// Tiles outside the causal/window band are never visited, tiles the bias map marks all -inf are
+// skipped. Every output element is produced by exactly one task in a fixed kv order, so results
+// do not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 #include <limits>

@@ -1,7 +1,8 @@
 // attn_impl.h — private pieces shared by the CPU softmax-attention kernels (fused and exact).
 //
 //   tile sizes            kBQ × kBK tiles of (queries × keys); packed rows padded to kNR floats
-//   math (attn_math.cpp)  the one GEMM microkernel, a vectorizable exp, row max/sum in fixed order
+//   math (attn_math.cpp)  the GEMM microkernel (plain and transposed A), a vectorizable exp,
+//                         per-query (column) max/exp/sum in fixed order
 //   tiles (attn_tiles.cpp) strided tile loaders/stores, the per-row window of a tile, the bias
 //                         -inf tile map, the workspace layout and the scratch-slot pool
 //   kernels               fused_fwd (attn_fwd.cpp), exact_fwd (attn_exact.cpp),
@@ -48,8 +49,6 @@ void gemm_tn(int M, int N, int K, const float *At, int64_t lda, const float *B, 
              float *C, int64_t ldc, bool accumulate);
 // y[j] = exp(x[j] - shift) for j < n; exactly 0 where x - shift < -87 (so -inf gives 0).
 void exp_shift(const float *x, float shift, float *y, int n);
-float row_max(const float *x, int n);       // -inf for n == 0
-float row_sum(const float *x, int n);       // fixed 16-lane order, independent of the ISA clone
 void scale_row(float *x, float a, int n);   // x *= a
 // ds[j] = p[j] * (ds[j] - delta)
 void dsoftmax_row(float *ds, const float *p, float delta, int n);
@@ -131,7 +130,6 @@ struct BiasMap {
     bool per_batch = false;        // dense with a per-batch bias: one slice per batch
     int64_t slice_pairs = 0;       // tile pairs per slice
     const int64_t *seq_off = nullptr;  // varlen: first pair of each sequence (num_seqs + 1)
-    int64_t dense_nkt = 0;
 
     bool active(int64_t s, int64_t h, int64_t qt, int64_t kt, int64_t nkt) const {
         if (!act) return true;

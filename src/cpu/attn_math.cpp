@@ -1,11 +1,12 @@
-// attn_math.cpp — the inner loops of the CPU attention kernels: one GEMM microkernel, a
-// vectorizable exp and fixed-order row reductions.
+// attn_math.cpp — the inner loops of the CPU attention kernels: the GEMM microkernel (plain and
+// transposed A), a vectorizable exp and per-query (column) max / exp / sum.
 //
-// Plain C++ loops written so GCC/Clang vectorize them; each function is compiled for AVX-512,
-// AVX2+FMA and baseline x86-64 (target_clones, picked once at load time by the CPU), so the
-// library needs no -march flag. Results are deterministic on one machine: every reduction has a
-// fixed order that does not depend on the vector width (the GEMM sums k in order per element,
-// row_sum uses 16 explicit lanes). Different ISAs may differ in the last bit (FMA contraction).
+// Plain C++ with GCC/Clang vector types (16 floats); element-wise functions are compiled for
+// AVX-512, AVX2+FMA and baseline x86-64 (target_clones), the GEMM per ISA with its own register
+// block; both are picked once by the CPU, so the library needs no -march flag. Results are
+// deterministic on one machine: every reduction has a fixed order that does not depend on the
+// vector width (the GEMM sums k in order per element, column sums run over keys in order).
+// Different ISAs may differ in the last bit (the baseline clone has no FMA).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -171,25 +172,6 @@ void exp_shift(const float *x, float shift, float *y, int n) {
         vf e = exp_vec(*reinterpret_cast<const vf *>(tmp), vf{} + shift);
         for (int l = 0; l < n - j; ++l) y[j + l] = e[l];
     }
-}
-
-float row_max(const float *x, int n) {
-    float m = -std::numeric_limits<float>::infinity();
-    for (int j = 0; j < n; ++j) m = x[j] > m ? x[j] : m;
-    return m;
-}
-
-FATTN_CLONES
-float row_sum(const float *x, int n) {
-    float lane[16] = {};
-    int j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int l = 0; l < 16; ++l) lane[l] += x[j + l];
-    for (int l = 0; j < n; ++j, ++l) lane[l] += x[j];
-    // Fixed pairwise tree over the 16 lanes.
-    for (int w = 8; w >= 1; w /= 2)
-        for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
-    return lane[0];
 }
 
 FATTN_CLONES

@@ -266,8 +266,7 @@ size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Works
             if (seq_off) seq_off[p.batch] = acc;
             m.slice_pairs = acc;
         } else {
-            m.dense_nkt = cdiv(p.seqlen_kv, kBK);
-            m.slice_pairs = cdiv(p.seqlen_q, kBQ) * m.dense_nkt;
+            m.slice_pairs = cdiv(p.seqlen_q, kBQ) * cdiv(p.seqlen_kv, kBK);
         }
         m.seq_off = seq_off;
         // Never nullptr on the real carve, even for zero pairs: "no bias" is act == nullptr.
