@@ -143,6 +143,9 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
                  FATTN_ERR_BAD_VALUE, "check: unknown mode " + S(check_raw));
     PATH_FAIL_IF(!(pp->check_tol >= 0) || !std::isfinite(pp->check_tol), FATTN_ERR_BAD_VALUE,
                  "check_tol: must be finite and >= 0");
+    // Before anything reads cu_seqlens or values: on a CUDA context they are device memory.
+    PATH_FAIL_IF(ctx->backend != FATTN_BACKEND_CPU, FATTN_ERR_UNSUPPORTED,
+                 "PaTH runs on the CPU backend only in this version");
     int64_t nseq = B;
     if (pp->cu_seqlens) {
         const int32_t *cu = pp->cu_seqlens;
@@ -156,8 +159,6 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
                      "cu_seqlens: [num_seqs] is " + S(cu[pp->num_seqs]) + " but q has T = " + S(T));
         nseq = pp->num_seqs;
     }
-    PATH_FAIL_IF(ctx->backend != FATTN_BACKEND_CPU, FATTN_ERR_UNSUPPORTED,
-                 "PaTH runs on the CPU backend only in this version");
 
     PathBwdParams &p = out->p;
     p = PathBwdParams{};

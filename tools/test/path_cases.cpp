@@ -108,12 +108,12 @@ struct Run {
                      tdo = t(dout, c.Hq, c.V), tdq = t(dq, c.Hq, c.K), tdk = t(dk, c.H, c.K), tdv = t(dv, c.H, c.V),
                      tdw = t(dw, c.H, c.K), tdb = t(db, c.H, 1), tdg = c.gate ? t(dg, c.Hq, 1) : fattn_tensor_none();
         fattn_path_workspace_info wf{}, wb{};
-        if (fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_FWD, &wf) != FATTN_OK ||
-            fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_BWD, &wb) != FATTN_OK)
-            return fattn_ctx_last_error(ctx);
+        fattn_status s = fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_FWD, &wf);
+        if (s == FATTN_OK) s = fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_BWD, &wb);
+        if (s != FATTN_OK) return std::string(fattn_status_string(s)) + ": " + fattn_ctx_last_error(ctx);
         std::vector<uint8_t> ws(size_t(std::max(wf.total_bytes, wb.total_bytes)) + 1, 0xFF);
         auto t0 = std::chrono::steady_clock::now();
-        fattn_status s = fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, ws.data(), wf.total_bytes);
+        s = fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, ws.data(), wf.total_bytes);
         if (s != FATTN_OK) return std::string(fattn_status_string(s)) + ": " + fattn_ctx_last_error(ctx);
         std::fill(ws.begin(), ws.end(), 0xFF);
         s = fattn_path_bwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, &tdo, &tdq, &tdk, &tdv, &tdw, &tdb, &tdg,
