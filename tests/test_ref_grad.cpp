@@ -239,7 +239,7 @@ TEST(RefSampled, MatchesCore) {
     fattn::AttnBwdParams a{};
     a.batch = 3, a.seqlen_q = 6, a.seqlen_kv = 6, a.total_q = total_q, a.total_kv = total_kv;
     a.hq = Hq, a.hkv = Hkv, a.d = D;
-    static_cast<fattn::AttnFwdParams &>(a).dv = Dv;
+    a.dim_v = Dv;
     a.dtype = FATTN_F32, a.scale = 0.7f;
     a.q = q.data(), a.q_sb = 0, a.q_ss = D, a.q_sh = total_q * D;
     a.k = k.data(), a.k_sb = 0, a.k_ss = Hkv * D, a.k_sh = D;

@@ -114,7 +114,7 @@ void fill_view(void *base, fattn_dtype t, const int64_t ne[4], int64_t s0, int64
 // empty), on a CPU context: the defined values of fully-masked rows and of unseen keys.
 void fill_fwd(const fattn::AttnFwdParams &p) {
     const int64_t B = p.cu_seqlens_q ? 1 : p.batch;
-    const int64_t ne_o[4] = {B, p.total_q, p.hq, p.dv};
+    const int64_t ne_o[4] = {B, p.total_q, p.hq, p.dim_v};
     fill_view(p.o, p.dtype, ne_o, p.o_sb, p.o_ss, p.o_sh, 0.0f);
     const int64_t ne_l[4] = {B, p.hq, p.total_q, 1};
     fill_view(p.lse, FATTN_F32, ne_l, p.lse_sb, p.lse_sh, 1, -std::numeric_limits<float>::infinity());
@@ -126,7 +126,7 @@ void fill_bwd(const fattn::AttnBwdParams &p) {
     fill_view(p.dq, p.dtype, ne_q, p.dq_sb, p.dq_ss, p.dq_sh, 0.0f);
     const int64_t ne_k[4] = {B, p.total_kv, p.hkv, p.d};
     fill_view(p.dk, p.dtype, ne_k, p.dk_sb, p.dk_ss, p.dk_sh, 0.0f);
-    const int64_t ne_v[4] = {B, p.total_kv, p.hkv, p.AttnFwdParams::dv};
+    const int64_t ne_v[4] = {B, p.total_kv, p.hkv, p.dim_v};
     fill_view(p.dv, p.dtype, ne_v, p.dv_sb, p.dv_ss, p.dv_sh, 0.0f);
 }
 

@@ -66,11 +66,11 @@ fattn_status model(fattn_ctx *ctx, const fattn_attn_params *p, const fattn_tenso
     const fattn::AttnFwdParams &fp = r.p;
     const i128 es = i128(fattn_dtype_size(fp.dtype));
     const int64_t B = q->ne[0];
-    const i128 o_bytes = prod({B, fp.total_q, fp.hq, fp.dv}) * es;
+    const i128 o_bytes = prod({B, fp.total_q, fp.hq, fp.dim_v}) * es;
     const i128 lse_bytes = prod({B, fp.hq, fp.total_q}) * 4;
     const i128 q_bytes = prod({B, fp.total_q, fp.hq, fp.d}) * es;  // dense, like dq
     const i128 k_bytes = prod({B, fp.total_kv, fp.hkv, fp.d}) * es;
-    const i128 v_bytes = prod({B, fp.total_kv, fp.hkv, fp.dv}) * es;
+    const i128 v_bytes = prod({B, fp.total_kv, fp.hkv, fp.dim_v}) * es;
     i128 inputs = dense_bytes(*q) + dense_bytes(*k) + dense_bytes(*v);
     if (p->bias.data) inputs += dense_bytes(p->bias);
     i128 saved_buf = 0, ws_f = 0, ws_b = 0;

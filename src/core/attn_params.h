@@ -34,7 +34,7 @@ struct AttnFwdParams {
     int64_t total_q;      // rows of q in the S dim of the view: Sq (dense) or total tokens (varlen)
     int64_t total_kv;
     int64_t hq, hkv;      // heads; group size hq / hkv
-    int64_t d, dv;        // head dims of q/k and of v/o
+    int64_t d, dim_v;     // head dims of q/k and of v/o (dim_v, so the bwd gradient `dv` can't hide it)
 
     fattn_dtype dtype;    // q, k, v, o (and dout, dq, dk, dv in bwd)
     fattn_prec prec;      // resolved: never AUTO
@@ -72,8 +72,6 @@ struct AttnFwdParams {
     FATTN_HD bool has_mask() const { return win_left >= 0 || win_right >= 0; }
 };
 
-// Note: the gradient pointer `dv` below hides the head dim AttnFwdParams::dv inside a bwd struct;
-// read the head dim as `static_cast<const AttnFwdParams &>(p).dv` (or pass the fwd base around).
 struct AttnBwdParams : AttnFwdParams {
     const void *dout; int64_t do_sb, do_ss, do_sh;
     void *dq;         int64_t dq_sb, dq_ss, dq_sh;

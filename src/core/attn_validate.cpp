@@ -490,7 +490,7 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     r.hq = Hq;
     r.hkv = Hkv;
     r.d = D;
-    r.AttnFwdParams::dv = Dv;  // AttnBwdParams::dv (the gradient pointer) hides the head dim
+    r.dim_v = Dv;
     r.dtype = q.dtype;
     r.prec = attn_resolve_prec(ctx, p.prec, q.dtype);
     r.algo = p.algo;

@@ -33,7 +33,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // delta = rowsum(dO ∘ O) for every (query head, packed row) of every sequence.
 void compute_delta(const AttnBwdParams &p, float *delta) {
-    const int64_t hdv = static_cast<const AttnFwdParams &>(p).dv;  // p.dv is the dV tensor here
+    const int64_t hdv = p.dim_v;
     TaskIndex ti;
     ti.build(p, [](const AttnFwdParams &pp, const SeqRange &r) { return pp.hq * cdiv(r.q_len, kBQ); });
     parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
@@ -57,8 +57,7 @@ void compute_delta(const AttnBwdParams &p, float *delta) {
 
 template <bool kExact>
 fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace &ws) {
-    // AttnBwdParams::dv (the dV tensor) hides AttnFwdParams::dv (the V head dim): name it hdv.
-    const int64_t hdv = static_cast<const AttnFwdParams &>(p).dv;
+    const int64_t hdv = p.dim_v;
     const int64_t dp = pad_n(p.d), dvp = pad_n(hdv), group = p.group(), nch = ws.nchunks;
     // Buffers are [nb, Hq, total_q] per chunk: nb = B dense (each batch its own rows), 1 varlen.
     const int64_t nb = p.cu_seqlens_q ? 1 : p.batch;

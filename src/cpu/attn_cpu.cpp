@@ -22,11 +22,11 @@ fattn_status attn_select(const AttnFwdParams &p, std::string *why) {
         if (why) *why = msg;
         return s;
     };
-    if (p.d < 1 || p.dv < 1)
+    if (p.d < 1 || p.dim_v < 1)
         return fail(FATTN_ERR_BAD_HEAD_DIM, "cpu: head dims must be >= 1 (d = " +
-                                                std::to_string(p.d) + ", dv = " + std::to_string(p.dv) + ")");
-    if (p.d > kMaxHeadDim || p.dv > kMaxHeadDim)
-        return fail(FATTN_ERR_BAD_HEAD_DIM, "cpu: head dim " + std::to_string(p.d > p.dv ? p.d : p.dv) +
+                                                std::to_string(p.d) + ", dv = " + std::to_string(p.dim_v) + ")");
+    if (p.d > kMaxHeadDim || p.dim_v > kMaxHeadDim)
+        return fail(FATTN_ERR_BAD_HEAD_DIM, "cpu: head dim " + std::to_string(p.d > p.dim_v ? p.d : p.dim_v) +
                                                 " is larger than the CPU backend's limit of " +
                                                 std::to_string(kMaxHeadDim));
     if (p.prec != FATTN_PREC_F32)

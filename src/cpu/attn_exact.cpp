@@ -29,7 +29,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
     TaskIndex ti;
     ti.build(p, fwd_tasks_of);
     SlotPool pool(ws.nslots);
-    const int64_t dp = pad_n(p.d), dvp = pad_n(p.dv), group = p.group();
+    const int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), group = p.group();
     const int64_t ldp = p.seqlen_q;  // row stride of Pᵀ (one row per key)
 
     parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
@@ -98,12 +98,12 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
             const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
             if (!tile_may_touch(p, r, i0, rows, j0, bk) || !ws.map.active(s, h, qt, kt, nkt)) continue;
             load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
-                      p.dtype, p.v_ss, bk, int(p.dv), 1.0f, sc.v, dvp);
+                      p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, dvp);
             gemm_tn(rows, int(dvp), bk, blk + j0 * kBQ, kBQ, sc.v, dvp, sc.acc, dvp, true);
         }
         for (int j = 0; j < nk; ++j) std::copy(blk + j * kBQ, blk + j * kBQ + rows, pcol + j * ldp);
         store_tile(elem(p.o, p.dtype, r.batch_index * p.o_sb + (r.q_begin + i0) * p.o_ss + h * p.o_sh),
-                   p.dtype, p.o_ss, rows, int(p.dv), sc.acc, dvp, 1.0f);
+                   p.dtype, p.o_ss, rows, int(p.dim_v), sc.acc, dvp, 1.0f);
         pool.release(slot);
     });
     return FATTN_OK;

@@ -29,7 +29,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
     TaskIndex ti;
     ti.build(p, fwd_tasks_of);
     SlotPool pool(ws.nslots);
-    const int64_t dp = pad_n(p.d), dvp = pad_n(p.dv), group = p.group();
+    const int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), group = p.group();
 
     parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
         int64_t s, rem;
@@ -68,7 +68,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
             load_tile(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh),
                       p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
             load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
-                      p.dtype, p.v_ss, bk, int(p.dv), 1.0f, sc.v, dvp);
+                      p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, dvp);
             if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
             // Sᵀ = K (scale · Q)ᵀ   [bk, nq]
             gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, sc.st, kBQ, false);
@@ -112,7 +112,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
             }
         }
         store_tile(elem(p.o, p.dtype, r.batch_index * p.o_sb + (r.q_begin + i0) * p.o_ss + h * p.o_sh),
-                   p.dtype, p.o_ss, rows, int(p.dv), sc.acc, dvp, 1.0f);
+                   p.dtype, p.o_ss, rows, int(p.dim_v), sc.acc, dvp, 1.0f);
         pool.release(slot);
     });
     return FATTN_OK;

@@ -192,7 +192,7 @@ void TaskIndex::locate(int64_t t, int64_t *s, int64_t *rem) const {
 FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     Arena a{base};
     FwdScratch f;
-    int64_t dp = pad_n(p.d), dvp = pad_n(p.dv);
+    int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v);
     f.qt = a.floats(p.d * kBQ);
     f.kr = a.floats(kBK * dp);
     f.v = a.floats(kBK * dvp);
@@ -213,9 +213,9 @@ FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
 BwdScratch carve_bwd(const AttnFwdParams &p, char *base) {
     Arena a{base};
     BwdScratch b;
-    int64_t dp = pad_n(p.d), dvp = pad_n(p.dv);
+    int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v);
     b.kt = a.floats(p.d * kBK);
-    b.vt = a.floats(p.dv * kBK);
+    b.vt = a.floats(p.dim_v * kBK);
     b.kr = a.floats(kBK * dp);
     b.qs = a.floats(kBQ * dp);
     b.dout = a.floats(kBQ * dvp);

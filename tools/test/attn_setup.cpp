@@ -199,7 +199,7 @@ fattn::AttnBwdParams ref_params(const Inst &in) {
     p.total_q = in.Sq;
     p.total_kv = in.Skv;
     p.hq = c.Hq, p.hkv = c.Hkv, p.d = c.D;
-    static_cast<fattn::AttnFwdParams &>(p).dv = c.Dv;  // AttnBwdParams::dv (the gradient) hides it
+    p.dim_v = c.Dv;
     p.dtype = c.dtype;
     p.scale = c.scale != 0.0f ? c.scale : float(1.0 / std::sqrt(double(c.D)));
     auto base = [&](const View &v) { return static_cast<const void *>(in.buf[v.buf].host.data() + size_t(v.off) * in.buf[v.buf].esz()); };

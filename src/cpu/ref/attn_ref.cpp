@@ -196,7 +196,7 @@ void gather(const AttnFwdParams &a, Problem *p, Tensors *t) {
     p->Hq = a.hq;
     p->Hkv = a.hkv;
     p->D = a.d;
-    p->Dv = a.dv;
+    p->Dv = a.dim_v;
     p->scale = double(a.scale);
     // The params hold the normalized form (causal folded into win_right = 0); that is one window.
     p->mask = Mask{};
@@ -300,7 +300,7 @@ double logit(const AttnFwdParams &a, const Seq &sq, const Mask &m, int64_t h, in
 // dP_ij = dO_i · v_j
 double dlogit_p(const AttnBwdParams &a, const Seq &sq, int64_t h, int64_t i, int64_t j) {
     const int64_t hk = h / (a.hq / a.hkv), gi = sq.q0 + i, gj = sq.k0 + j;
-    const int64_t dv = static_cast<const AttnFwdParams &>(a).dv;
+    const int64_t dv = a.dim_v;
     double acc = 0.0;
     for (int64_t d = 0; d < dv; ++d)
         acc += decode(a.dout, a.dtype, sq.b * a.do_sb + gi * a.do_ss + h * a.do_sh + d) *
@@ -325,7 +325,7 @@ void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r
         mx = std::fmax(mx, S[size_t(j)]);
         r->nvis += S[size_t(j)] != kNegInf;
     }
-    r->o.assign(size_t(f.dv), 0.0);
+    r->o.assign(size_t(f.dim_v), 0.0);
     r->dq.assign(size_t(f.d), 0.0);
     r->lse = kNegInf;
     if (mx == kNegInf) return;
@@ -338,7 +338,7 @@ void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r
         if (P[size_t(j)] == 0.0) continue;
         dP[size_t(j)] = dlogit_p(a, sq, h, i, j);
         D += P[size_t(j)] * dP[size_t(j)];
-        for (int64_t d = 0; d < f.dv; ++d)
+        for (int64_t d = 0; d < f.dim_v; ++d)
             r->o[size_t(d)] += P[size_t(j)] * decode(f.v, f.dtype, sq.b * f.v_sb + (sq.k0 + j) * f.v_ss + hk * f.v_sh + d);
     }
     for (int64_t j = lo; j <= hi; ++j) {
@@ -369,7 +369,7 @@ void attn_key(const AttnBwdParams &a, int64_t s, int64_t hk, int64_t j, std::vec
     const Mask m = mask_of(f);
     const int64_t group = f.hq / f.hkv;
     dk->assign(size_t(f.d), 0.0);
-    dv->assign(size_t(f.dv), 0.0);
+    dv->assign(size_t(f.dim_v), 0.0);
     RowRef row;
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
         for (int64_t i = 0; i < sq.lq; ++i) {
@@ -380,12 +380,12 @@ void attn_key(const AttnBwdParams &a, int64_t s, int64_t hk, int64_t j, std::vec
             attn_row(a, s, h, i, &row);
             const double pij = std::exp(sij - row.lse);
             double D = 0.0;
-            for (int64_t d = 0; d < f.dv; ++d)
+            for (int64_t d = 0; d < f.dim_v; ++d)
                 D += row.o[size_t(d)] * decode(a.dout, f.dtype, sq.b * a.do_sb + (sq.q0 + i) * a.do_ss + h * a.do_sh + d);
             const double ds = pij * (dlogit_p(a, sq, h, i, j) - D);
             for (int64_t d = 0; d < f.d; ++d)
                 (*dk)[size_t(d)] += double(f.scale) * ds * decode(f.q, f.dtype, sq.b * f.q_sb + (sq.q0 + i) * f.q_ss + h * f.q_sh + d);
-            for (int64_t d = 0; d < f.dv; ++d)
+            for (int64_t d = 0; d < f.dim_v; ++d)
                 (*dv)[size_t(d)] += pij * decode(a.dout, f.dtype, sq.b * a.do_sb + (sq.q0 + i) * a.do_ss + h * a.do_sh + d);
         }
 }

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(256) delta_kernel(const AttnBwdParams p, float
     const T *o = static_cast<const T *>(p.o) + b * p.o_sb + i * p.o_ss + h * p.o_sh;
     const T *d = static_cast<const T *>(p.dout) + b * p.do_sb + i * p.do_ss + h * p.do_sh;
     float acc = 0.f;
-    for (int64_t c = lane; c < p.AttnFwdParams::dv; c += 32) acc = fmaf(to_f(d[c]), to_f(o[c]), acc);
+    for (int64_t c = lane; c < p.dim_v; c += 32) acc = fmaf(to_f(d[c]), to_f(o[c]), acc);
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
     if (lane == 0) delta[(b * p.hq + h) * p.total_q + i] = acc;
@@ -51,7 +51,7 @@ bool vec_ok(const AttnFwdParams &p, const void *dout, int64_t do_sb, int64_t do_
     auto str8 = [epc](int64_t a, int64_t b, int64_t c) { return a % epc == 0 && b % epc == 0 && c % epc == 0; };
     return aligned16(p.q) && aligned16(p.k) && aligned16(p.v) && (!dout || aligned16(dout)) &&
            str8(p.q_sb, p.q_ss, p.q_sh) && str8(p.k_sb, p.k_ss, p.k_sh) && str8(p.v_sb, p.v_ss, p.v_sh) &&
-           (!dout || str8(do_sb, do_ss, do_sh)) && p.d % epc == 0 && p.dv % epc == 0;
+           (!dout || str8(do_sb, do_ss, do_sh)) && p.d % epc == 0 && p.dim_v % epc == 0;
 }
 
 fattn_status check(cudaError_t e, const char *what, std::string *err) {

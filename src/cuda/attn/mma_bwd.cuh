@@ -59,11 +59,11 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     auto load_kv = [&](int64_t n, int buf) {
         const int64_t n0 = n * BN;
         mma_load_tile<T, BN, DB, NT>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
-        mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.AttnFwdParams::dv, a.vec);
+        mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.dim_v, a.vec);
     };
 
     mma_load_tile<T, BM, DB, NT>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
-    mma_load_tile<T, BM, DB, NT>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, a.vec);
+    mma_load_tile<T, BM, DB, NT>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, a.vec);
     int64_t n = next_tile(n_first);
     if (n <= n_last) load_kv(n, 0);
     cp_async_commit();
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + (sr.q_begin + m0) * p.q_ss + h * p.q_sh;
         const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + (sr.q_begin + m0) * p.do_ss + h * p.do_sh;
         mma_load_tile<T, BM, DB, NT>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
-        mma_load_tile<T, BM, DB, NT>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.AttnFwdParams::dv, a.vec);
+        mma_load_tile<T, BM, DB, NT>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.dim_v, a.vec);
         for (int c = threadIdx.x; c < BM; c += NT) {
             const int64_t i = m0 + c;
             float l2 = -INFINITY, dl = 0.f;
@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     };
 
     mma_load_tile<T, BN, DB, NT>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, a.vec);
-    mma_load_tile<T, BN, DB, NT>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, a.vec);
+    mma_load_tile<T, BN, DB, NT>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, a.vec);
     int64_t idx = next_item(0);
     if (idx < G * nt) load_q(idx, 0);
     cp_async_commit();
@@ -346,8 +346,8 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
             const int c = d * 8 + 2 * t4;
             if (c < p.d) gdK[c] = from_f<T>(dk[d][2 * r] * p.scale);
             if (c + 1 < p.d) gdK[c + 1] = from_f<T>(dk[d][2 * r + 1] * p.scale);
-            if (c < p.AttnFwdParams::dv) gdV[c] = from_f<T>(dv[d][2 * r]);
-            if (c + 1 < p.AttnFwdParams::dv) gdV[c + 1] = from_f<T>(dv[d][2 * r + 1]);
+            if (c < p.dim_v) gdV[c] = from_f<T>(dv[d][2 * r]);
+            if (c + 1 < p.dim_v) gdV[c + 1] = from_f<T>(dv[d][2 * r + 1]);
         }
     }
 }

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     auto load_kv = [&](int64_t n, int buf) {
         const int64_t n0 = n * BN;
         mma_load_tile<T, BN, DB, NT>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
-        mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.dv, a.vec);
+        mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.dim_v, a.vec);
     };
 
     mma_load_tile<T, BM, DB, NT>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
 #pragma unroll
         for (int d = 0; d < NO; ++d) {
             const int c = d * 8 + 2 * t4;
-            if (c < p.dv) gO[c] = from_f<T>(o[d][2 * r] * inv);
-            if (c + 1 < p.dv) gO[c + 1] = from_f<T>(o[d][2 * r + 1] * inv);
+            if (c < p.dim_v) gO[c] = from_f<T>(o[d][2 * r] * inv);
+            if (c + 1 < p.dim_v) gO[c + 1] = from_f<T>(o[d][2 * r + 1] * inv);
         }
         if (t4 == 0)
             p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi[r]] =

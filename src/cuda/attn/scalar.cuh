@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
         l = l * alpha + ps;
         for (int u = 0; u < OC; ++u) o[u] *= alpha;
         __syncthreads();
-        sc_load_rows<T, C, ST>(sKV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dv, DB);
+        sc_load_rows<T, C, ST>(sKV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, DB);
         __syncthreads();
         for (int c = 0; c < C; ++c) {
             const float pc = sP[r * C + c];
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
         T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + i) * p.o_ss + h * p.o_sh;
         for (int u = 0; u < OC; ++u) {
             const int c = l8 + 8 * u;
-            if (c < p.dv) gO[c] = from_f<T>(l > 0.f ? o[u] / l : 0.f);
+            if (c < p.dim_v) gO[c] = from_f<T>(l > 0.f ? o[u] / l : 0.f);
         }
         if (l8 == 0)
             p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] =
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
     const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
 
     sc_load_rows<T, R, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
-    sc_load_rows<T, R, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, DB);
+    sc_load_rows<T, R, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);
 
     const int64_t i = m0 + r;
     int64_t lo, hi;
@@ -178,12 +178,12 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
             pr[k] = ok ? exp2f(t * kLog2e - lse2) : 0.f;
         }
         __syncthreads();
-        sc_load_rows<T, C, ST>(sKV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, DB);
+        sc_load_rows<T, C, ST>(sKV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, DB);
         __syncthreads();
         for (int k = 0; k < KC; ++k) {
             const int c = l8 + 8 * k;
             float dp = 0.f;
-            for (int e = 0; e < p.AttnFwdParams::dv; ++e) dp = fmaf(sdO[r * ST + e], sKV[c * ST + e], dp);
+            for (int e = 0; e < p.dim_v; ++e) dp = fmaf(sdO[r * ST + e], sKV[c * ST + e], dp);
             sdS[r * C + c] = pr[k] * (dp - dl);
         }
         __syncthreads();
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
     const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
     const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
     sc_load_rows<T, R, ST>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
-    sc_load_rows<T, R, ST>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.AttnFwdParams::dv, DB);
+    sc_load_rows<T, R, ST>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, DB);
 
     const int64_t j = n0 + r;
     int64_t i_lo, i_hi;
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
                 continue;
             __syncthreads();
             sc_load_rows<T, C, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
-            sc_load_rows<T, C, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.AttnFwdParams::dv, DB);
+            sc_load_rows<T, C, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);
             for (int c = tid; c < C; c += sc_threads()) {
                 const int64_t i = m0 + c;
                 sL[c] = i < lq ? p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e : -INFINITY;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
                 key_range(p, i, lq, lkv, &lo, &hi);
                 float s = 0.f, dp = 0.f;
                 for (int e = 0; e < p.d; ++e) s = fmaf(sK[r * ST + e], sQ[c * ST + e], s);
-                for (int e = 0; e < p.AttnFwdParams::dv; ++e) dp = fmaf(sV[r * ST + e], sdO[c * ST + e], dp);
+                for (int e = 0; e < p.dim_v; ++e) dp = fmaf(sV[r * ST + e], sdO[c * ST + e], dp);
                 const bool ok = i < lq && j < lkv && j >= lo && j <= hi && sL[c] != -INFINITY;
                 float x = s * p.scale;
                 if (ok && p.bias) x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j);
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
         for (int u = 0; u < OC; ++u) {
             const int c = l8 + 8 * u;
             if (c < p.d) gdK[c] = from_f<T>(dk[u] * p.scale);
-            if (c < p.AttnFwdParams::dv) gdV[c] = from_f<T>(dv[u]);
+            if (c < p.dim_v) gdV[c] = from_f<T>(dv[u]);
         }
     }
 }

@@ -18,11 +18,11 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         return FATTN_ERR_UNSUPPORTED;
     };
     const int sm = dev.sm_major * 10 + dev.sm_minor;
-    const int64_t dmax = p.d > p.dv ? p.d : p.dv;
+    const int64_t dmax = p.d > p.dim_v ? p.d : p.dim_v;
     if (sm < 75) return no("needs sm_75 or newer, device is sm_" + std::to_string(sm));
     if (dmax > 256)
         return no("head dim " + std::to_string(dmax) + " > 256 is not instantiated");
-    if (p.d < 1 || p.dv < 1) return no("head dims must be >= 1");
+    if (p.d < 1 || p.dim_v < 1) return no("head dims must be >= 1");
     // Grid y = heads, z = sequences (CUDA limits those dims to 65535).
     if (p.hq > 65535 || p.batch > 65535)
         return no("more than 65535 heads or sequences is not supported by the launch grid");

@@ -145,7 +145,7 @@ Layout layout(const AttnFwdParams &p, fattn_dir dir) {
         L.dp = cells * 4;
         L.delta = rows * 4;
         L.dk = size_t(p.hkv) * size_t(p.seqlen_kv) * size_t(p.d) * 4;
-        L.dv = size_t(p.hkv) * size_t(p.seqlen_kv) * size_t(p.dv) * 4;
+        L.dv = size_t(p.hkv) * size_t(p.seqlen_kv) * size_t(p.dim_v) * 4;
     }
     size_t o = 0;
     L.off_low = o;   o += align_up(L.low);
@@ -226,13 +226,13 @@ fattn_status select(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
             return no(std::string(fattn_dtype_name(p.dtype)) + " inputs run only at prec NATIVE");
         if (p.dtype == FATTN_BF16 && dev.sm_major < 8) return no("bf16 GEMMs need sm_80 or newer");
     }
-    if (!fits_int(p.seqlen_q) || !fits_int(p.seqlen_kv) || !fits_int(p.d) || !fits_int(p.dv) ||
+    if (!fits_int(p.seqlen_q) || !fits_int(p.seqlen_kv) || !fits_int(p.d) || !fits_int(p.dim_v) ||
         !fits_int(p.hq) || !fits_int(p.hkv))
         return no("a dimension exceeds the 32-bit range of cuBLAS");
     // Leading dimension = token stride; cuBLAS needs it >= the head dim (so no stride-0 S dim).
     if (!ld_ok(p.q_ss, p.d)) return no("q token stride " + std::to_string(p.q_ss) + " < head dim (cuBLAS lda)");
     if (!ld_ok(p.k_ss, p.d)) return no("k token stride " + std::to_string(p.k_ss) + " < head dim (cuBLAS lda)");
-    if (!ld_ok(p.v_ss, p.dv)) return no("v token stride " + std::to_string(p.v_ss) + " < head dim (cuBLAS lda)");
+    if (!ld_ok(p.v_ss, p.dim_v)) return no("v token stride " + std::to_string(p.v_ss) + " < head dim (cuBLAS lda)");
     // o (and dout/dq in the backward) are not part of a support query: checked when run.
     return FATTN_OK;
 }
@@ -248,7 +248,7 @@ size_t saved_size(const AttnFwdParams &p, const DeviceInfo &) {
 fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, void *workspace,
                  std::string *err) {
     EXACT_TRY(select(p, dev, err));
-    if (!ld_ok(p.o_ss, p.dv)) {
+    if (!ld_ok(p.o_ss, p.dim_v)) {
         if (err) *err = "exact (cuBLAS): o token stride " + std::to_string(p.o_ss) +
                         " < head dim (cuBLAS leading dimension)";
         return FATTN_ERR_UNSUPPORTED;
@@ -284,7 +284,7 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, voi
         const int64_t o0 = r.batch_index * p.o_sb + r.q_begin * p.o_ss;
         float *lse = p.lse + r.batch_index * p.lse_sb + r.q_begin;
         if (lk == 0) {  // no keys: every row fully masked
-            EXACT_TRY(R.launched(launch_zero_rows(elem(p.o, o0, p.dtype), p.dtype, p.hq, lq, p.dv,
+            EXACT_TRY(R.launched(launch_zero_rows(elem(p.o, o0, p.dtype), p.dtype, p.hq, lq, p.dim_v,
                                                   p.o_ss, p.o_sh, lse, p.lse_sh, R.st),
                                  "zero_rows"));
             continue;
@@ -322,7 +322,7 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, voi
         const cudaDataType_t pt = low ? io : CUDA_R_32F;
         for (int64_t g = 0; g < G; ++g) {
             // O_h = P_h·V_hk  (col-major: Oᵀ[dv, lq] = Vᵀ[dv, lk]·Pᵀ[lk, lq])
-            GemmOp op{CUBLAS_OP_N, CUBLAS_OP_N, p.dv, lq, lk,
+            GemmOp op{CUBLAS_OP_N, CUBLAS_OP_N, p.dim_v, lq, lk,
                       elem(p.v, v0, p.dtype), io, p.v_ss, p.v_sh,
                       static_cast<const char *>(Pin) + g * head_cells * int64_t(esize(low ? p.dtype : FATTN_F32)),
                       pt, lk, G * head_cells,
@@ -337,8 +337,7 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, voi
 fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const void *saved, void *workspace,
                  std::string *err) {
     EXACT_TRY(select(p, dev, err));
-    // AttnBwdParams::dv (the gradient pointer) hides the head dim of v: name it here.
-    const int64_t Dv = static_cast<const AttnFwdParams &>(p).dv;
+    const int64_t Dv = p.dim_v;
     auto no = [&](const char *name, int64_t ld, int64_t dim) {
         if (!ld_ok(ld, dim)) {
             if (err) *err = std::string("exact (cuBLAS): ") + name + " token stride " +
