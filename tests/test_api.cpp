@@ -429,3 +429,62 @@ TEST(Hpp, CallerWorkspaceMatchesContextWorkspace) {
 }
 
 }  // namespace
+
+namespace {
+
+// EXACT keeps [B, Hq, Sq, Skv] f32 probabilities: a shape whose byte count cannot be represented
+// must be refused by supports (it used to wrap to a saved size of 0 bytes).
+TEST(Api, ExactProbabilityBytesOverflowIsRefused) {
+    fattn_ctx_t *ctx = nullptr;
+    ASSERT_EQ(fattn_ctx_init_cpu(1, &ctx), FATTN_OK);
+    const int64_t S = int64_t(1) << 31;
+    fattn_tensor q = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, S, 1, 16);
+    fattn_tensor k = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, S, 1, 16);
+    fattn_attn_params p = fattn_attn_params_default();
+    char why[256] = {0};
+    EXPECT_EQ(fattn_attn_supports(ctx, &p, &q, &k, &k, why, sizeof why), FATTN_OK) << why;
+    p.algo = FATTN_ALGO_EXACT;
+    EXPECT_EQ(fattn_attn_supports(ctx, &p, &q, &k, &k, why, sizeof why), FATTN_ERR_UNSUPPORTED);
+    EXPECT_NE(std::string(why).find("use FUSED"), std::string::npos) << why;
+    size_t saved = 1;
+    EXPECT_NE(fattn_attn_saved_size(ctx, &p, &q, &k, &k, &saved), FATTN_OK);
+    fattn_ctx_free(ctx);
+}
+
+// A window wider than Sq + Skv is the same mask as an unbounded one, and must not overflow the
+// diagonal arithmetic (INT64_MAX used to overflow diag - left).
+TEST(Api, HugeWindowEqualsUnbounded) {
+    fattn_ctx_t *ctx = nullptr;
+    ASSERT_EQ(fattn_ctx_init_cpu(2, &ctx), FATTN_OK);
+    const int64_t B = 1, Sq = 19, Skv = 7, H = 2, D = 16;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    auto fill = [&](size_t n) {
+        std::vector<float> x(n);
+        for (auto &e : x) e = nd(rng);
+        return x;
+    };
+    std::vector<float> bq = fill(B * Sq * H * D), bk = fill(B * Skv * H * D), bv = fill(B * Skv * H * D);
+    fattn_tensor q = fattn_tensor_contiguous(bq.data(), FATTN_F32, B, Sq, H, D);
+    fattn_tensor k = fattn_tensor_contiguous(bk.data(), FATTN_F32, B, Skv, H, D);
+    fattn_tensor v = fattn_tensor_contiguous(bv.data(), FATTN_F32, B, Skv, H, D);
+    auto run = [&](int64_t left, int64_t right, std::vector<float> &o, std::vector<float> &lse) {
+        o.assign(size_t(B * Sq * H * D), NAN);
+        lse.assign(size_t(B * H * Sq), NAN);
+        fattn_tensor to = fattn_tensor_contiguous(o.data(), FATTN_F32, B, Sq, H, D);
+        fattn_tensor tl = fattn_tensor_contiguous(lse.data(), FATTN_F32, B, H, Sq, 1);
+        fattn_attn_params p = fattn_attn_params_default();
+        p.window_left = left;
+        p.window_right = right;
+        p.window_align = FATTN_ALIGN_BOTTOM_RIGHT;
+        return fattn_attn_fwd(ctx, &p, &q, &k, &v, &to, &tl, nullptr, nullptr, 0);
+    };
+    std::vector<float> o1, l1, o2, l2;
+    ASSERT_EQ(run(-1, -1, o1, l1), FATTN_OK) << fattn_ctx_last_error(ctx);
+    ASSERT_EQ(run(INT64_MAX, INT64_MAX, o2, l2), FATTN_OK) << fattn_ctx_last_error(ctx);
+    EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.size() * sizeof(float)));
+    fattn_ctx_free(ctx);
+}
+
+}  // namespace

@@ -207,7 +207,10 @@ FATTN_API fattn_prec fattn_resolve_prec(const fattn_ctx_t *ctx, const fattn_attn
 
 /* FATTN_OK if this context runs the forward and backward for these shapes; otherwise the
  * status of the first rule broken and, in why (may be NULL), the reason. Same function that
- * dispatch uses: "supported" and "what runs" cannot disagree. */
+ * dispatch uses: "supported" and "what runs" cannot disagree for these q, k, v and params.
+ * The views it does not see (o, lse, dout, dq, dk, dv) are checked by the call itself; one
+ * backend rule lives there: the CUDA EXACT arm (cuBLAS) needs the token stride (nb[1]) of o,
+ * dout and dq to be at least the head dim, else the call returns FATTN_ERR_UNSUPPORTED. */
 FATTN_API fattn_status fattn_attn_supports(fattn_ctx_t *ctx, const fattn_attn_params *p,
                                            const fattn_tensor *q, const fattn_tensor *k,
                                            const fattn_tensor *v, char *why, size_t why_len);

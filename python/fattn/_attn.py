@@ -202,10 +202,12 @@ def _attn_bwd_impl(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_
                    prec, algo):
     _same_device(q, {"dout": dout, "k": k, "v": v, "o": o, "lse": lse, "bias": bias,
                      "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
-    if dout.dim() == 4 and dout.stride(3) != 1:
+    if dout.dim() == 4 and (dout.stride(3) != 1 or
+                            (algo == _lib.ALGO["exact"] and dout.is_cuda and dout.stride(1) < dout.shape[3])):
         # Autograd hands over whatever layout the next op produced (e.g. an expanded scalar
-        # gradient with stride 0); the library needs unit innermost stride. Inputs q/k/v are
-        # never copied: this is the incoming gradient only.
+        # gradient with stride 0); the library needs unit innermost stride, and the CUDA exact
+        # arm (cuBLAS) a token stride >= Dv, checked only at call time. Inputs q/k/v are never
+        # copied: this is the incoming gradient only.
         dout = dout.contiguous()
     ctx = _lib.context(q.device)
     p = _params(bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,

@@ -512,13 +512,17 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
         r.bias_sh = b.ne[1] == 1 ? 0 : b.nb[1];
         r.bias_si = b.ne[2] == 1 ? 0 : b.nb[2];
     }
+    // A window wider than Sq + Skv allows the same keys as an unbounded one (diag - left < 0 and
+    // diag + right >= Skv for every row); clamping keeps key_range()'s diag ± w free of overflow.
+    const int64_t wlim = r.total_q + r.total_kv;
+    auto clampw = [wlim](int64_t w) { return w > wlim ? wlim : w; };
     if (causal) {
-        r.win_left = p.window_left;
+        r.win_left = clampw(p.window_left);
         r.win_right = 0;
         r.bottom_right = causal_br;
     } else {
-        r.win_left = p.window_left;
-        r.win_right = p.window_right;
+        r.win_left = clampw(p.window_left);
+        r.win_right = clampw(p.window_right);
         r.bottom_right = p.window_align == FATTN_ALIGN_BOTTOM_RIGHT;
     }
     r.cu_seqlens_q = varlen ? p.cu_seqlens_q : nullptr;

@@ -27,9 +27,14 @@ void parallel_for(int64_t n, int nthreads, Fn &&fn) {
     auto worker = [&]() {
         for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
     };
+    // A thread that cannot be created (resource limits) must not abort the process: run with the
+    // threads we got. Results do not depend on the thread count, so this changes only the speed.
     std::vector<std::thread> pool;
-    pool.reserve(size_t(nt - 1));
-    for (int t = 1; t < nt; ++t) pool.emplace_back(worker);
+    try {
+        pool.reserve(size_t(nt - 1));
+        for (int t = 1; t < nt; ++t) pool.emplace_back(worker);
+    } catch (...) {
+    }
     worker();
     for (auto &th : pool) th.join();
 }

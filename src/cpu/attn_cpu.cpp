@@ -34,6 +34,12 @@ fattn_status attn_select(const AttnFwdParams &p, std::string *why) {
                                                " needs CUDA tensor cores; the CPU runs F32 only");
     if (p.algo != FATTN_ALGO_FUSED && p.algo != FATTN_ALGO_EXACT)
         return fail(FATTN_ERR_UNSUPPORTED, "cpu: unknown algorithm");
+    // EXACT keeps [B, Hq, Sq, Skv] f32: refuse sizes whose byte count does not fit (it would wrap
+    // in size_t and the saved buffer would be reported as 0 bytes).
+    const long double p_bytes = (long double)p.batch * p.hq * p.seqlen_q * p.seqlen_kv * sizeof(float);
+    if (p.algo == FATTN_ALGO_EXACT && p_bytes > (long double)(INT64_MAX / 2))
+        return fail(FATTN_ERR_UNSUPPORTED, "cpu: EXACT would keep " + std::to_string(double(p_bytes)) +
+                                               " bytes of probabilities [B, Hq, Sq, Skv]; use FUSED");
     if (why) why->clear();
     return FATTN_OK;
 }

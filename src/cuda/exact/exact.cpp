@@ -233,6 +233,12 @@ fattn_status select(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     if (!ld_ok(p.q_ss, p.d)) return no("q token stride " + std::to_string(p.q_ss) + " < head dim (cuBLAS lda)");
     if (!ld_ok(p.k_ss, p.d)) return no("k token stride " + std::to_string(p.k_ss) + " < head dim (cuBLAS lda)");
     if (!ld_ok(p.v_ss, p.dim_v)) return no("v token stride " + std::to_string(p.v_ss) + " < head dim (cuBLAS lda)");
+    // The probabilities [B, Hq, Sq, Skv] f32 must have a byte count that fits (else size_t wraps
+    // and the saved buffer would be reported as 0 bytes).
+    const long double p_bytes = (long double)p.batch * p.hq * p.seqlen_q * p.seqlen_kv * sizeof(float);
+    if (p_bytes > (long double)(INT64_MAX / 2))
+        return no("the probabilities [B, Hq, Sq, Skv] would take " + std::to_string(double(p_bytes)) +
+                  " bytes; use FUSED");
     // o (and dout/dq in the backward) are not part of a support query: checked when run.
     return FATTN_OK;
 }
