@@ -10,7 +10,9 @@ segment, plus MHA and V != K (which FLA's own tests never run).
 import pytest
 import torch
 
-fla_naive = pytest.importorskip("fla.ops.path_attn.naive")
+# FLA's naive PaTH is the independent oracle of this file: a hard import, so a broken install
+# fails CI instead of skipping it silently (.ci/run installs fla-core).
+import fla.ops.path_attn.naive as fla_naive  # noqa: E402
 from fattn.path import path_attention  # noqa: E402
 
 

@@ -41,6 +41,10 @@ double tolerance(fattn_prec resolved, fattn_dtype dt) {
     return t;
 }
 
+// lse is f32 whatever the input dtype and is computed from the same rounded inputs as the
+// oracle's, so only the arithmetic separates them (measured <= 6e-8 on CPU F32 and CUDA NATIVE).
+double lse_tolerance(fattn_prec resolved) { return resolved == FATTN_PREC_TF32 ? 2e-3 : 1e-5; }
+
 std::string fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
 std::string fmt(const char *f, ...) {
     char b[512];
@@ -225,7 +229,7 @@ double rel_rms(const std::vector<double> &out, const std::vector<double> &ref, c
 }
 
 // Compares the library's outputs (already downloaded into in.buf) with the oracle's.
-bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, std::string *msg) {
+bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, double lse_tol, std::string *msg) {
     const AttnCase &c = *in.c;
     std::vector<std::string> errs;
     const int64_t B = in.Bv, Sq = in.Sq, Skv = in.Skv, Hq = c.Hq, Hkv = c.Hkv, D = c.D, Dv = c.Dv;
@@ -299,9 +303,11 @@ bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, std::string
         double e;
     } es[] = {{"o", e_o}, {"lse", e_lse}, {"dq", e_dq}, {"dk", e_dk}, {"dv", e_dv}};
     std::string line;
+    // lse: judged by the arithmetic's tolerance, not by the storage dtype's (lse_tolerance).
     for (auto &x : es) {
+        const double t = std::strcmp(x.n, "lse") == 0 ? std::min(tol, lse_tol) : tol;
         line += fmt("%s %.1e ", x.n, x.e);
-        if (!(x.e <= tol)) errs.push_back(fmt("%s error %.2e > tol %.0e", x.n, x.e, tol));
+        if (!(x.e <= t)) errs.push_back(fmt("%s error %.2e > tol %.0e", x.n, x.e, t));
     }
     line += fmt("(tol %.0e", tol);
     if (masked_rows) line += fmt(", %lld masked rows", (long long)masked_rows);
@@ -320,7 +326,7 @@ bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, std::string
 // Large cases: the oracle's sampled layer on 48 query rows and up to 16 keys (those whose
 // exact dk/dv is estimated at most ~4e9 multiply-adds, within 30 s), same tolerances and
 // direct checks.
-bool judge_sampled(const Inst &in, double tol, std::string *msg) {
+bool judge_sampled(const Inst &in, double tol, double lse_tol, std::string *msg) {
     const AttnCase &c = *in.c;
     const fattn::AttnBwdParams a = ref_params(in);
     const Buf &bo = in.buf[in.o.buf], &bl = in.buf[in.lse.buf], &bq = in.buf[in.dq.buf];
@@ -400,9 +406,11 @@ bool judge_sampled(const Inst &in, double tol, std::string *msg) {
         double e;
     } es[] = {{"o", rel(n_o, d_o)}, {"lse", rel(n_l, d_l)}, {"dq", rel(n_q, d_q)}, {"dk", rel(n_k, d_k)}, {"dv", rel(n_v, d_v)}};
     std::string line;
+    // lse: judged by the arithmetic's tolerance, not by the storage dtype's (lse_tolerance).
     for (auto &x : es) {
+        const double t = std::strcmp(x.n, "lse") == 0 ? std::min(tol, lse_tol) : tol;
         line += fmt("%s %.1e ", x.n, x.e);
-        if (!(x.e <= tol)) errs.push_back(fmt("%s error %.2e > tol %.0e", x.n, x.e, tol));
+        if (!(x.e <= t)) errs.push_back(fmt("%s error %.2e > tol %.0e", x.n, x.e, t));
     }
     line += fmt("(tol %.0e; sampled %lld rows, %lld masked; %lld keys, %lld unseen)", tol, (long long)rows, (long long)masked,
                 (long long)keys, (long long)unseen);
@@ -493,7 +501,7 @@ void selftest_case(fattn_ctx_t *ctx, BackendKind bk, const AttnCase &c, Summary 
     run_oracle(in, &ref);
     const double tol = tolerance(resolved, c.dtype);
     std::string m;
-    if (!judge(in, ref, tol, &m)) {
+    if (!judge(in, ref, tol, lse_tolerance(resolved), &m)) {
         record(s, Outcome::FAIL, "selftest/" + c.name, "clean run does not pass: " + m);
         return;
     }
@@ -527,7 +535,7 @@ void selftest_case(fattn_ctx_t *ctx, BackendKind bk, const AttnCase &c, Summary 
         double x = fattn::ref::decode(in.buf[in.o.buf].host.data(), in.buf[in.o.buf].dt, in.o.at(b, i, h, 0));
         set(in.o, b, i, h, 0, float(x + 0.5));
         std::string jm;
-        bool ok = judge(in, ref, tol, &jm);
+        bool ok = judge(in, ref, tol, lse_tolerance(resolved), &jm);
         bool live = std::isfinite(ref.lse[size_t(h * in.Sq + i)]);
         if (live) expect_caught("wrong_o_value", !ok, jm);
         else restore();
@@ -557,13 +565,13 @@ void selftest_case(fattn_ctx_t *ctx, BackendKind bk, const AttnCase &c, Summary 
         int64_t i = masked_row % in.Sq, h = (masked_row / in.Sq) % c.Hq, b = masked_row / (in.Sq * c.Hq);
         set(in.o, b, i, h, 0, 1e-30f);
         std::string jm;
-        expect_caught("masked_row_o_nonzero", !judge(in, ref, tol, &jm), jm);
+        expect_caught("masked_row_o_nonzero", !judge(in, ref, tol, lse_tolerance(resolved), &jm), jm);
     }
     if (unseen_key >= 0) {
         int64_t h = unseen_key % c.Hkv, j = (unseen_key / c.Hkv) % in.Skv, b = unseen_key / (c.Hkv * in.Skv);
         set(in.dk, b, j, h, 0, 1e-30f);
         std::string jm;
-        expect_caught("unseen_key_dk_nonzero", !judge(in, ref, tol, &jm), jm);
+        expect_caught("unseen_key_dk_nonzero", !judge(in, ref, tol, lse_tolerance(resolved), &jm), jm);
     }
     // 6. the 0-vs-0 trap: a zero loss gradient makes every reference gradient zero
     {
@@ -578,7 +586,7 @@ void selftest_case(fattn_ctx_t *ctx, BackendKind bk, const AttnCase &c, Summary 
                 if (bf.cover[size_t(e)]) fattn::store_f32(bf.host.data(), bf.dt, e, 0.0f);
         }
         std::string jm;
-        expect_caught("zero_loss_gradient", !judge(in, zref, tol, &jm), jm);
+        expect_caught("zero_loss_gradient", !judge(in, zref, tol, lse_tolerance(resolved), &jm), jm);
     }
 }
 
@@ -729,13 +737,13 @@ int run_attn_family(const Options &o, Summary &s) {
             std::string jm;
             bool good;
             if (c.large) {
-                good = judge_sampled(in, tolerance(resolved, c.dtype), &jm);
+                good = judge_sampled(in, tolerance(resolved, c.dtype), lse_tolerance(resolved), &jm);
             } else {
                 if (!have_ref) {
                     run_oracle(in, &ref);
                     have_ref = true;
                 }
-                good = judge(in, ref, tolerance(resolved, c.dtype), &jm);
+                good = judge(in, ref, tolerance(resolved, c.dtype), lse_tolerance(resolved), &jm);
             }
             record(s, good ? Outcome::PASS : Outcome::FAIL, name, fmt("[%s] ", fattn_prec_name(resolved)) + jm);
         }
