@@ -76,19 +76,7 @@ using fattn::AttnResolved;
 using fattn::AttnViews;
 using fattn::AttnWork;
 
-// Runs body and turns any escaping exception into a status (the C API never throws).
-template <class Body>
-fattn_status guarded(fattn_ctx *ctx, const char *fn, Body &&body) {
-    try {
-        return body();
-    } catch (const std::bad_alloc &) {
-        return fattn::set_error(ctx, FATTN_ERR_OUT_OF_MEMORY, std::string(fn) + ": out of host memory");
-    } catch (const std::exception &e) {
-        return fattn::set_error(ctx, FATTN_ERR_INTERNAL, std::string(fn) + ": " + e.what());
-    } catch (...) {
-        return fattn::set_error(ctx, FATTN_ERR_INTERNAL, std::string(fn) + ": unknown exception");
-    }
-}
+using fattn::guarded;
 
 // Validate (and select) with the error recorded on ctx (or the thread when ctx is NULL).
 fattn_status validate(fattn_ctx *ctx, const fattn_attn_params *p, AttnOp op, const AttnViews &v,

@@ -94,16 +94,7 @@ fattn_status model(fattn_ctx *ctx, const fattn_attn_params *p, const fattn_tenso
     return FATTN_OK;
 }
 
-template <class Body>
-fattn_status guarded(fattn_ctx *ctx, const char *fn, Body &&body) {
-    try {
-        return body();
-    } catch (const std::bad_alloc &) {
-        return fattn::set_error(ctx, FATTN_ERR_OUT_OF_MEMORY, std::string(fn) + ": out of host memory");
-    } catch (...) {
-        return fattn::set_error(ctx, FATTN_ERR_INTERNAL, std::string(fn) + ": unexpected exception");
-    }
-}
+using fattn::guarded;
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 // the last error message. Only src/core and the backends' entry files include it.
 #pragma once
 
+#include <exception>
+#include <new>
 #include <string>
 
 #include "fattn/fattn.h"
@@ -27,5 +29,20 @@ fattn_status set_error(fattn_ctx *ctx, fattn_status s, const std::string &msg);
 // Workspace from the context's allocator (host or device). Returns nullptr on failure.
 void *ctx_alloc(fattn_ctx *ctx, size_t bytes);
 void ctx_free(fattn_ctx *ctx, void *ptr);
+
+// Runs body (returning fattn_status) and turns any escaping exception into a status recorded on
+// ctx: every C entry point goes through it, so the C API never throws.
+template <class Body>
+fattn_status guarded(fattn_ctx *ctx, const char *fn, Body &&body) {
+    try {
+        return body();
+    } catch (const std::bad_alloc &) {
+        return set_error(ctx, FATTN_ERR_OUT_OF_MEMORY, std::string(fn) + ": out of host memory");
+    } catch (const std::exception &e) {
+        return set_error(ctx, FATTN_ERR_INTERNAL, std::string(fn) + ": " + e.what());
+    } catch (...) {
+        return set_error(ctx, FATTN_ERR_INTERNAL, std::string(fn) + ": unknown exception");
+    }
+}
 
 }  // namespace fattn
