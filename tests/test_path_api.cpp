@@ -165,6 +165,74 @@ TEST(PathApi, Overlap) {
     EXPECT_EQ(v.bwd(), FATTN_ERR_OVERLAP);
 }
 
+// Overlap is decided on byte extents, not base pointers: views into one buffer with distinct bases.
+TEST(PathApi, OverlapByExtent) {
+    {  // two outputs, dk starting inside dq's extent
+        Views v;
+        std::vector<float> big(v.dq.size() + v.dk.size() + 64, 0.f);
+        v.tdq.data = big.data();
+        v.tdk.data = big.data() + 8;
+        EXPECT_FAILS(v.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk");
+    }
+    {  // the backward's dg ending inside the input dout
+        Views v;
+        std::vector<float> big(v.dout.size() + v.dg.size(), 0.f);
+        v.tdo.data = big.data() + v.dg.size() - 1;
+        v.tdg.data = big.data();
+        EXPECT_FAILS(v.bwd(), FATTN_ERR_OVERLAP, "dg: overlaps input dout");
+    }
+    {  // the forward checks g too (it used to check q, k, v, w, beta only)
+        Views v;
+        std::vector<float> big(v.o.size() + v.g.size(), -0.01f);
+        v.to.data = big.data();
+        v.tg.data = big.data() + v.o.size() - 1;
+        EXPECT_FAILS(v.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input g");
+    }
+    {  // lse overlapping the last element of o
+        Views v;
+        std::vector<float> big(v.o.size() + v.lse.size(), 0.f);
+        v.to.data = big.data();
+        v.tl.data = big.data() + v.o.size() - 1;
+        EXPECT_FAILS(v.fwd(), FATTN_ERR_OVERLAP, "o: overlaps output lse");
+    }
+    {  // adjacent, disjoint outputs in one buffer are fine
+        Views v;
+        std::vector<float> big(v.dq.size() + v.dk.size(), 0.f);
+        v.tdq.data = big.data();
+        v.tdk.data = big.data() + v.dq.size();
+        ASSERT_EQ(v.fwd(), FATTN_OK) << v.err();
+        EXPECT_EQ(v.bwd(), FATTN_OK) << v.err();
+    }
+}
+
+// A caller's workspace at any address: the library aligns the base inside the slack it sizes, and
+// the results are bitwise those of a run with a context-allocated workspace.
+TEST(PathApi, MisalignedCallerWorkspace) {
+    Views v;
+    fattn_ctx_set_nthreads(v.ctx, 3);
+    ASSERT_EQ(v.fwd(), FATTN_OK) << v.err();
+    ASSERT_EQ(v.bwd(), FATTN_OK) << v.err();
+    const std::vector<float> o0 = v.o, lse0 = v.lse, dq0 = v.dq, dk0 = v.dk, dv0 = v.dv, dw0 = v.dw,
+                             db0 = v.db, dg0 = v.dg;
+    for (fattn_dir dir : {FATTN_DIR_FWD, FATTN_DIR_BWD}) {
+        fattn_path_workspace_info info;
+        ASSERT_EQ(fattn_path_workspace_size(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, dir, &info), FATTN_OK);
+        for (size_t off : {size_t(1), size_t(3), size_t(62)}) {
+            std::vector<uint8_t> ws(info.total_bytes + off, 0xFF);
+            fattn_status s = dir == FATTN_DIR_FWD
+                                 ? fattn_path_fwd(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &v.to,
+                                                  &v.tl, ws.data() + off, info.total_bytes)
+                                 : fattn_path_bwd(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &v.to,
+                                                  &v.tl, &v.tdo, &v.tdq, &v.tdk, &v.tdv, &v.tdw, &v.tdb, &v.tdg,
+                                                  ws.data() + off, info.total_bytes);
+            ASSERT_EQ(s, FATTN_OK) << v.err();
+            EXPECT_TRUE(v.o == o0 && v.lse == lse0) << "offset " << off;
+            EXPECT_TRUE(v.dq == dq0 && v.dk == dk0 && v.dv == dv0 && v.dw == dw0 && v.db == db0 && v.dg == dg0)
+                << "offset " << off;
+        }
+    }
+}
+
 TEST(PathApi, WorkspaceTooSmall) {
     Views v;
     fattn_path_workspace_info info;

@@ -60,7 +60,9 @@ void history_bytes(const Shape &s, uint64_t *packed, uint64_t *rect, uint64_t *m
     ASSERT_EQ(fattn_path_memory(ctx, &p, &q, &k, &v, &w, &beta, &g, &mem), FATTN_OK);
     *mem_packed = mem.history_packed_bytes;
     *mem_rect = mem.history_rectangular_bytes;
-    EXPECT_EQ(mem.bwd_workspace_bytes, info.total_bytes);
+    // The model's workspace is the caller-visible workspace plus the call's small host heap.
+    EXPECT_GE(mem.bwd_workspace_bytes, info.total_bytes);
+    EXPECT_LE(mem.bwd_workspace_bytes, info.total_bytes + 64 * 1024);
     p.history = FATTN_PATH_HISTORY_RECTANGULAR;
     ASSERT_EQ(fattn_path_workspace_size(ctx, &p, &q, &k, &v, &w, &beta, &g, FATTN_DIR_BWD, &info), FATTN_OK);
     *rect = info.history_bytes;
@@ -163,7 +165,7 @@ int64_t nan_cells_after_producer(fattn_path_history hist, fattn_dtype dt, int64_
     std::vector<uint8_t> ws(wl.total, 0);  // zero: only the producer's own poisoning matters
     std::string err;
     EXPECT_EQ(fattn::cpu::path_bwd_history_only(p, ws.data(), &err), FATTN_OK);
-    const uint8_t *h = ws.data() + wl.history;
+    const uint8_t *h = reinterpret_cast<const uint8_t *>(fattn::path_ws_base(ws.data())) + wl.history;
     *total_cells = lay.hist_cells;
     int64_t nan_cells = 0;
     for (int64_t c = 0; c < lay.hist_cells; ++c) {

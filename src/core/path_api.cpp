@@ -2,7 +2,9 @@
 // support surface: every entry goes through path_validate), workspace and memory model, and
 // fwd / bwd dispatch to the CPU backend. A CUDA context is FATTN_ERR_UNSUPPORTED (never a CPU run).
 // Every C++ exception is caught here (std::bad_alloc -> OUT_OF_MEMORY, else INTERNAL).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <string>
@@ -63,6 +65,43 @@ Fail check_view(const char *name, const fattn_tensor *t, const int64_t (&want)[4
     return {FATTN_OK, ""};
 }
 
+// Byte extent [lo, hi) of a view's data (every element it can address); empty when a dim is 0.
+// Strides are validated non-negative before this is used.
+bool byte_span(const fattn_tensor *t, unsigned __int128 *lo, unsigned __int128 *hi) {
+    if (!t || !t->data) return false;
+    unsigned __int128 last = 0;
+    for (int i = 0; i < 4; ++i) {
+        if (t->ne[i] <= 0) return false;
+        last += (unsigned __int128)(t->ne[i] - 1) * (unsigned __int128)t->nb[i];
+    }
+    const unsigned __int128 es = fattn_dtype_size(t->dtype);
+    *lo = (unsigned __int128)reinterpret_cast<uintptr_t>(t->data);
+    *hi = *lo + (last + 1) * es;
+    return true;
+}
+
+// FATTN_ERR_OVERLAP (fattn.h: outputs may share no memory with each other or with an input):
+// conservative extent test, every output against every other output and every input. Exact for
+// contiguous views; two interleaved views whose extents intersect are refused even if their
+// elements are disjoint (the softmax family's exact digit test lives in attn_validate.cpp).
+Fail check_overlap(const fattn_tensor *const *outs, const char *const *onames, int nout,
+                   const fattn_tensor *const *ins, const char *const *inames, int nin) {
+    for (int i = 0; i < nout; ++i) {
+        unsigned __int128 a0, a1, b0, b1;
+        if (!byte_span(outs[i], &a0, &a1)) continue;
+        for (int j = 0; j < nout + nin; ++j) {
+            if (j < nout && j <= i) continue;  // each output pair once
+            const fattn_tensor *o = j < nout ? outs[j] : ins[j - nout];
+            if (!byte_span(o, &b0, &b1)) continue;
+            if (a1 <= b0 || b1 <= a0) continue;
+            return Fail{FATTN_ERR_OVERLAP, string(onames[i]) + ": overlaps " +
+                                               (j < nout ? "output " : "input ") +
+                                               (j < nout ? onames[j] : inames[j - nout])};
+        }
+    }
+    return {FATTN_OK, ""};
+}
+
 struct Resolved {
     PathBwdParams p{};
     bool empty = false;  // nothing to compute (a dim is 0)
@@ -114,21 +153,19 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
         PATH_FAIL_IF(has_g && !given(vw.dg), FATTN_ERR_NULL_POINTER, "dg: g was given, so dg is required");
         PATH_FAIL_IF(!has_g && given(vw.dg), FATTN_ERR_BAD_VALUE, "dg: given but g is not");
         if (has_g) CHECK(check_view("dg", vw.dg, {B, T, HQ, 1}, FATTN_F32, true, true, 3));
-        // Outputs must not alias each other or an input (same base pointer; strided interleaving
-        // of distinct bases is the caller's responsibility).
+        // Outputs must not overlap each other or an input (byte extents).
         const fattn_tensor *outs[] = {vw.dq, vw.dk, vw.dv, vw.dw, vw.dbeta, has_g ? vw.dg : nullptr};
-        const fattn_tensor *all[] = {vw.q, vw.k, vw.v, vw.w, vw.beta, has_g ? vw.g : nullptr, vw.o,
-                                     vw.lse, vw.dout, vw.dq, vw.dk, vw.dv, vw.dw, vw.dbeta};
         const char *onames[] = {"dq", "dk", "dv", "dw", "dbeta", "dg"};
-        for (int i = 0; i < 6; ++i)
-            for (const fattn_tensor *a : all)
-                PATH_FAIL_IF(outs[i] && a && a != outs[i] && a->data == outs[i]->data, FATTN_ERR_OVERLAP,
-                             string(onames[i]) + ": shares its data pointer with another tensor");
+        const fattn_tensor *ins[] = {vw.q, vw.k, vw.v, vw.w, vw.beta, has_g ? vw.g : nullptr, vw.o,
+                                     vw.lse, vw.dout};
+        const char *inames[] = {"q", "k", "v", "w", "beta", "g", "o", "lse", "dout"};
+        CHECK(check_overlap(outs, onames, 6, ins, inames, 9));
     } else if (op == PathOp::FWD) {
-        PATH_FAIL_IF(vw.o->data == vw.lse->data, FATTN_ERR_OVERLAP, "lse: shares its data pointer with o");
-        for (const fattn_tensor *a : {vw.q, vw.k, vw.v, vw.w, vw.beta})
-            PATH_FAIL_IF(a->data == vw.o->data || a->data == vw.lse->data, FATTN_ERR_OVERLAP,
-                         "o: shares its data pointer with an input");
+        const fattn_tensor *outs[] = {vw.o, vw.lse};
+        const char *onames[] = {"o", "lse"};
+        const fattn_tensor *ins[] = {vw.q, vw.k, vw.v, vw.w, vw.beta, has_g ? vw.g : nullptr};
+        const char *inames[] = {"q", "k", "v", "w", "beta", "g"};
+        CHECK(check_overlap(outs, onames, 2, ins, inames, 6));
     }
 #undef CHECK
     PATH_FAIL_IF(!std::isfinite(pp->scale), FATTN_ERR_BAD_VALUE, "scale: not finite");
@@ -210,12 +247,13 @@ Fail check_w_beta(const fattn_path_params *pp, const PathFwdParams &p) {
                 for (int64_t d = 0; d < p.dk; ++d) n2 += double(w[d]) * w[d];
                 const double nrm = std::sqrt(n2);
                 const float be = p.beta[b * p.beta_sb + t * p.beta_ss + h * p.beta_sh];
-                const string at = " at (b " + S(b) + ", t " + S(t) + ", h " + S(h) + ")";
+                // built only for the message (a string per token would allocate T*H times)
+                auto at = [&] { return " at (b " + S(b) + ", t " + S(t) + ", h " + S(h) + ")"; };
                 PATH_FAIL_IF(!(std::fabs(nrm - 1.0) <= tol), FATTN_ERR_BAD_VALUE,
-                             "w: |w| = " + std::to_string(nrm) + at + " is not 1 (check STRICT, tol " +
+                             "w: |w| = " + std::to_string(nrm) + at() + " is not 1 (check STRICT, tol " +
                                  std::to_string(tol) + "; L2-normalize w or use FATTN_PATH_CHECK_NONE)");
                 PATH_FAIL_IF(!(be >= 0.f && be <= 2.f), FATTN_ERR_BAD_VALUE,
-                             "beta: " + std::to_string(be) + at + " is outside [0, 2] (check STRICT)");
+                             "beta: " + std::to_string(be) + at() + " is outside [0, 2] (check STRICT)");
             }
     return {FATTN_OK, ""};
 }
@@ -264,6 +302,14 @@ fattn_status with_workspace(fattn_ctx *ctx, size_t need, void *ws, size_t ws_byt
     }
     ctx_free(ctx, mine);
     return s;
+}
+
+// Host heap a CPU call takes besides its workspace (all on the calling thread: the layout's
+// per-sequence bases, twice, the chunk index, thread handles, the slot pool). The memory model's
+// workspace fields add it, as the softmax family's does (attn_memory.cpp), so that its peaks
+// never under-predict a measured call (tests/test_path_memory.cpp).
+uint64_t host_allowance(int nthreads, int64_t num_seqs) {
+    return 16384 + 1024 * uint64_t(std::max(nthreads, 1)) + 64 * uint64_t(std::max<int64_t>(num_seqs, 0));
 }
 
 uint64_t dense_bytes(const fattn_tensor *t) {
@@ -397,8 +443,11 @@ fattn_status fattn_path_memory(fattn_ctx_t *ctx, const fattn_path_params *p, con
         if (!r.empty) {
             PathFwdParams pp = r.p;
             PathLayout lay = path_layout(pp);
-            out->fwd_workspace_bytes = path_workspace(pp, lay, FATTN_DIR_FWD).total;
-            out->bwd_workspace_bytes = path_workspace(pp, lay, FATTN_DIR_BWD).total;
+            // The workspace (fattn_path_workspace_size: buffers, per-thread scratch slots, alignment
+            // slack) plus the small host heap the call takes itself.
+            const uint64_t host = host_allowance(pp.nthreads, pp.num_seqs);
+            out->fwd_workspace_bytes = path_workspace(pp, lay, FATTN_DIR_FWD).total + host;
+            out->bwd_workspace_bytes = path_workspace(pp, lay, FATTN_DIR_BWD).total + host;
             pp.history = FATTN_PATH_HISTORY_PACKED;
             out->history_packed_bytes = path_workspace(pp, path_layout(pp), FATTN_DIR_BWD).history_bytes;
             pp.history = FATTN_PATH_HISTORY_RECTANGULAR;

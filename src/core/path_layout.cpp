@@ -16,6 +16,8 @@ PathLayout path_layout(const PathFwdParams &p) {
         PathSeq sq = path_seq(p, s);
         int64_t n = path_num_segments(sq.len);
         lay.max_segments = std::max(lay.max_segments, n);
+        lay.max_len = std::max(lay.max_len, sq.len);
+        lay.total_chunks += path_num_chunks(sq.len);
         lay.seg_base[size_t(s) + 1] = lay.seg_base[size_t(s)] + n;
         lay.hist_base[size_t(s) + 1] = lay.hist_base[size_t(s)] + path_packed_cells(sq.len);
     }
@@ -63,7 +65,13 @@ PathWorkspace path_workspace(const PathFwdParams &p, const PathLayout &lay, fatt
         ws.e = take(&c, kk);
         ws.de = take(&c, kk);
     }
-    ws.total = c;
+    ws.slot_bytes = path_slot_bytes(p, lay, dir);  // a multiple of 64
+    // parallel_for runs min(nthreads, items) threads; no phase has more items than
+    // max(chunks, sequences) x Hq, so no more slots can ever be busy at once.
+    const int64_t most_items = std::max<int64_t>(1, std::max(lay.total_chunks, p.num_seqs) * p.hq);
+    ws.nslots = int(std::min<int64_t>(std::max(p.nthreads, 1), most_items));
+    ws.slots = take(&c, uint64_t(ws.slot_bytes) * uint64_t(ws.nslots));
+    ws.total = c + kPathWsAlign;  // slack: path_ws_base() may advance the caller's pointer by < 64
     return ws;
 }
 

@@ -85,6 +85,8 @@ struct PathLayout {
     int64_t max_segments = 0;        // RECTANGULAR column count (FLA's NB)
     int64_t rows = 0;                // global rows: B*T
     int64_t hist_cells = 0;          // cells in the chosen layout
+    int64_t max_len = 0;             // longest sequence (bounds the per-thread scratch)
+    int64_t total_chunks = 0;        // 64-token chunks over all sequences
 };
 
 PathLayout path_layout(const PathFwdParams &p);
@@ -98,15 +100,30 @@ inline int64_t path_hist_cell(const PathFwdParams &p, const PathLayout &lay, int
            (t - r * kPathSegment);
 }
 
-// Workspace layout: offsets (bytes, 64-aligned) of every buffer of one direction.
+// Workspace layout: offsets (bytes, 64-aligned, from the aligned base path_ws_base()) of every
+// buffer of one direction, then one scratch slot per thread (the kernels' per-item scratch: no
+// worker allocates). total includes kPathWsAlign bytes of slack to align the caller's base.
 struct PathWorkspace {
     size_t history = 0, history_bytes = 0;  // bwd only
     size_t u = 0, kt = 0, gsum = 0;          // fwd and bwd: U, K~ [rows, H, K]; G [rows, Hq]
     size_t kh = 0, dkh = 0, dkt = 0, du = 0, dwacc = 0, dkacc = 0, dvacc = 0, dbacc = 0;
     size_t dgs = 0, delta = 0, e = 0, de = 0;
+    size_t slots = 0, slot_bytes = 0;        // nslots x slot_bytes
+    int nslots = 1;                          // threads that can run at once (path_workspace)
     size_t total = 0;
 };
 
 PathWorkspace path_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_dir dir);
+
+// Bytes of one thread's scratch slot (the largest per-item carve of the direction's phases).
+// Defined by the CPU backend next to its carve functions (src/cpu/path/path_common.cpp).
+size_t path_slot_bytes(const PathFwdParams &p, const PathLayout &lay, fattn_dir dir);
+
+// The workspace may start anywhere; its layout is relative to the next 64-byte boundary.
+constexpr size_t kPathWsAlign = 64;
+inline char *path_ws_base(void *w) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(w);
+    return static_cast<char *>(w) + ((kPathWsAlign - a % kPathWsAlign) % kPathWsAlign);
+}
 
 }  // namespace fattn

@@ -41,12 +41,15 @@ struct Bwd {
     const PathBwdParams &p;
     PathLayout lay;
     Ws ws;
+    mutable detail::SlotPool pool;  // one scratch slot per thread (acquire/release only)
+    ScratchDims dims;
     std::vector<int64_t> chunk_base;
     int64_t K, V, H, HQ, grp;
 
-    Bwd(const PathBwdParams &p_, void *workspace) : p(p_) {
-        lay = path_layout(p);
-        ws = bind(path_workspace(p, lay, FATTN_DIR_BWD), workspace, FATTN_DIR_BWD);
+    Bwd(const PathBwdParams &p_, void *workspace)
+        : p(p_), lay(path_layout(p_)),
+          ws(bind(path_workspace(p_, lay, FATTN_DIR_BWD), workspace, FATTN_DIR_BWD)),
+          pool(ws.nslots), dims(scratch_dims(p_, lay)) {
         chunk_base.assign(sz(p.num_seqs) + 1, 0);
         for (int64_t s = 0; s < p.num_seqs; ++s)
             chunk_base[sz(s) + 1] = chunk_base[sz(s)] + path_num_chunks(path_seq(p, s).len);
@@ -85,16 +88,141 @@ void chunk_product(const Chunk &ch, int64_t H, int64_t K, float *pm) {
     std::fill(pm, pm + K * K, 0.f);
     for (int64_t d = 0; d < K; ++d) pm[d * K + d] = 1.f;
     for (int64_t b = 0; b < ch.n; ++b) {
-        const float *wb = ch.w.data() + b * K, *ub = ch.u + b * H * K;
+        const float *wb = ch.w + b * K, *ub = ch.u + b * H * K;
         for (int64_t d = 0; d < K; ++d)
             for (int64_t e = 0; e < K; ++e) pm[d * K + e] -= wb[d] * ub[e];
     }
 }
 
+// ---- per-item scratch of each phase (carved from the thread's slot; sizes from the same carve) ----
+struct DeltaScratch {
+    float *o, *d;  // [V], [V]
+    size_t bytes;
+};
+DeltaScratch carve_delta(const ScratchDims &dm, char *base) {
+    Arena a{base};
+    DeltaScratch s;
+    s.o = zeros(a, dm.V);
+    s.d = zeros(a, dm.V);
+    s.bytes = a.used;
+    return s;
+}
+
+struct SegScratch {
+    Chunk ch[kPathChunksPerSegment];
+    float *tmp, *pi, *up;  // [C], [K, K], [C, K]
+    size_t bytes;
+};
+SegScratch carve_seg(const ScratchDims &dm, char *base) {
+    Arena a{base};
+    SegScratch s;
+    for (Chunk &c : s.ch) carve_chunk(a, dm, &c);
+    s.tmp = zeros(a, dm.C);
+    s.pi = zeros(a, dm.K * dm.K);
+    s.up = zeros(a, dm.C * dm.K);
+    s.bytes = a.used;
+    return s;
+}
+
+struct HistScratch {
+    Chunk qc, kc;
+    float *q, *x, *sc, *tmp;  // [K], [C, K], [C], [C]
+    size_t bytes;
+};
+HistScratch carve_hist(const ScratchDims &dm, char *base) {
+    Arena a{base};
+    HistScratch s;
+    carve_chunk(a, dm, &s.qc);
+    carve_chunk(a, dm, &s.kc);
+    s.q = zeros(a, dm.K);
+    s.x = zeros(a, dm.C * dm.K);
+    s.sc = zeros(a, dm.C);
+    s.tmp = zeros(a, dm.C);
+    s.bytes = a.used;
+    return s;
+}
+
+// Phase 5a, one query chunk (carved afresh, zero-filled, by every query_chunk_bwd call).
+struct QcbScratch {
+    Chunk qc, kc;
+    float *dout, *lse, *delta;        // [C, V], [C], [C]
+    float *q, *qt, *xs, *sci;         // [C, K], [C, K], [C, C, K], [C, C]
+    float *gamma, *vb, *qh, *gold;    // [C, K], [C, V], [C, K], [K]
+    float *tmpa, *tmpb, *xst, *ds;    // [C], [C], [max(1, min(7, chunks-1)), C, K], [C]
+    size_t bytes;
+};
+QcbScratch carve_qcb(const ScratchDims &dm, char *base) {
+    const int64_t C = dm.C, K = dm.K, V = dm.V;
+    const int64_t nst = std::max<int64_t>(1, std::min<int64_t>(kPathChunksPerSegment - 1, dm.chunks - 1));
+    Arena a{base};
+    QcbScratch s;
+    carve_chunk(a, dm, &s.qc);
+    carve_chunk(a, dm, &s.kc);
+    s.dout = zeros(a, C * V);
+    s.lse = zeros(a, C);
+    s.delta = zeros(a, C);
+    s.q = zeros(a, C * K);
+    s.qt = zeros(a, C * K);
+    s.xs = zeros(a, C * C * K);
+    s.sci = zeros(a, C * C);
+    s.gamma = zeros(a, C * K);
+    s.vb = zeros(a, C * V);
+    s.qh = zeros(a, C * K);
+    s.gold = zeros(a, K);
+    s.tmpa = zeros(a, C);
+    s.tmpb = zeros(a, C);
+    s.xst = zeros(a, nst * C * K);
+    s.ds = zeros(a, C);
+    s.bytes = a.used;
+    return s;
+}
+
+// Phase 5b, one kv head. The per-segment and per-chunk arrays are (re)filled inside the loops,
+// where the std::vectors they replace were declared; segment arrays exist only when a sequence
+// has >= 2 segments, the dE arrays only when it has >= 3.
+struct KvbScratch {
+    float *tmpa, *tmpb;                            // [C], [C]
+    Chunk ch[kPathChunksPerSegment];               // (i): the segment's chunks
+    float *ys, *gy;                                // (i): [8, K], [K]
+    float *pm, *bm, *a, *dpi, *t1, *t2, *t3;       // (ii): [8, K, K] x 2, [K, K] x 5
+    Chunk cc;                                      // (iii)
+    float *t0, *u, *dt0, *z, *ys2, *gy2;           // (iii): [C, C], [C, K], [C, C] x 2, [C, K], [K]
+    size_t bytes;
+};
+KvbScratch carve_kvb(const ScratchDims &dm, char *base) {
+    const int64_t C = dm.C, K = dm.K, KK = dm.K * dm.K;
+    const bool seg = dm.segs >= 2, de = dm.segs >= 3;
+    Arena a{base};
+    KvbScratch s;
+    s.tmpa = zeros(a, C);
+    s.tmpb = zeros(a, C);
+    for (Chunk &c : s.ch) {
+        if (seg) carve_chunk(a, dm, &c);
+    }
+    s.ys = a.floats(seg ? kPathChunksPerSegment * K : 0);
+    s.gy = a.floats(seg ? K : 0);
+    s.pm = a.floats(de ? kPathChunksPerSegment * KK : 0);
+    s.bm = a.floats(de ? kPathChunksPerSegment * KK : 0);
+    s.a = a.floats(de ? KK : 0);
+    s.dpi = a.floats(de ? KK : 0);
+    s.t1 = a.floats(de ? KK : 0);
+    s.t2 = a.floats(de ? KK : 0);
+    s.t3 = a.floats(de ? KK : 0);
+    carve_chunk(a, dm, &s.cc);
+    s.t0 = a.floats(C * C);
+    s.u = a.floats(C * K);
+    s.dt0 = a.floats(C * C);
+    s.z = a.floats(C * C);
+    s.ys2 = a.floats(C * K);
+    s.gy2 = a.floats(K);
+    s.bytes = a.used;
+    return s;
+}
+
 // Per-query-chunk data the gradient of a score block needs.
 struct QRows {
     int64_t n = 0, t0 = 0;  // rows, first token (inside the sequence)
-    std::vector<float> dout, lse, delta;
+    const float *dout = nullptr, *lse = nullptr, *delta = nullptr;
     const float *G = nullptr;  // G[t * HQ]
     float *dG = nullptr;       // dG[t * HQ]
 };
@@ -106,7 +234,7 @@ void score_block(const Bwd &B, const QRows &qr, const float *x, const float *kb,
     const int64_t K = B.K, V = B.V, HK = B.H * B.K, HV = B.H * B.V, HQ = B.HQ;
     const float scale = B.p.scale;
     for (int64_t a = 0; a < qr.n; ++a) {
-        const float *xa = x + a * K, *doa = qr.dout.data() + a * V;
+        const float *xa = x + a * K, *doa = qr.dout + a * V;
         float *ga = gamma + a * K;
         const float Ga = qr.G[(qr.t0 + a) * HQ];
         float dgrow = 0.f;
@@ -142,12 +270,14 @@ void phase_delta(const Bwd &B) {
     parallel_for(p.num_seqs * B.HQ, p.nthreads, [&](int64_t item) {
         const int64_t s = item / B.HQ, hq = item % B.HQ;
         const PathSeq sq = path_seq(p, s);
-        std::vector<float> o(sz(B.V)), d(sz(B.V));
+        SlotLease slot(B.pool, B.ws);
+        const DeltaScratch sc = carve_delta(B.dims, slot.base());
+        float *o = sc.o, *d = sc.d;
         for (int64_t t = 0; t < sq.len; ++t) {
             const int64_t tt = sq.begin + t;
-            load_row(p.o, p.dtype, sq.b * p.o_sb + tt * p.o_ss + hq * p.o_sh, B.V, o.data());
-            load_row(p.dout, p.dtype, sq.b * p.do_sb + tt * p.do_ss + hq * p.do_sh, B.V, d.data());
-            B.ws.delta[(sq.row0 + t) * B.HQ + hq] = dotf(o.data(), d.data(), B.V);
+            load_row(p.o, p.dtype, sq.b * p.o_sb + tt * p.o_ss + hq * p.o_sh, B.V, o);
+            load_row(p.dout, p.dtype, sq.b * p.do_sb + tt * p.do_ss + hq * p.do_sh, B.V, d);
+            B.ws.delta[(sq.row0 + t) * B.HQ + hq] = dotf(o, d, B.V);
         }
     });
 }
@@ -163,10 +293,12 @@ void phase_segments(const Bwd &B) {
         const PathSeq sq = path_seq(p, s);
         const int64_t r = gs - B.lay.seg_base[sz(s)];
         if (r >= path_num_segments(sq.len) - 1) return;  // the last segment's are never used
-        std::vector<Chunk> ch(sz(kPathChunksPerSegment));
+        SlotLease slot(B.pool, B.ws);
+        SegScratch scr = carve_seg(B.dims, slot.base());
+        Chunk *ch = scr.ch;
         for (int64_t i = 0; i < kPathChunksPerSegment; ++i)
             load_chunk(p, B.ws, sq, h, r * kPathChunksPerSegment + i, &ch[sz(i)]);
-        std::vector<float> tmp(sz(kPathChunk));
+        float *tmp = scr.tmp;
         for (int64_t i = 0; i < kPathChunksPerSegment; ++i) {
             const Chunk &c = ch[sz(i)];
             for (int64_t b = 0; b < c.n; ++b) {
@@ -181,11 +313,11 @@ void phase_segments(const Bwd &B) {
             }
         }
         // I - E = P_7 ... P_0, accumulated as Pi <- P_i Pi = Pi - W_i^T (U_i Pi).
-        std::vector<float> pi(sz(K * K), 0.f), up(sz(kPathChunk * K));
+        float *pi = scr.pi, *up = scr.up;  // pi zero-filled by the carve
         for (int64_t d = 0; d < K; ++d) pi[sz(d * K + d)] = 1.f;
         for (int64_t i = 0; i < kPathChunksPerSegment; ++i) {
             const Chunk &c = ch[sz(i)];
-            std::fill(up.begin(), up.end(), 0.f);
+            std::fill_n(up, B.dims.C * K, 0.f);
             for (int64_t b = 0; b < c.n; ++b)
                 for (int64_t e = 0; e < K; ++e) {
                     const float ube = c.u[b * H * K + e];
@@ -213,13 +345,15 @@ void phase_history(const Bwd &B) {
         const int64_t ci = gc - B.chunk_base[sz(s)];
         if (ci < kPathChunksPerSegment) return;  // segment 0 needs no history
         const PathSeq sq = path_seq(p, s);
-        Chunk qc, kc;
+        SlotLease slot(B.pool, B.ws);
+        HistScratch scr = carve_hist(B.dims, slot.base());
+        Chunk &qc = scr.qc, &kc = scr.kc;
         load_chunk(p, B.ws, sq, h, ci, &qc);
         const int64_t n = qc.n;
-        std::vector<float> q(sz(K)), x(sz(n * K)), sc(sz(kPathChunk)), tmp(sz(kPathChunk));
+        float *q = scr.q, *x = scr.x, *sc = scr.sc, *tmp = scr.tmp;
         for (int64_t a = 0; a < n; ++a) {
-            load_row(p.q, p.dtype, sq.b * p.q_sb + (sq.begin + qc.c0 + a) * p.q_ss + hq * p.q_sh, K, q.data());
-            walk_query_in_chunk(q.data(), qc, a, K, sc.data(), x.data() + a * K, nullptr);
+            load_row(p.q, p.dtype, sq.b * p.q_sb + (sq.begin + qc.c0 + a) * p.q_ss + hq * p.q_sh, K, q);
+            walk_query_in_chunk(q, qc, a, K, sc, x + a * K, nullptr);
         }
         auto store = [&](int64_t r) {
             for (int64_t a = 0; a < n; ++a) {
@@ -230,17 +364,19 @@ void phase_history(const Bwd &B) {
         if (ci % kPathChunksPerSegment == 0) store(ci / kPathChunksPerSegment);  // Q~ is at its segment start
         for (int64_t cj = ci - 1; cj >= kPathChunksPerSegment; --cj) {
             load_chunk(p, B.ws, sq, h, cj, &kc);
-            walk_rows_back(x.data(), n, kc, H, K, tmp.data());
+            walk_rows_back(x, n, kc, H, K, tmp);
             if (cj % kPathChunksPerSegment == 0) store(cj / kPathChunksPerSegment);
         }
     });
 }
 
 // ---- phase 5a: one query chunk of one query head (reverse mode of the forward's walk) ----
-void query_chunk_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t hq, int64_t h, int64_t ci) {
+void query_chunk_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t hq, int64_t h, int64_t ci,
+                     char *slot) {
     const auto &p = B.p;
     const int64_t K = B.K, V = B.V, H = B.H, HQ = B.HQ;
-    Chunk qc, kc;
+    QcbScratch scr = carve_qcb(B.dims, slot);
+    Chunk &qc = scr.qc, &kc = scr.kc;
     load_chunk(p, B.ws, sq, h, ci, &qc);
     const int64_t n = qc.n, rt = ci / kPathChunksPerSegment, c_lo = rt * kPathChunksPerSegment;
     QRows qr;
@@ -248,67 +384,68 @@ void query_chunk_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t hq, int
     qr.t0 = qc.c0;
     qr.G = B.ws.gsum + sq.row0 * HQ + hq;
     qr.dG = B.ws.dgs + sq.row0 * HQ + hq;
-    qr.dout.resize(sz(n * V));
-    qr.lse.resize(sz(n));
-    qr.delta.resize(sz(n));
-    std::vector<float> q(sz(n * K)), qt(sz(n * K)), xs(sz(n * n * K)), sci(sz(n * n));
+    float *dout = scr.dout, *lse = scr.lse, *delta = scr.delta;
+    qr.dout = dout;
+    qr.lse = lse;
+    qr.delta = delta;
+    float *q = scr.q, *qt = scr.qt, *xs = scr.xs, *sci = scr.sci;
     for (int64_t a = 0; a < n; ++a) {
         const int64_t tt = sq.begin + qc.c0 + a;
-        load_row(p.q, p.dtype, sq.b * p.q_sb + tt * p.q_ss + hq * p.q_sh, K, q.data() + a * K);
-        load_row(p.dout, p.dtype, sq.b * p.do_sb + tt * p.do_ss + hq * p.do_sh, V, qr.dout.data() + a * V);
-        qr.lse[sz(a)] = p.lse[sq.b * p.lse_sb + hq * p.lse_sh + tt];
-        qr.delta[sz(a)] = B.ws.delta[(sq.row0 + qc.c0 + a) * HQ + hq];
-        walk_query_in_chunk(q.data() + a * K, qc, a, K, sci.data() + a * n, qt.data() + a * K,
-                            xs.data() + a * n * K);
+        load_row(p.q, p.dtype, sq.b * p.q_sb + tt * p.q_ss + hq * p.q_sh, K, q + a * K);
+        load_row(p.dout, p.dtype, sq.b * p.do_sb + tt * p.do_ss + hq * p.do_sh, V, dout + a * V);
+        lse[sz(a)] = p.lse[sq.b * p.lse_sb + hq * p.lse_sh + tt];
+        delta[sz(a)] = B.ws.delta[(sq.row0 + qc.c0 + a) * HQ + hq];
+        walk_query_in_chunk(q + a * K, qc, a, K, sci + a * n, qt + a * K, xs + a * n * K);
     }
-    std::vector<float> gamma(sz(n * K), 0.f), vb(sz(kPathChunk * V)), qh(sz(n * K)),
-        gold(sz(K)), tmpa(sz(kPathChunk)), tmpb(sz(kPathChunk));
+    // gamma zero-filled by the carve (as the vector it replaces)
+    float *gamma = scr.gamma, *vb = scr.vb, *qh = scr.qh, *gold = scr.gold, *tmpa = scr.tmpa,
+          *tmpb = scr.tmpb;
 
     // Earlier segments, ascending: gamma = dLoss/dQh[t, r'] on entry, dLoss/dQh[t, r'+1] on exit.
     for (int64_t r = 0; r < rt; ++r) {
         for (int64_t a = 0; a < n; ++a)
-            load_row(B.ws.history, p.dtype, B.hist(s, sq, qc.c0 + a, r + 1, hq), K, qh.data() + a * K);
+            load_row(B.ws.history, p.dtype, B.hist(s, sq, qc.c0 + a, r + 1, hq), K, qh + a * K);
         if (r >= 1) {  // Qh[t, r] = Qh[t, r+1] (I - E_r)
             const float *e = B.kk(B.ws.e, s, r, h);
             float *de = B.kk(B.ws.de, s, r, h);
             for (int64_t a = 0; a < n; ++a) {
-                const float *xa = qh.data() + a * K;
-                float *ga = gamma.data() + a * K;
+                const float *xa = qh + a * K;
+                float *ga = gamma + a * K;
                 for (int64_t d = 0; d < K; ++d)
                     for (int64_t j = 0; j < K; ++j) de[d * K + j] -= xa[d] * ga[j];
-                std::copy_n(ga, K, gold.data());
-                for (int64_t d = 0; d < K; ++d) ga[d] -= dotf(gold.data(), e + d * K, K);
+                std::copy_n(ga, K, gold);
+                for (int64_t d = 0; d < K; ++d) ga[d] -= dotf(gold, e + d * K, K);
             }
         }
         for (int64_t cj = r * kPathChunksPerSegment; cj < (r + 1) * kPathChunksPerSegment; ++cj) {
             const int64_t c0 = cj * kPathChunk, nk = std::min(kPathChunk, sq.len - c0);
-            load_values(p, sq, h, c0, nk, vb.data());
-            score_block(B, qr, qh.data(), B.kv_row(B.ws.kh, sq, c0, h, K), c0, nk, vb.data(),
-                        gamma.data(), B.kv_row(B.ws.dkh, sq, c0, h, K), B.kv_row(B.ws.dvacc, sq, c0, h, V));
+            load_values(p, sq, h, c0, nk, vb);
+            score_block(B, qr, qh, B.kv_row(B.ws.kh, sq, c0, h, K), c0, nk, vb,
+                        gamma, B.kv_row(B.ws.dkh, sq, c0, h, K), B.kv_row(B.ws.dvacc, sq, c0, h, V));
         }
     }
     // Own segment: states X^(cj) (the query walked back to the start of chunk cj + 1).
     const int64_t nst = ci - c_lo;
-    std::vector<float> xst(sz(std::max<int64_t>(nst, 1) * n * K));
+    float *xst = scr.xst;  // [max(nst, 1), n, K] of the carve's [max(1, min(7, chunks-1)), C, K]
     if (nst > 0) {
-        std::copy(qt.begin(), qt.end(), xst.begin() + (nst - 1) * n * K);
+        std::copy_n(qt, n * K, xst + (nst - 1) * n * K);
         for (int64_t cj = ci - 1; cj > c_lo; --cj) {
             load_chunk(p, B.ws, sq, h, cj, &kc);
-            float *dst = xst.data() + (cj - 1 - c_lo) * n * K;
-            std::copy_n(xst.data() + (cj - c_lo) * n * K, n * K, dst);
-            walk_rows_back(dst, n, kc, H, K, tmpa.data());
+            float *dst = xst + (cj - 1 - c_lo) * n * K;
+            std::copy_n(xst + (cj - c_lo) * n * K, n * K, dst);
+            walk_rows_back(dst, n, kc, H, K, tmpa);
         }
     }
     for (int64_t cj = c_lo; cj < ci; ++cj) {
         load_chunk(p, B.ws, sq, h, cj, &kc);
-        const float *x = xst.data() + (cj - c_lo) * n * K;
+        const float *x = xst + (cj - c_lo) * n * K;
         if (rt >= 1 || cj > c_lo) {  // gamma is dLoss/d(x P_cj): step it back through P_cj
             float *du = B.kv_row(B.ws.du, sq, kc.c0, h, K), *dw = B.kv_row(B.ws.dwacc, sq, kc.c0, h, K);
             for (int64_t a = 0; a < n; ++a) {
                 const float *xa = x + a * K;
-                float *ga = gamma.data() + a * K;
+                float *ga = gamma + a * K;
                 for (int64_t b = 0; b < kc.n; ++b) {
-                    tmpa[sz(b)] = dotf(xa, kc.w.data() + b * K, K);
+                    tmpa[sz(b)] = dotf(xa, kc.w + b * K, K);
                     tmpb[sz(b)] = dotf(ga, kc.u + b * H * K, K);
                 }
                 for (int64_t b = 0; b < kc.n; ++b) {
@@ -321,38 +458,38 @@ void query_chunk_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t hq, int
                 }
                 for (int64_t b = 0; b < kc.n; ++b) {
                     const float tb = tmpb[sz(b)];
-                    const float *wb = kc.w.data() + b * K;
+                    const float *wb = kc.w + b * K;
                     for (int64_t d = 0; d < K; ++d) ga[d] -= tb * wb[d];
                 }
             }
         }
-        load_values(p, sq, h, kc.c0, kc.n, vb.data());
-        score_block(B, qr, x, kc.kt, kc.c0, kc.n, vb.data(), gamma.data(),
+        load_values(p, sq, h, kc.c0, kc.n, vb);
+        score_block(B, qr, x, kc.kt, kc.c0, kc.n, vb, gamma,
                     B.kv_row(B.ws.dkt, sq, kc.c0, h, K), B.kv_row(B.ws.dvacc, sq, kc.c0, h, V));
     }
     // Own chunk: reverse of the token walk, starting from gamma = dLoss/dQ~.
-    load_values(p, sq, h, qc.c0, n, vb.data());
+    load_values(p, sq, h, qc.c0, n, vb);
     float *dk = B.kv_row(B.ws.dkacc, sq, qc.c0, h, K), *dw = B.kv_row(B.ws.dwacc, sq, qc.c0, h, K);
     float *dv = B.kv_row(B.ws.dvacc, sq, qc.c0, h, V);
     float *db = B.ws.dbacc + (sq.row0 + qc.c0) * H + h;
-    std::vector<float> ds(sz(n));
+    float *ds = scr.ds;
     for (int64_t a = 0; a < n; ++a) {
         const int64_t t = qc.c0 + a;
-        const float *doa = qr.dout.data() + a * V;
+        const float *doa = qr.dout + a * V;
         float dgrow = 0.f;
         for (int64_t b = 0; b <= a; ++b) {
             const float l = p.scale * (sci[sz(a * n + b)] + qr.G[t * HQ] - qr.G[(qc.c0 + b) * HQ]);
             const float P = std::exp(l - qr.lse[sz(a)]);
-            const float dP = dotf(doa, vb.data() + b * V, V);
+            const float dP = dotf(doa, vb + b * V, V);
             ds[sz(b)] = p.scale * P * (dP - qr.delta[sz(a)]);
             for (int64_t d = 0; d < V; ++d) dv[b * H * V + d] += P * doa[d];
             dgrow += ds[sz(b)];
             qr.dG[(qc.c0 + b) * HQ] -= ds[sz(b)];
         }
         qr.dG[t * HQ] += dgrow;
-        float *gx = gamma.data() + a * K;
+        float *gx = gamma + a * K;
         for (int64_t b = 0; b <= a; ++b) {
-            const float *xb = xs.data() + (a * n + b) * K, *wb = qc.w.data() + b * K;
+            const float *xb = xs + (a * n + b) * K, *wb = qc.w + b * K;
             const float bb = qc.beta[sz(b)];
             const float ca = dotf(wb, gx, K), cb = dotf(wb, xb, K);
             db[b * H] -= ca * cb;
@@ -369,37 +506,40 @@ void query_chunk_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t hq, int
 }
 
 // ---- phase 5b: chain rules of one kv head, after all its query heads ----
-void kv_head_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t h) {
+void kv_head_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t h, char *slot) {
     const auto &p = B.p;
     const int64_t K = B.K, H = B.H, nseg = path_num_segments(sq.len), nch = path_num_chunks(sq.len);
-    std::vector<float> tmpa(sz(kPathChunk)), tmpb(sz(kPathChunk));
+    KvbScratch scr = carve_kvb(B.dims, slot);
+    float *tmpa = scr.tmpa, *tmpb = scr.tmpb;
     // (i) K^_j = P_7' ... P_{c+1} K~_j (keys of segments r < N-1): dK^ -> dK~, dW, dU.
     for (int64_t r = 0; r + 1 < nseg; ++r) {
-        std::vector<Chunk> ch(sz(kPathChunksPerSegment));
+        Chunk *ch = scr.ch;
         for (int64_t i = 0; i < kPathChunksPerSegment; ++i)
             load_chunk(p, B.ws, sq, h, r * kPathChunksPerSegment + i, &ch[sz(i)]);
-        std::vector<float> ys(sz(kPathChunksPerSegment * K)), gy(sz(K));
+        float *ys = scr.ys, *gy = scr.gy;
+        std::fill_n(ys, kPathChunksPerSegment * K, 0.f);
+        std::fill_n(gy, K, 0.f);
         for (int64_t i = 0; i + 1 < kPathChunksPerSegment; ++i) {
             const Chunk &c = ch[sz(i)];
             for (int64_t b = 0; b < c.n; ++b) {
                 // forward states: ys[i2] = the key before P_{i2} is applied
-                std::copy_n(c.kt + b * H * K, K, ys.data() + (i + 1) * K);
+                std::copy_n(c.kt + b * H * K, K, ys + (i + 1) * K);
                 for (int64_t i2 = i + 1; i2 + 1 < kPathChunksPerSegment; ++i2) {
                     const Chunk &c2 = ch[sz(i2)];
-                    float *y = ys.data() + (i2 + 1) * K;
-                    std::copy_n(ys.data() + i2 * K, K, y);
+                    float *y = ys + (i2 + 1) * K;
+                    std::copy_n(ys + i2 * K, K, y);
                     for (int64_t e = 0; e < c2.n; ++e) tmpa[sz(e)] = dotf(c2.u + e * H * K, y, K);
                     for (int64_t e = 0; e < c2.n; ++e)
                         for (int64_t d = 0; d < K; ++d) y[d] -= tmpa[sz(e)] * c2.w[sz(e * K + d)];
                 }
-                std::copy_n(B.kv_row(B.ws.dkh, sq, c.c0 + b, h, K), K, gy.data());
+                std::copy_n(B.kv_row(B.ws.dkh, sq, c.c0 + b, h, K), K, gy);
                 for (int64_t i2 = kPathChunksPerSegment - 1; i2 > i; --i2) {
                     const Chunk &c2 = ch[sz(i2)];
-                    const float *y = ys.data() + i2 * K;
+                    const float *y = ys + i2 * K;
                     float *du = B.kv_row(B.ws.du, sq, c2.c0, h, K), *dw = B.kv_row(B.ws.dwacc, sq, c2.c0, h, K);
                     for (int64_t e = 0; e < c2.n; ++e) {
                         tmpa[sz(e)] = dotf(y, c2.u + e * H * K, K);        // y . u_e
-                        tmpb[sz(e)] = dotf(gy.data(), c2.w.data() + e * K, K);  // gy . w_e
+                        tmpb[sz(e)] = dotf(gy, c2.w + e * K, K);  // gy . w_e
                     }
                     for (int64_t e = 0; e < c2.n; ++e)
                         for (int64_t d = 0; d < K; ++d) {
@@ -423,49 +563,54 @@ void kv_head_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t h) {
         // (ii) dE_r -> dP_i = A^T dPi B_i^T with A = P_7 ... P_{i+1}, B_i = P_{i-1} ... P_0.
         if (r >= 1) {
             const int64_t KK = K * K;
-            std::vector<float> pm(sz(kPathChunksPerSegment * KK)), bm(sz(kPathChunksPerSegment * KK));
-            std::vector<float> a(sz(KK), 0.f), dpi(sz(KK)), t1(sz(KK)), t2(sz(KK)), t3(sz(KK));
+            float *pm = scr.pm, *bm = scr.bm, *a = scr.a, *dpi = scr.dpi, *t1 = scr.t1, *t2 = scr.t2,
+                  *t3 = scr.t3;
+            for (float *m : {a, dpi, t1, t2, t3}) std::fill_n(m, KK, 0.f);
+            std::fill_n(pm, kPathChunksPerSegment * KK, 0.f);
+            std::fill_n(bm, kPathChunksPerSegment * KK, 0.f);
             const float *de = B.kk(B.ws.de, s, r, h);
             for (int64_t d = 0; d < KK; ++d) dpi[sz(d)] = -de[d];
-            for (int64_t i = 0; i < kPathChunksPerSegment; ++i) chunk_product(ch[sz(i)], H, K, pm.data() + i * KK);
-            std::fill(bm.begin(), bm.begin() + KK, 0.f);
+            for (int64_t i = 0; i < kPathChunksPerSegment; ++i) chunk_product(ch[sz(i)], H, K, pm + i * KK);
+            std::fill_n(bm, KK, 0.f);
             for (int64_t d = 0; d < K; ++d) bm[sz(d * K + d)] = 1.f, a[sz(d * K + d)] = 1.f;
             for (int64_t i = 1; i < kPathChunksPerSegment; ++i)
-                matmul(pm.data() + (i - 1) * KK, bm.data() + (i - 1) * KK, bm.data() + i * KK, K);
+                matmul(pm + (i - 1) * KK, bm + (i - 1) * KK, bm + i * KK, K);
             for (int64_t i = kPathChunksPerSegment - 1; i >= 0; --i) {
                 const Chunk &c = ch[sz(i)];
-                transpose(a.data(), t1.data(), K);
-                matmul(t1.data(), dpi.data(), t2.data(), K);           // A^T dPi
-                transpose(bm.data() + i * KK, t1.data(), K);
-                matmul(t2.data(), t1.data(), t3.data(), K);            // dP_i
+                transpose(a, t1, K);
+                matmul(t1, dpi, t2, K);           // A^T dPi
+                transpose(bm + i * KK, t1, K);
+                matmul(t2, t1, t3, K);            // dP_i
                 float *du = B.kv_row(B.ws.du, sq, c.c0, h, K), *dw = B.kv_row(B.ws.dwacc, sq, c.c0, h, K);
                 for (int64_t b = 0; b < c.n; ++b) {
-                    const float *ub = c.u + b * H * K, *wb = c.w.data() + b * K;
+                    const float *ub = c.u + b * H * K, *wb = c.w + b * K;
                     for (int64_t d = 0; d < K; ++d) {
-                        dw[b * H * K + d] -= dotf(t3.data() + d * K, ub, K);
+                        dw[b * H * K + d] -= dotf(t3 + d * K, ub, K);
                         float acc = 0.f;
                         for (int64_t e = 0; e < K; ++e) acc += t3[sz(e * K + d)] * wb[e];
                         du[b * H * K + d] -= acc;
                     }
                 }
-                matmul(a.data(), pm.data() + i * KK, t1.data(), K);     // A <- A P_i
-                a.swap(t1);
+                matmul(a, pm + i * KK, t1, K);     // A <- A P_i
+                std::swap(a, t1);
             }
         }
     }
     // (iii) per chunk: U = T0 diag(beta) W  and  K~ (token walk) back to k, W, beta.
     for (int64_t c = 0; c < nch; ++c) {
-        Chunk ch;
+        Chunk &ch = scr.cc;
         load_chunk(p, B.ws, sq, h, c, &ch);
         const int64_t n = ch.n;
-        std::vector<float> t0(sz(n * n)), u(sz(n * K)), dt0(sz(n * n), 0.f), z(sz(n * n));
-        ut_transform(ch.w.data(), ch.beta.data(), n, K, t0.data(), u.data());
+        float *t0 = scr.t0, *u = scr.u, *dt0 = scr.dt0, *z = scr.z;
+        for (float *m : {t0, dt0, z}) std::fill_n(m, n * n, 0.f);
+        std::fill_n(u, n * K, 0.f);
+        ut_transform(ch.w, ch.beta, n, K, t0, u);
         const float *du = B.kv_row(B.ws.du, sq, ch.c0, h, K);
         float *dw = B.kv_row(B.ws.dwacc, sq, ch.c0, h, K), *dk = B.kv_row(B.ws.dkacc, sq, ch.c0, h, K);
         float *db = B.ws.dbacc + (sq.row0 + ch.c0) * H + h;
         for (int64_t a = 0; a < n; ++a)
             for (int64_t b = 0; b <= a; ++b) {
-                const float dt = dotf(du + a * H * K, ch.w.data() + b * K, K);  // dT[a][b]
+                const float dt = dotf(du + a * H * K, ch.w + b * K, K);  // dT[a][b]
                 const float tab = t0[sz(a * n + b)] * ch.beta[sz(b)];   // T[a][b]
                 for (int64_t d = 0; d < K; ++d) dw[b * H * K + d] += tab * du[a * H * K + d];
                 db[b * H] += t0[sz(a * n + b)] * dt;
@@ -482,7 +627,7 @@ void kv_head_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t h) {
             for (int64_t b = 0; b < a; ++b) {
                 float dm = 0.f;
                 for (int64_t c2 = a; c2 < n; ++c2) dm -= t0[sz(c2 * n + a)] * z[sz(c2 * n + b)];
-                const float *wa = ch.w.data() + a * K, *wb = ch.w.data() + b * K;
+                const float *wa = ch.w + a * K, *wb = ch.w + b * K;
                 const float ba = ch.beta[sz(a)];
                 db[a * H] += dm * dotf(wa, wb, K);
                 for (int64_t d = 0; d < K; ++d) {
@@ -492,21 +637,23 @@ void kv_head_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t h) {
             }
         // K~_b = H_{n-1} ... H_{b+1} k_b: reverse of the token walk.
         const float *dkt = B.kv_row(B.ws.dkt, sq, ch.c0, h, K);
-        std::vector<float> ys(sz(n * K)), gy(sz(K));
+        float *ys = scr.ys2, *gy = scr.gy2;
+        std::fill_n(ys, n * K, 0.f);
+        std::fill_n(gy, K, 0.f);
         for (int64_t b = 0; b < n; ++b) {
-            std::copy_n(ch.k.data() + b * K, K, ys.data() + (b + 1 < n ? (b + 1) * K : 0));
+            std::copy_n(ch.k + b * K, K, ys + (b + 1 < n ? (b + 1) * K : 0));
             for (int64_t e = b + 1; e + 1 < n; ++e) {  // ys[e] = state before H_e
-                float *y = ys.data() + (e + 1) * K;
-                std::copy_n(ys.data() + e * K, K, y);
-                const float *we = ch.w.data() + e * K;
+                float *y = ys + (e + 1) * K;
+                std::copy_n(ys + e * K, K, y);
+                const float *we = ch.w + e * K;
                 const float cc = ch.beta[sz(e)] * dotf(we, y, K);
                 for (int64_t d = 0; d < K; ++d) y[d] -= cc * we[d];
             }
-            std::copy_n(dkt + b * H * K, K, gy.data());
+            std::copy_n(dkt + b * H * K, K, gy);
             for (int64_t e = n - 1; e > b; --e) {
-                const float *y = ys.data() + e * K, *we = ch.w.data() + e * K;
+                const float *y = ys + e * K, *we = ch.w + e * K;
                 const float be = ch.beta[sz(e)];
-                const float ca = dotf(we, gy.data(), K), cb = dotf(we, y, K);
+                const float ca = dotf(we, gy, K), cb = dotf(we, y, K);
                 db[e * H] -= ca * cb;
                 for (int64_t d = 0; d < K; ++d) {
                     dw[e * H * K + d] -= be * (cb * gy[sz(d)] + ca * y[d]);
@@ -520,7 +667,7 @@ void kv_head_bwd(const Bwd &B, int64_t s, const PathSeq &sq, int64_t h) {
 
 fattn_status run(const PathBwdParams &p, void *workspace, bool history_only) {
     Bwd B(p, workspace);
-    prepare(p, B.lay, B.ws);
+    prepare(p, B.lay, B.ws, B.pool);
     phase_delta(B);
     phase_segments(B);
     // Poison: every byte 0xFF is a NaN in f32, f16 and bf16 alike.
@@ -531,6 +678,7 @@ fattn_status run(const PathBwdParams &p, void *workspace, bool history_only) {
     parallel_for(p.num_seqs * H, p.nthreads, [&](int64_t item) {
         const int64_t s = item / H, h = item % H;
         const PathSeq sq = path_seq(p, s);
+        SlotLease slot(B.pool, B.ws);  // query_chunk_bwd and kv_head_bwd carve it in turn
         // zero this item's accumulators (its rows, its kv head, its query heads, its segments)
         for (int64_t t = 0; t < sq.len; ++t) {
             for (float *base : {B.ws.dkh, B.ws.dkt, B.ws.du, B.ws.dwacc, B.ws.dkacc})
@@ -543,7 +691,7 @@ fattn_status run(const PathBwdParams &p, void *workspace, bool history_only) {
         const int64_t nch = path_num_chunks(sq.len);
         for (int64_t g = 0; g < B.grp; ++g) {
             const int64_t hq = h * B.grp + g;
-            for (int64_t ci = 0; ci < nch; ++ci) query_chunk_bwd(B, s, sq, hq, h, ci);
+            for (int64_t ci = 0; ci < nch; ++ci) query_chunk_bwd(B, s, sq, hq, h, ci, slot.base());
             if (p.dg) {  // dg_t = sum_{u >= t} dG_u
                 float acc = 0.f;
                 for (int64_t t = sq.len - 1; t >= 0; --t) {
@@ -552,7 +700,7 @@ fattn_status run(const PathBwdParams &p, void *workspace, bool history_only) {
                 }
             }
         }
-        kv_head_bwd(B, s, sq, h);
+        kv_head_bwd(B, s, sq, h, slot.base());
         for (int64_t t = 0; t < sq.len; ++t) {
             const int64_t tt = sq.begin + t;
             const float *dk = B.kv_row(B.ws.dkacc, sq, t, h, K), *dw = B.kv_row(B.ws.dwacc, sq, t, h, K);
@@ -569,6 +717,17 @@ fattn_status run(const PathBwdParams &p, void *workspace, bool history_only) {
 }
 
 }  // namespace
+
+namespace path_detail {
+// Phase 5 carves query_chunk_bwd's and kv_head_bwd's scratch from the same slot, one at a time.
+size_t bwd_item_bytes(const ScratchDims &d) {
+    size_t b = std::max(carve_delta(d, nullptr).bytes, std::max(carve_qcb(d, nullptr).bytes,
+                                                                 carve_kvb(d, nullptr).bytes));
+    if (d.segs >= 2)  // phases 3 and 4 run items only for sequences with >= 2 segments
+        b = std::max(b, std::max(carve_seg(d, nullptr).bytes, carve_hist(d, nullptr).bytes));
+    return b;
+}
+}  // namespace path_detail
 
 fattn_status path_bwd(const PathBwdParams &p, void *workspace, std::string *err) {
     (void)err;

@@ -24,7 +24,7 @@ fattn_status path_select(const PathFwdParams &p, std::string *why) {
 namespace path_detail {
 
 Ws bind(const PathWorkspace &l, void *base, fattn_dir dir) {
-    char *b = static_cast<char *>(base);
+    char *b = path_ws_base(base);
     auto f = [&](size_t off) { return reinterpret_cast<float *>(b + off); };
     Ws ws{};
     ws.u = f(l.u);
@@ -45,7 +45,30 @@ Ws bind(const PathWorkspace &l, void *base, fattn_dir dir) {
         ws.e = f(l.e);
         ws.de = f(l.de);
     }
+    ws.slots = b + l.slots;
+    ws.slot_bytes = l.slot_bytes;
+    ws.nslots = l.nslots;
     return ws;
+}
+
+ScratchDims scratch_dims(const PathFwdParams &p, const PathLayout &lay) {
+    ScratchDims d;
+    d.K = p.dk;
+    d.V = p.dv;
+    d.C = std::max<int64_t>(1, std::min(kPathChunk, lay.max_len));
+    d.segs = lay.max_segments;
+    d.chunks = path_num_chunks(lay.max_len);
+    return d;
+}
+
+PrepScratch carve_prep(const ScratchDims &d, char *base) {
+    Arena a{base};
+    PrepScratch s;
+    carve_chunk(a, d, &s.ch);
+    s.t0 = zeros(a, d.C * d.C);
+    s.u = zeros(a, d.C * d.K);
+    s.bytes = a.used;
+    return s;
 }
 
 void load_row(const void *base, fattn_dtype t, int64_t off, int64_t n, float *out) {
@@ -65,13 +88,10 @@ void load_chunk(const PathFwdParams &p, const Ws &ws, const PathSeq &sq, int64_t
     const int64_t K = p.dk;
     ch->c0 = c * kPathChunk;
     ch->n = std::min(kPathChunk, sq.len - ch->c0);
-    ch->w.resize(sz(ch->n * K));
-    ch->k.resize(sz(ch->n * K));
-    ch->beta.resize(sz(ch->n));
     for (int64_t a = 0; a < ch->n; ++a) {
         int64_t t = sq.begin + ch->c0 + a;
-        std::copy_n(p.w + sq.b * p.w_sb + t * p.w_ss + h * p.w_sh, K, ch->w.data() + a * K);
-        load_row(p.k, p.dtype, sq.b * p.k_sb + t * p.k_ss + h * p.k_sh, K, ch->k.data() + a * K);
+        std::copy_n(p.w + sq.b * p.w_sb + t * p.w_ss + h * p.w_sh, K, ch->w + a * K);
+        load_row(p.k, p.dtype, sq.b * p.k_sb + t * p.k_ss + h * p.k_sh, K, ch->k + a * K);
         ch->beta[sz(a)] = p.beta[sq.b * p.beta_sb + t * p.beta_ss + h * p.beta_sh];
     }
     const int64_t row = (sq.row0 + ch->c0) * p.h + h;
@@ -108,7 +128,7 @@ void walk_rows_back(float *x, int64_t m, const Chunk &ch, int64_t H, int64_t K, 
     // tmp[b] = x_a . w_b for the current row, then x_a -= sum_b tmp[b] u_b (two skinny matmuls).
     for (int64_t a = 0; a < m; ++a) {
         float *xa = x + a * K;
-        for (int64_t b = 0; b < ch.n; ++b) tmp[b] = dotf(xa, ch.w.data() + b * K, K);
+        for (int64_t b = 0; b < ch.n; ++b) tmp[b] = dotf(xa, ch.w + b * K, K);
         for (int64_t b = 0; b < ch.n; ++b) {
             const float *ub = ch.u + b * H * K;
             const float c = tmp[b];
@@ -122,15 +142,16 @@ void walk_query_in_chunk(const float *q, const Chunk &ch, int64_t a, int64_t K, 
     std::copy_n(q, K, qt);
     for (int64_t b = a; b >= 0; --b) {
         if (states) std::copy_n(qt, K, states + b * K);
-        const float *wb = ch.w.data() + b * K;
-        scores[b] = dotf(qt, ch.k.data() + b * K, K);
+        const float *wb = ch.w + b * K;
+        scores[b] = dotf(qt, ch.k + b * K, K);
         const float c = ch.beta[sz(b)] * dotf(wb, qt, K);
         for (int64_t d = 0; d < K; ++d) qt[d] -= c * wb[d];
     }
 }
 
-void prepare(const PathFwdParams &p, const PathLayout &lay, const Ws &ws) {
+void prepare(const PathFwdParams &p, const PathLayout &lay, const Ws &ws, detail::SlotPool &pool) {
     const int64_t K = p.dk, H = p.h;
+    const ScratchDims dims = scratch_dims(p, lay);
     // Chunk items: (sequence, chunk) pairs flattened through a prefix sum, times kv heads.
     std::vector<int64_t> chunk_base(sz(p.num_seqs) + 1, 0);
     for (int64_t s = 0; s < p.num_seqs; ++s)
@@ -141,20 +162,22 @@ void prepare(const PathFwdParams &p, const PathLayout &lay, const Ws &ws) {
         const int64_t s = int64_t(std::upper_bound(chunk_base.begin(), chunk_base.end(), gc) -
                                   chunk_base.begin()) - 1;
         const PathSeq sq = path_seq(p, s);
-        Chunk ch;
+        SlotLease slot(pool, ws);
+        PrepScratch sc = carve_prep(dims, slot.base());
+        Chunk &ch = sc.ch;
         load_chunk(p, ws, sq, h, gc - chunk_base[sz(s)], &ch);
         const int64_t n = ch.n;
-        std::vector<float> t0(sz(n * n)), u(sz(n * K));
-        ut_transform(ch.w.data(), ch.beta.data(), n, K, t0.data(), u.data());
+        float *t0 = sc.t0, *u = sc.u;
+        ut_transform(ch.w, ch.beta, n, K, t0, u);
         float *gu = ws.u + ((sq.row0 + ch.c0) * H + h) * K;
         float *gkt = ws.kt + ((sq.row0 + ch.c0) * H + h) * K;
         for (int64_t b = 0; b < n; ++b) {
-            std::copy_n(u.data() + b * K, K, gu + b * H * K);
+            std::copy_n(u + b * K, K, gu + b * H * K);
             // K~_b = H_{n-1} ... H_{b+1} k_b: key walked forward to the chunk end, token by token.
             float *y = gkt + b * H * K;
-            std::copy_n(ch.k.data() + b * K, K, y);
+            std::copy_n(ch.k + b * K, K, y);
             for (int64_t e = b + 1; e < n; ++e) {
-                const float *we = ch.w.data() + e * K;
+                const float *we = ch.w + e * K;
                 const float c = ch.beta[sz(e)] * dotf(we, y, K);
                 for (int64_t d = 0; d < K; ++d) y[d] -= c * we[d];
             }
@@ -170,8 +193,18 @@ void prepare(const PathFwdParams &p, const PathLayout &lay, const Ws &ws) {
             ws.gsum[(sq.row0 + t) * p.hq + hq] = acc;
         }
     });
-    (void)lay;
 }
 
 }  // namespace path_detail
 }  // namespace fattn::cpu
+
+namespace fattn {
+
+size_t path_slot_bytes(const PathFwdParams &p, const PathLayout &lay, fattn_dir dir) {
+    const cpu::path_detail::ScratchDims d = cpu::path_detail::scratch_dims(p, lay);
+    const size_t prep = cpu::path_detail::carve_prep(d, nullptr).bytes;
+    return std::max(prep, dir == FATTN_DIR_BWD ? cpu::path_detail::bwd_item_bytes(d)
+                                               : cpu::path_detail::fwd_item_bytes(d));
+}
+
+}  // namespace fattn

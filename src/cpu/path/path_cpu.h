@@ -6,13 +6,22 @@
 // Arithmetic is f32 whatever the input dtype; every phase is a fattn::parallel_for over items that
 // write disjoint outputs in a fixed internal order, so results are bitwise independent of the
 // thread count. No floating-point atomics anywhere.
+//
+// No heap inside a worker: every per-item scratch array is carved out of a per-thread slot of the
+// workspace (path_workspace() sizes the slots with path_slot_bytes(), i.e. with the carve functions
+// below run on a null base), so an allocation failure can only happen on the calling thread, and
+// the memory model counts every scratch byte. Which slot an item gets never affects results: an
+// item writes every scratch element before reading it (arrays that the code reads as zeros are
+// zero-filled where they are carved, as the std::vector they replace was).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/path_params.h"
+#include "cpu/attn_impl.h"  // detail::SlotPool, detail::Arena (shared with the softmax kernels)
 
 namespace fattn::cpu {
 
@@ -38,6 +47,9 @@ struct Ws {
     float *dbacc;                                   // [rows, H]
     float *dgs, *delta;                             // [rows, Hq]
     float *e, *de;                                  // [segments, H, K, K]
+    char *slots = nullptr;                          // nslots x slot_bytes per-thread scratch
+    size_t slot_bytes = 0;
+    int nslots = 1;
 };
 Ws bind(const PathWorkspace &lay, void *base, fattn_dir dir);
 
@@ -61,11 +73,62 @@ inline float dotf(const float *a, const float *b, int64_t n) {
 void load_row(const void *base, fattn_dtype t, int64_t off, int64_t n, float *out);
 
 // One chunk of one kv head: its rows loaded as f32 (W, K, beta) and, from the workspace, U and K~.
+// w, k, beta point into scratch carved for up to ScratchDims::C rows (carve_chunk).
 struct Chunk {
-    int64_t c0 = 0, n = 0;          // first token (inside the sequence), length (<= 64)
-    std::vector<float> w, k, beta;  // [n, K], [n, K], [n]
-    const float *u = nullptr, *kt = nullptr;  // workspace rows (row stride H*K)
+    int64_t c0 = 0, n = 0;                                // first token (inside the sequence), length (<= 64)
+    float *w = nullptr, *k = nullptr, *beta = nullptr;    // [n, K], [n, K], [n]
+    const float *u = nullptr, *kt = nullptr;              // workspace rows (row stride H*K)
 };
+
+// ---- per-thread scratch ----
+// Bounds every carve uses: head dims, rows of the longest chunk (<= 64), segments and chunks of
+// the longest sequence (arrays only some shapes need are carved empty otherwise).
+struct ScratchDims {
+    int64_t K = 0, V = 0, C = 1, segs = 0, chunks = 0;
+};
+ScratchDims scratch_dims(const PathFwdParams &p, const PathLayout &lay);
+
+using detail::Arena;
+// n floats, zero-filled (on a real base): the value-initialized std::vector it replaces.
+inline float *zeros(Arena &a, int64_t n) {
+    float *r = a.floats(n);
+    if (r) std::fill_n(r, n, 0.f);
+    return r;
+}
+inline void carve_chunk(Arena &a, const ScratchDims &d, Chunk *ch) {
+    ch->w = a.floats(d.C * d.K);
+    ch->k = a.floats(d.C * d.K);
+    ch->beta = a.floats(d.C);
+}
+
+// One thread's slot for the duration of one work item (RAII over a detail::SlotPool).
+class SlotLease {
+  public:
+    SlotLease(detail::SlotPool &pool, const Ws &ws) : pool_(pool), i_(pool.acquire()) {
+        base_ = ws.slots + size_t(i_) * ws.slot_bytes;
+    }
+    ~SlotLease() { pool_.release(i_); }
+    SlotLease(const SlotLease &) = delete;
+    SlotLease &operator=(const SlotLease &) = delete;
+    char *base() const { return base_; }
+
+  private:
+    detail::SlotPool &pool_;
+    int i_;
+    char *base_;
+};
+
+// Scratch of the prepare phase (one (sequence, kv head, chunk) item).
+struct PrepScratch {
+    Chunk ch;
+    float *t0, *u;  // [C, C], [C, K]
+    size_t bytes;
+};
+PrepScratch carve_prep(const ScratchDims &d, char *base);
+// Largest per-item scratch of the forward's own phase / of the backward's phases 2-5
+// (path_fwd.cpp, path_bwd.cpp); path_slot_bytes() takes the max with carve_prep's.
+size_t fwd_item_bytes(const ScratchDims &d);
+size_t bwd_item_bytes(const ScratchDims &d);
 void load_chunk(const PathFwdParams &p, const Ws &ws, const PathSeq &sq, int64_t h, int64_t c,
                 Chunk *ch);
 
@@ -78,7 +141,7 @@ void walk_rows_back(float *x, int64_t m, const Chunk &ch, int64_t H, int64_t K, 
 
 // Phases shared by fwd and bwd: U and K~ for every (sequence, kv head, chunk); G for every
 // (sequence, query head).
-void prepare(const PathFwdParams &p, const PathLayout &lay, const Ws &ws);
+void prepare(const PathFwdParams &p, const PathLayout &lay, const Ws &ws, detail::SlotPool &pool);
 
 // Token-level walk of one query row a of a chunk back to the chunk start: raw scores against the
 // chunk's keys b <= a (scores[b]) and the final state Q~_a; optionally every intermediate state
