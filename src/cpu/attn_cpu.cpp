@@ -65,7 +65,14 @@ void *align64(void *w) {
 
 }  // namespace
 
-fattn_status attn_fwd(const AttnFwdParams &p, void *saved, void *workspace, std::string *err) {
+namespace {
+
+// The shared frame of both directions: select (the one "supported?" answer), no-op on empty
+// problems, buffer checks, workspace carve + bias tile map, then `run(ws)`; exceptions (only the
+// small task tables allocate) become OUT_OF_MEMORY.
+template <class Run>
+fattn_status run_call(const AttnFwdParams &p, fattn_dir dir, const void *saved, void *workspace,
+                      std::string *err, Run &&run) {
     std::string why;
     fattn_status st = attn_select(p, &why);
     if (st != FATTN_OK) {
@@ -74,44 +81,37 @@ fattn_status attn_fwd(const AttnFwdParams &p, void *saved, void *workspace, std:
     }
     if (empty_problem(p)) return FATTN_OK;
     if (!workspace || (p.algo == FATTN_ALGO_EXACT && !saved && attn_saved_size(p) > 0)) {
-        if (err) *err = "cpu: attention forward needs its workspace (and saved buffer for EXACT)";
+        if (err)
+            *err = std::string("cpu: attention ") + (dir == FATTN_DIR_FWD ? "forward" : "backward") +
+                   " needs its workspace (and saved buffer for EXACT)";
         return FATTN_ERR_NULL_POINTER;
     }
     try {
         detail::Workspace ws;
-        detail::workspace_layout(p, FATTN_DIR_FWD, align64(workspace), &ws);
+        detail::workspace_layout(p, dir, align64(workspace), &ws);
         detail::build_bias_map(p, &ws);
-        if (p.algo == FATTN_ALGO_EXACT) return detail::exact_fwd(p, static_cast<float *>(saved), ws);
-        return detail::fused_fwd(p, ws);
-    } catch (...) {  // only allocation of the small task tables can throw
+        return run(ws);
+    } catch (...) {
         if (err) *err = "cpu: out of memory for the task tables";
         return FATTN_ERR_OUT_OF_MEMORY;
     }
 }
 
+}  // namespace
+
+fattn_status attn_fwd(const AttnFwdParams &p, void *saved, void *workspace, std::string *err) {
+    return run_call(p, FATTN_DIR_FWD, saved, workspace, err, [&](detail::Workspace &ws) {
+        if (p.algo == FATTN_ALGO_EXACT) return detail::exact_fwd(p, static_cast<float *>(saved), ws);
+        return detail::fused_fwd(p, ws);
+    });
+}
+
 fattn_status attn_bwd(const AttnBwdParams &p, const void *saved, void *workspace, std::string *err) {
-    std::string why;
-    fattn_status st = attn_select(p, &why);
-    if (st != FATTN_OK) {
-        if (err) *err = why;
-        return st;
-    }
-    if (empty_problem(p)) return FATTN_OK;
-    if (!workspace || (p.algo == FATTN_ALGO_EXACT && !saved && attn_saved_size(p) > 0)) {
-        if (err) *err = "cpu: attention backward needs its workspace (and saved buffer for EXACT)";
-        return FATTN_ERR_NULL_POINTER;
-    }
-    try {
-        detail::Workspace ws;
-        detail::workspace_layout(p, FATTN_DIR_BWD, align64(workspace), &ws);
-        detail::build_bias_map(p, &ws);
+    return run_call(p, FATTN_DIR_BWD, saved, workspace, err, [&](detail::Workspace &ws) {
         if (p.algo == FATTN_ALGO_EXACT)
             return detail::attn_bwd_impl<true>(p, static_cast<const float *>(saved), ws);
         return detail::attn_bwd_impl<false>(p, nullptr, ws);
-    } catch (...) {
-        if (err) *err = "cpu: out of memory for the task tables";
-        return FATTN_ERR_OUT_OF_MEMORY;
-    }
+    });
 }
 
 }  // namespace fattn::cpu
