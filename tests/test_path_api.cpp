@@ -202,6 +202,17 @@ TEST(PathApi, OverlapByExtent) {
         v.tdk.data = big.data() + v.dq.size();
         ASSERT_EQ(v.fwd(), FATTN_OK) << v.err();
         EXPECT_EQ(v.bwd(), FATTN_OK) << v.err();
+    }    {  // dk and dv as interleaved, disjoint views of one fused [B, T, H*(K+V)] buffer: legal (exact
+       // test); shifted by one element into dk's last column of each token: refused
+        Views v;
+        const int64_t ss = v.H * (v.K + v.V), sb = v.T * ss;
+        std::vector<float> fused(size_t(v.B * sb), 0.f);
+        v.tdk = fattn_tensor_4d(fused.data(), FATTN_F32, v.B, v.T, v.H, v.K, sb, ss, v.K, 1);
+        v.tdv = fattn_tensor_4d(fused.data() + v.H * v.K, FATTN_F32, v.B, v.T, v.H, v.V, sb, ss, v.V, 1);
+        ASSERT_EQ(v.fwd(), FATTN_OK) << v.err();
+        EXPECT_EQ(v.bwd(), FATTN_OK) << v.err();
+        v.tdv.data = fused.data() + v.H * v.K - 1;
+        EXPECT_FAILS(v.bwd(), FATTN_ERR_OVERLAP, "dk: overlaps output dv");
     }
 }
 

@@ -125,7 +125,8 @@ bool views_overlap(const View &a, const View &b) {
         if (s == 0) continue;  // broadcast dim of an input: irrelevant
         dg[n++] = Digit{i128(s), -i128(neb - 1), i128(nea - 1)};
     }
-    std::sort(dg, dg + n, [](const Digit &x, const Digit &y) { return x.nb > y.nb; });
+    for (int i = 1; i < n; ++i)  // largest stride first (insertion sort: n <= 8)
+        for (int j = i; j > 0 && dg[j - 1].nb < dg[j].nb; --j) std::swap(dg[j - 1], dg[j]);
     i128 inner_lo[9], inner_hi[9];
     inner_lo[n] = inner_hi[n] = 0;
     for (int k = n - 1; k >= 0; --k) {
@@ -216,6 +217,10 @@ fattn_status check_cu_seqlens(Checker &ck, const char *name, const int32_t *cu, 
 }
 
 }  // namespace
+
+bool tensors_overlap(const fattn_tensor &a, const fattn_tensor &b) {
+    return views_overlap(View{"", &a, false, false}, View{"", &b, false, false});
+}
 
 fattn_status attn_check_buffers(AttnOp op, const AttnViews &vw, const fattn_attn_params &params,
                                 const void *saved, size_t saved_bytes, const void *workspace,

@@ -9,6 +9,7 @@
 #include <new>
 #include <string>
 
+#include "core/attn_validate.h"
 #include "core/context.h"
 #include "core/path_params.h"
 #include "cpu/path/path_cpu.h"
@@ -81,9 +82,8 @@ bool byte_span(const fattn_tensor *t, unsigned __int128 *lo, unsigned __int128 *
 }
 
 // FATTN_ERR_OVERLAP (fattn.h: outputs may share no memory with each other or with an input):
-// conservative extent test, every output against every other output and every input. Exact for
-// contiguous views; two interleaved views whose extents intersect are refused even if their
-// elements are disjoint (the softmax family's exact digit test lives in attn_validate.cpp).
+// every output against every other output and every input, with the softmax family's exact test
+// (tensors_overlap, attn_validate.h): disjoint interleaved views of one fused buffer are legal.
 Fail check_overlap(const fattn_tensor *const *outs, const char *const *onames, int nout,
                    const fattn_tensor *const *ins, const char *const *inames, int nin) {
     for (int i = 0; i < nout; ++i) {
@@ -93,7 +93,7 @@ Fail check_overlap(const fattn_tensor *const *outs, const char *const *onames, i
             if (j < nout && j <= i) continue;  // each output pair once
             const fattn_tensor *o = j < nout ? outs[j] : ins[j - nout];
             if (!byte_span(o, &b0, &b1)) continue;
-            if (a1 <= b0 || b1 <= a0) continue;
+            if (a1 <= b0 || b1 <= a0 || !tensors_overlap(*outs[i], *o)) continue;
             return Fail{FATTN_ERR_OVERLAP, string(onames[i]) + ": overlaps " +
                                                (j < nout ? "output " : "input ") +
                                                (j < nout ? onames[j] : inames[j - nout])};
