@@ -15,19 +15,7 @@
 #include <vector>
 
 #include "fattn/fattn.h"
-
-// Under AddressSanitizer the runtime owns operator new/delete (replacing them trips its
-// alloc-dealloc checks), so the heap hook and the test that needs it are left out there.
-#if defined(__SANITIZE_ADDRESS__)
-#define FATTN_HEAP_HOOK 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FATTN_HEAP_HOOK 0
-#endif
-#endif
-#ifndef FATTN_HEAP_HOOK
-#define FATTN_HEAP_HOOK 1
-#endif
+#include "heap_probe.h"
 
 #if FATTN_HEAP_HOOK
 // ---- heap accounting for the measured-peak test: a pass-through global operator new/delete that
@@ -200,20 +188,6 @@ TEST(Memory, MaxSeqlenIsTheModelsBoundary) {
 // them) plus the high-water of everything the library allocates during the call (the context
 // allocator's workspace, and any heap it takes internally). DESIGN §8: never under-predict,
 // over-predict by at most 15%.
-struct CountingAlloc {
-    int64_t live = 0, high = 0;
-    static void *alloc(size_t n, void *u) {
-        auto *c = static_cast<CountingAlloc *>(u);
-        void *p = std::malloc(n);
-        if (p) c->high = std::max(c->high, c->live += int64_t(malloc_usable_size(p)));
-        return p;
-    }
-    static void free_fn(void *p, void *u) {
-        static_cast<CountingAlloc *>(u)->live -= int64_t(malloc_usable_size(p));
-        std::free(p);
-    }
-};
-
 #if FATTN_HEAP_HOOK
 TEST(Memory, ModelCoversMeasuredPeak) {
     for (fattn_algo algo : {FATTN_ALGO_FUSED, FATTN_ALGO_EXACT}) {

@@ -26,38 +26,11 @@
 
 #include "core/dtype.h"
 #include "fattn/fattn.h"
+#include "heap_probe.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FATTN_PATH_HEAP_HOOK 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FATTN_PATH_HEAP_HOOK 0
-#endif
-#endif
-#ifndef FATTN_PATH_HEAP_HOOK
-#define FATTN_PATH_HEAP_HOOK 1
-#endif
-
-#if FATTN_PATH_HEAP_HOOK
-namespace heap {  // defined in tests/test_memory.cpp (same binary, same FATTN_HEAP_HOOK condition)
-extern std::atomic<int64_t> live, high;
-}
-
+#if FATTN_HEAP_HOOK
 namespace {
 
-struct CountingAlloc {
-    int64_t live = 0, high = 0;
-    static void *alloc(size_t n, void *u) {
-        auto *c = static_cast<CountingAlloc *>(u);
-        void *p = std::malloc(n);
-        if (p) c->high = std::max(c->high, c->live += int64_t(malloc_usable_size(p)));
-        return p;
-    }
-    static void free_fn(void *p, void *u) {
-        static_cast<CountingAlloc *>(u)->live -= int64_t(malloc_usable_size(p));
-        std::free(p);
-    }
-};
 
 struct Case {
     const char *name;
@@ -178,4 +151,4 @@ TEST(PathMemory, ModelCoversMeasuredHeap) {
 }
 
 }  // namespace
-#endif  // FATTN_PATH_HEAP_HOOK
+#endif  // FATTN_HEAP_HOOK

@@ -31,6 +31,16 @@ static cuda::DeviceInfo device_of(const fattn_ctx *ctx) {
 }
 #endif
 
+fattn_status attn_backend_select(const fattn_ctx *ctx, const AttnFwdParams &p, std::string *why) {
+    if (ctx->backend == FATTN_BACKEND_CPU) return cpu::attn_select(p, why);
+#ifdef FATTN_WITH_CUDA
+    return cuda::attn_select(p, device_of(ctx), why);
+#else
+    if (why) *why = "ctx: a CUDA context in a build without CUDA";
+    return FATTN_ERR_BACKEND_UNAVAILABLE;
+#endif
+}
+
 size_t attn_backend_workspace_size(const fattn_ctx *ctx, const AttnFwdParams &p, fattn_dir dir) {
 #ifdef FATTN_WITH_CUDA
     if (ctx->backend == FATTN_BACKEND_CUDA) return cuda::attn_workspace_size(p, device_of(ctx), dir);

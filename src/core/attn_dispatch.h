@@ -11,6 +11,9 @@
 
 namespace fattn {
 
+// The backend's one selection function ("supported?" and "what runs"): cpu::attn_select or
+// cuda::attn_select; a CUDA context in a build without CUDA is BACKEND_UNAVAILABLE.
+fattn_status attn_backend_select(const fattn_ctx *ctx, const AttnFwdParams &p, std::string *why);
 size_t attn_backend_workspace_size(const fattn_ctx *ctx, const AttnFwdParams &p, fattn_dir dir);
 size_t attn_backend_saved_size(const fattn_ctx *ctx, const AttnFwdParams &p);
 fattn_status attn_backend_fwd(const fattn_ctx *ctx, const AttnFwdParams &p, void *saved,

@@ -17,10 +17,7 @@
 #include <string>
 
 #include "core/enum_raw.h"
-#include "cpu/attn_cpu.h"
-#ifdef FATTN_WITH_CUDA
-#include "cuda/attn_cuda.h"
-#endif
+#include "core/attn_dispatch.h"
 
 namespace fattn {
 namespace {
@@ -561,23 +558,7 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     // ---- the backend's one selection function ----
     if (select && work == AttnWork::COMPUTE) {
         string reason;
-        fattn_status s;
-        if (ctx->backend == FATTN_BACKEND_CPU) {
-            s = cpu::attn_select(r, &reason);
-        } else {
-#ifdef FATTN_WITH_CUDA
-            cuda::DeviceInfo dev;
-            dev.device = ctx->device;
-            dev.sm_major = ctx->sm_major;
-            dev.sm_minor = ctx->sm_minor;
-            dev.num_sms = ctx->num_sms;
-            dev.smem_optin = ctx->smem_optin;
-            s = cuda::attn_select(r, dev, &reason);
-#else
-            s = FATTN_ERR_BACKEND_UNAVAILABLE;
-            reason = "ctx: a CUDA context in a build without CUDA";
-#endif
-        }
+        const fattn_status s = attn_backend_select(ctx, r, &reason);
         if (s != FATTN_OK) return ck.fail(s, reason.empty() ? string("backend: unsupported") : reason);
     }
 
