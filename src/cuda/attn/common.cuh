@@ -83,16 +83,29 @@ __device__ __forceinline__ bool tile_full(const AttnFwdParams &p, int64_t m0, in
     return n0 >= lo1 && n1 - 1 <= hi0;
 }
 
-// True when the bias is -inf over the whole packed rectangle [r0, r1) × [c0, c1) of bias plane
-// (mb, mh): every map cell it touches says "all -inf". No map: never skip.
+// Bias tile map cells (workspace.h): 0 = all -inf, 1 = has a value other than 0 and -inf (or a
+// NaN), 2 = every value is exactly 0 (a 0/-inf mask's interior: no bias read needed).
+enum BiasTile : int { kBiasDead = 0, kBiasRead = 1, kBiasZero = 2 };
+
+// State of the packed rectangle [r0, r1) × [c0, c1) of bias plane (mb, mh) over the map cells it
+// touches: dead if all are dead, zero if the live ones are all zero, otherwise read. No map: read.
+__device__ __forceinline__ int bias_tile_state(const KArgs &a, int64_t mb, int64_t mh, int64_t r0,
+                                               int64_t r1, int64_t c0, int64_t c1) {
+    if (!a.map) return kBiasRead;
+    const uint8_t *m = a.map + (mb * a.map_nh + mh) * a.map_nm * a.map_nn;
+    int live = 0, read = 0;
+    for (int64_t br = r0 / kMapBlock; br <= (r1 - 1) / kMapBlock && br < a.map_nm; ++br)
+        for (int64_t bc = c0 / kMapBlock; bc <= (c1 - 1) / kMapBlock && bc < a.map_nn; ++bc) {
+            const int v = m[br * a.map_nn + bc];
+            live |= v != kBiasDead;
+            read |= v == kBiasRead;
+        }
+    return !live ? kBiasDead : read ? kBiasRead : kBiasZero;
+}
+
 __device__ __forceinline__ bool bias_tile_dead(const KArgs &a, int64_t mb, int64_t mh, int64_t r0,
                                                int64_t r1, int64_t c0, int64_t c1) {
-    if (!a.map) return false;
-    const uint8_t *m = a.map + (mb * a.map_nh + mh) * a.map_nm * a.map_nn;
-    for (int64_t br = r0 / kMapBlock; br <= (r1 - 1) / kMapBlock && br < a.map_nm; ++br)
-        for (int64_t bc = c0 / kMapBlock; bc <= (c1 - 1) / kMapBlock && bc < a.map_nn; ++bc)
-            if (m[br * a.map_nn + bc]) return false;
-    return true;
+    return bias_tile_state(a, mb, mh, r0, r1, c0, c1) == kBiasDead;
 }
 
 }  // namespace fattn::cuda::attn

@@ -10,20 +10,25 @@ namespace fattn::cuda::attn {
 namespace {
 
 // One CTA per map cell (64×64 block of the packed [total_q, total_kv] plane of one bias
-// (batch, head)): 1 if any element is not -inf. A NaN counts as "not -inf" so it is never hidden.
+// (batch, head)): kBiasDead if every element is -inf, kBiasZero if every element is exactly 0,
+// else kBiasRead. A NaN counts as "read" so it is never hidden.
 __global__ void __launch_bounds__(256) bias_map_kernel(const AttnFwdParams p, Workspace w, uint8_t *map) {
     const int64_t cell = blockIdx.x;
     const int64_t bn = cell % w.map_nn, bm = (cell / w.map_nn) % w.map_nm;
     const int64_t bh = (cell / (w.map_nn * w.map_nm)) % w.map_nh, bb = cell / (w.map_nn * w.map_nm * w.map_nh);
     const int64_t base = bb * p.bias_sb + bh * p.bias_sh;
-    int alive = 0;
-    for (int e = threadIdx.x; e < kMapBlock * kMapBlock && !alive; e += blockDim.x) {
+    int alive = 0, nonzero = 0;
+    for (int e = threadIdx.x; e < kMapBlock * kMapBlock && !(alive && nonzero); e += blockDim.x) {
         const int64_t i = bm * kMapBlock + e / kMapBlock, j = bn * kMapBlock + e % kMapBlock;
-        if (i < p.total_q && j < p.total_kv)
-            alive = !(load_bias(p.bias, p.bias_dtype, base + i * p.bias_si + j) == -INFINITY);
+        if (i < p.total_q && j < p.total_kv) {
+            const float x = load_bias(p.bias, p.bias_dtype, base + i * p.bias_si + j);
+            alive |= !(x == -INFINITY);
+            nonzero |= !(x == 0.f);
+        }
     }
     alive = __syncthreads_or(alive);
-    if (threadIdx.x == 0) map[cell] = uint8_t(alive);
+    nonzero = __syncthreads_or(nonzero);
+    if (threadIdx.x == 0) map[cell] = uint8_t(!alive ? kBiasDead : nonzero ? kBiasRead : kBiasZero);
 }
 
 // δ[b, h, i] = Σ_d dO·O in f32, one warp per (b, i, h); lanes stride over d, then a fixed xor tree.

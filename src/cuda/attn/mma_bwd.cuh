@@ -20,8 +20,8 @@ namespace fattn::cuda::attn {
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(const AttnBwdParams p, const KArgs a) {
-    constexpr int NT = 32 * mma_fwd_warps(sizeof(T));
-    constexpr int BM = mma_fwd_bm(sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
+    constexpr int NW = mma_fwd_warps(sizeof(T)), NT = 32 * NW, MT = mma_dq_mt(DB, sizeof(T));
+    constexpr int BM = mma_dq_bm(DB, sizeof(T)), BN = mma_dq_bn(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];
@@ -45,113 +45,143 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
     const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
 
-    int64_t n_first, n_last;
-    key_tiles(p, m0, m1, lq, lkv, BN, &n_first, &n_last);
-    auto next_tile = [&](int64_t n) {
-        while (n <= n_last) {
-            const int64_t n0 = n * BN, n1 = n0 + BN < lkv ? n0 + BN : lkv;
-            if (!bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
-                break;
-            ++n;
-        }
+    int64_t n_first64, n_last64;
+    key_tiles(p, m0, m1, lq, lkv, BN, &n_first64, &n_last64);
+    const int n_first = int(n_first64), n_last = int(n_last64);  // tile indices fit in 32 bits
+    auto tile_state = [&](int n) {
+        const int64_t n0 = int64_t(n) * BN, n1 = n0 + BN < lkv ? n0 + BN : lkv;
+        return bias_tile_state(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
+    };
+    auto next_tile = [&](int n) {
+        while (n <= n_last && p.bias && tile_state(n) == kBiasDead) ++n;
         return n;
     };
-    auto load_kv = [&](int64_t n, int buf) {
-        const int64_t n0 = n * BN;
+    auto load_kv = [&](int n, int buf) {
+        const int64_t n0 = int64_t(n) * BN;
         mma_load_tile<T, BN, DB, NT>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
         mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.dim_v, a.vec);
     };
 
     mma_load_tile<T, BM, DB, NT>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
     mma_load_tile<T, BM, DB, NT>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, a.vec);
-    int64_t n = next_tile(n_first);
+    int n = next_tile(n_first);
     if (n <= n_last) load_kv(n, 0);
     cp_async_commit();
 
-    const int64_t qi[2] = {m0 + warp * 16 + g, m0 + warp * 16 + g + 8};
-    int64_t lo[2], hi[2];
-    float lse2[2], dl[2];
+    // Rows as in the forward: m-tile t of this warp is rows (t·NW + warp)·16; index r = 2t + half.
+    auto row_of = [&](int r) { return m0 + ((r >> 1) * NW + warp) * 16 + g + (r & 1) * 8; };
+    float lse2[2 * MT], dl[2 * MT];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        key_range(p, qi[r], lq, lkv, &lo[r], &hi[r]);
+    for (int r = 0; r < 2 * MT; ++r) {
+        const int64_t qi = row_of(r);
         lse2[r] = -INFINITY;
         dl[r] = 0.f;
-        if (qi[r] < lq) {
-            lse2[r] = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi[r]] * kLog2e;
-            dl[r] = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi[r]];
+        if (qi < lq) {
+            lse2[r] = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] * kLog2e;
+            dl[r] = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi];
         }
     }
 
-    float dq[NO][4];
+    float dq[MT][NO][4];
 #pragma unroll
-    for (int d = 0; d < NO; ++d) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.f;
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int d = 0; d < NO; ++d) dq[t][d][0] = dq[t][d][1] = dq[t][d][2] = dq[t][d][3] = 0.f;
     const float sl2 = p.scale * kLog2e;
     int buf = 0;
     while (n <= n_last) {
-        const int64_t nn = next_tile(n + 1);
+        const int nn = next_tile(n + 1);
         if (nn <= n_last) load_kv(nn, buf ^ 1);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
         const T *cK = sK + buf * BN * ST, *cV = sV + buf * BN * ST;
 
-        float s[NS][4], dp[NS][4];
+        // S = Q·Kᵀ and dP = dO·Vᵀ; each K/V fragment feeds MT m-tiles.
+        float s[MT][NS][4], dp[MT][NS][4];
 #pragma unroll
-        for (int j = 0; j < NS; ++j)
+        for (int t = 0; t < MT; ++t)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.f;
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[t][j][e] = dp[t][j][e] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk) {
-            uint32_t aq[4], ad[4];
-            Op::template load_a<ST>(aq, sQ, warp * 16, kk * Op::K, lane);
-            Op::template load_a<ST>(ad, sdO, warp * 16, kk * Op::K, lane);
+            uint32_t aq[MT][4], ad[MT][4];
+#pragma unroll
+            for (int t = 0; t < MT; ++t) {
+                Op::template load_a<ST>(aq[t], sQ, (t * NW + warp) * 16, kk * Op::K, lane);
+                Op::template load_a<ST>(ad[t], sdO, (t * NW + warp) * 16, kk * Op::K, lane);
+            }
 #pragma unroll
             for (int j2 = 0; j2 < NS / 2; ++j2) {
                 uint32_t b[4];
                 Op::template load_b2<ST>(b, cK, j2 * 16, kk * Op::K, lane);
-                Op::mma(s[2 * j2], aq, b[0], b[1]);
-                Op::mma(s[2 * j2 + 1], aq, b[2], b[3]);
+#pragma unroll
+                for (int t = 0; t < MT; ++t) {
+                    Op::mma(s[t][2 * j2], aq[t], b[0], b[1]);
+                    Op::mma(s[t][2 * j2 + 1], aq[t], b[2], b[3]);
+                }
                 Op::template load_b2<ST>(b, cV, j2 * 16, kk * Op::K, lane);
-                Op::mma(dp[2 * j2], ad, b[0], b[1]);
-                Op::mma(dp[2 * j2 + 1], ad, b[2], b[3]);
+#pragma unroll
+                for (int t = 0; t < MT; ++t) {
+                    Op::mma(dp[t][2 * j2], ad[t], b[0], b[1]);
+                    Op::mma(dp[t][2 * j2 + 1], ad[t], b[2], b[3]);
+                }
             }
         }
         // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked);
         // dS = P ∘ (dP − δ), kept in s.
-        const int64_t n0 = n * BN;
+        const int64_t n0 = int64_t(n) * BN;
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
-        if (full && !p.bias) {  // interior tile: every row has keys, so lse is finite
+        const bool use_bias = p.bias && tile_state(n) == kBiasRead;
+        if (full && !use_bias) {  // interior tile: every row has keys, so lse is finite
 #pragma unroll
-            for (int j = 0; j < NS; ++j)
+            for (int t = 0; t < MT; ++t)
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    s[j][e] = fast_exp2(s[j][e] * sl2 - lse2[e >> 1]) * (dp[j][e] - dl[e >> 1]);
-        } else
+                for (int j = 0; j < NS; ++j)
 #pragma unroll
-        for (int j = 0; j < NS; ++j)
+                    for (int e = 0; e < 4; ++e) {
+                        const int r = 2 * t + (e >> 1);
+                        s[t][j][e] = fast_exp2(s[t][j][e] * sl2 - lse2[r]) * (dp[t][j][e] - dl[r]);
+                    }
+        } else {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = e >> 1;
-                const int64_t kj = n0 + j * 8 + 2 * t4 + (e & 1);
-                const bool ok = (full || (qi[r] < lq && kj < lkv && kj >= lo[r] && kj <= hi[r])) &&
-                                lse2[r] != -INFINITY;
-                float x = s[j][e] * sl2;
-                if (ok && p.bias)
-                    x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi[r]) * p.bias_si + sr.kv_begin + kj) * kLog2e;
-                const float pr = ok ? fast_exp2(x - lse2[r]) : 0.f;
-                s[j][e] = pr * (dp[j][e] - dl[r]);
+            for (int r = 0; r < 2 * MT; ++r) {
+                const int t = r >> 1, e0 = 2 * (r & 1);
+                const int64_t qi = row_of(r);
+                int64_t lo, hi;
+                key_range(p, qi, lq, lkv, &lo, &hi);
+                if (qi >= lq || lse2[r] == -INFINITY) hi = -1;  // no row, or a fully masked one
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = e0; e < e0 + 2; ++e) {
+                        const int64_t kj = n0 + j * 8 + 2 * t4 + (e & 1);
+                        const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
+                        float x = s[t][j][e] * sl2;
+                        if (ok && use_bias)
+                            x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj) * kLog2e;
+                        const float pr = ok ? fast_exp2(x - lse2[r]) : 0.f;
+                        s[t][j][e] = pr * (dp[t][j][e] - dl[r]);
+                    }
             }
-        // dQ += dS·K (K read transposed: k = key, n = head dim).
+        }
+        // dQ += dS·K (K read transposed: k = key, n = head dim); each K fragment feeds MT m-tiles.
 #pragma unroll
         for (int kk = 0; kk < BN / Op::K; ++kk) {
-            uint32_t as[4];
-            Op::a_from_acc(as, s, kk, lane);
+            uint32_t as[MT][4];
+#pragma unroll
+            for (int t = 0; t < MT; ++t) Op::a_from_acc(as[t], s[t], kk, lane);
 #pragma unroll
             for (int d2 = 0; d2 < NO / 2; ++d2) {
                 uint32_t b[4];
                 Op::template load_bt2<ST>(b, cK, kk * Op::K, d2 * 16, lane);
-                Op::mma(dq[2 * d2], as, b[0], b[1]);
-                Op::mma(dq[2 * d2 + 1], as, b[2], b[3]);
+#pragma unroll
+                for (int t = 0; t < MT; ++t) {
+                    Op::mma(dq[t][2 * d2], as[t], b[0], b[1]);
+                    Op::mma(dq[t][2 * d2 + 1], as[t], b[2], b[3]);
+                }
             }
         }
         __syncthreads();
@@ -161,14 +191,16 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     cp_async_wait<0>();
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        if (qi[r] >= lq) continue;
-        T *gdQ = static_cast<T *>(p.dq) + sr.batch_index * p.dq_sb + (sr.q_begin + qi[r]) * p.dq_ss + h * p.dq_sh;
+    for (int r = 0; r < 2 * MT; ++r) {
+        const int t = r >> 1, rr = r & 1;
+        const int64_t qi = row_of(r);
+        if (qi >= lq) continue;
+        T *gdQ = static_cast<T *>(p.dq) + sr.batch_index * p.dq_sb + (sr.q_begin + qi) * p.dq_ss + h * p.dq_sh;
 #pragma unroll
         for (int d = 0; d < NO; ++d) {
             const int c = d * 8 + 2 * t4;
-            if (c < p.d) gdQ[c] = from_f<T>(dq[d][2 * r] * p.scale);
-            if (c + 1 < p.d) gdQ[c + 1] = from_f<T>(dq[d][2 * r + 1] * p.scale);
+            if (c < p.d) gdQ[c] = from_f<T>(dq[t][d][2 * rr] * p.scale);
+            if (c + 1 < p.d) gdQ[c + 1] = from_f<T>(dq[t][d][2 * rr + 1] * p.scale);
         }
     }
 }
@@ -204,14 +236,14 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     const int64_t t_first = i_lo / BM, t_last = i_hi >= i_lo ? i_hi / BM : -1;
     const int64_t nt = t_last >= t_first ? t_last - t_first + 1 : 0;
     // Work items in the fixed order (head of the group, query tile): idx = hh * nt + (t - t_first).
-    auto dead = [&](int64_t idx) {
+    auto item_state = [&](int64_t idx) {
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
         const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
-        return bias_tile_dead(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
-                              sr.kv_begin + n1);
+        return bias_tile_state(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
+                               sr.kv_begin + n1);
     };
     auto next_item = [&](int64_t idx) {
-        while (idx < G * nt && dead(idx)) ++idx;
+        while (idx < G * nt && p.bias && item_state(idx) == kBiasDead) ++idx;
         return idx;
     };
     auto load_q = [&](int64_t idx, int buf) {
@@ -281,7 +313,8 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         }
         // Pᵀ into st, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dpt.
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
-        if (full && !p.bias) {  // interior tile: every query row has keys, so lse is finite
+        const bool use_bias = p.bias && item_state(idx) == kBiasRead;
+        if (full && !use_bias) {  // interior tile: every query row has keys, so lse is finite
 #pragma unroll
             for (int j = 0; j < NQ; ++j)
 #pragma unroll
@@ -306,7 +339,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
                 }
                 ok = ok && cL[c] != -INFINITY;
                 float x = st[j][e] * sl2;
-                if (ok && p.bias)
+                if (ok && use_bias)
                     x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[r]) * kLog2e;
                 const float pr = ok ? fast_exp2(x - cL[c]) : 0.f;
                 st[j][e] = pr;

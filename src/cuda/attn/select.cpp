@@ -48,7 +48,9 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                       " > 128 is not instantiated for tensor cores (use prec F32)");
         c->family = Family::MMA_NATIVE;
         c->d_bucket = dmax <= 64 ? 64 : 128;
-        if (!smem_ok(mma_dq_smem(c->d_bucket, 2), "the tensor-core dQ kernel")) return FATTN_ERR_UNSUPPORTED;
+        if (!smem_ok(mma_fwd_smem(c->d_bucket, 2), "the tensor-core forward kernel") ||
+            !smem_ok(mma_dq_smem(c->d_bucket, 2), "the tensor-core dQ kernel"))
+            return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
     case FATTN_PREC_TF32:
         if (p.dtype != FATTN_F32) return no("prec TF32 needs f32 inputs");
@@ -58,7 +60,9 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                       " > 128 is not instantiated for tensor cores (use prec F32)");
         c->family = Family::MMA_TF32;
         c->d_bucket = dmax <= 64 ? 64 : 128;
-        if (!smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel")) return FATTN_ERR_UNSUPPORTED;
+        if (!smem_ok(mma_fwd_smem(c->d_bucket, 4), "the tf32 forward kernel") ||
+            !smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel"))
+            return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
     default:
         return no("precision must be resolved (F32, TF32 or NATIVE) before selection");

@@ -4,6 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#ifndef DQ_MT_EXP
+#define DQ_MT_EXP 2
+#endif
+#ifndef FWD_KN128_EXP
+#define FWD_KN128_EXP 32
+#endif
+#ifndef DQ_BN_EXP
+#define DQ_BN_EXP 0
+#endif
 
 namespace fattn::cuda::attn {
 
@@ -14,11 +23,27 @@ constexpr int mma_threads() { return 128; }
 // on the H200 (bf16 D128 S4096 B4 H16): fwd 2.78 -> 2.67 ms but D64 fwd 3.04 -> 3.47 ms, fwd+bwd
 // 11.50 -> 11.83 ms and the ±256 band bias 1.59 -> 1.71 ms (coarser tile skipping), so 4.
 constexpr int mma_fwd_warps(size_t) { return 4; }
-constexpr int mma_fwd_bm(size_t es) { return 16 * mma_fwd_warps(es); }
+// Forward: 16-row m-tiles per warp. Every B fragment (K for S, V for O) loaded from shared memory
+// feeds MT m-tiles' mma, so ldmatrix traffic per mma halves with MT = 2 (FlashAttention-2's
+// 128-row tile with 4 warps): at MT = 1 the forward is bound by shared-memory bandwidth (0.56
+// ldmatrix.x4 per mma; ~4 cycles each against ~1.5 per mma.sync). Not for tf32 at D128: its
+// 128-row Q tile plus K/V would leave one CTA per SM (135 KB of shared memory), too few warps to
+// hide the loads, and the accumulators spill.
+constexpr int mma_fwd_mt(int db, size_t es) { return es == 4 && db > 64 ? 1 : 2; }
+constexpr int mma_fwd_bm(int db, size_t es) { return 16 * mma_fwd_warps(es) * mma_fwd_mt(db, es); }
+// dQ: m-tiles per warp and keys per step. MT = 2 shares each K/V fragment between two m-tiles as
+// in the forward; at D128 its dQ accumulators take 128 registers, so 32 keys per step keep S and
+// dP at 32 registers each.
+constexpr int mma_dq_mt(int db, size_t es) { return es == 4 ? 1 : DQ_MT_EXP; }
+constexpr int mma_dq_bm(int db, size_t es) { return 16 * mma_fwd_warps(es) * mma_dq_mt(db, es); }
+constexpr int mma_dq_bn(int db, size_t es) { return mma_dq_mt(db, es) == 2 && db > DQ_BN_EXP ? 32 : (es == 4 ? 32 : 64); }
 // Forward and dQ: 64 keys per step keeps the S accumulator at 32 registers per thread; with
 // 4-byte (tf32) elements 32 keys, so two CTAs' tiles fit in shared memory (one CTA of 4 warps
 // per SM cannot hide the load latency).
 constexpr int mma_fwd_bn(size_t es) { return es == 4 ? 32 : 64; }
+// Forward only: at D128 with MT = 2 the O accumulators take 128 registers, so 32 keys per step
+// (S: 32 registers) keep the kernel under 255 registers without spills (64 keys spilled ~170 B).
+constexpr int mma_fwd_kn(int db, size_t es) { return mma_fwd_mt(db, es) == 2 && db > 64 ? FWD_KN128_EXP : mma_fwd_bn(es); }
 // dK/dV: 64 keys per CTA (4 warps × 16 key rows), each warp owns its rows' dK and dV.
 constexpr int mma_bwd_bn() { return 64; }
 // dK/dV: query tile; at DB 128 the dK+dV accumulators take 128 registers, so 32 query columns
@@ -31,10 +56,10 @@ constexpr int mma_bwd_bm(int db, size_t es) { return db > 64 ? (es == 4 ? 16 : 3
 constexpr int mma_stride(int db, size_t es) { return db + int(16 / es); }
 
 constexpr size_t mma_fwd_smem(int db, size_t es) {  // Q + double-buffered K and V
-    return size_t(mma_fwd_bm(es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es;
+    return size_t(mma_fwd_bm(db, es) + 4 * mma_fwd_kn(db, es)) * mma_stride(db, es) * es;
 }
 constexpr size_t mma_dq_smem(int db, size_t es) {  // Q, dO + double-buffered K and V
-    return size_t(2 * mma_fwd_bm(es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es;
+    return size_t(2 * mma_dq_bm(db, es) + 4 * mma_dq_bn(db, es)) * mma_stride(db, es) * es;
 }
 constexpr size_t mma_dkdv_smem(int db, size_t es) {  // K, V + double-buffered Q, dO; lse, delta
     return size_t(2 * mma_bwd_bn() + 4 * mma_bwd_bm(db, es)) * mma_stride(db, es) * es +

@@ -1,6 +1,7 @@
 // workspace.h — how the fused kernels carve the caller's workspace (host/device shared header).
 //   [bias tile map]  one byte per (bias batch, bias head, 64-row block, 64-col block) of the packed
-//                    [total_q, total_kv] plane: 0 = all -inf (skip), 1 = has finite values.
+//                    [total_q, total_kv] plane: 0 = all -inf (skip), 1 = has values other than
+//                    0 and -inf (read the bias), 2 = all exactly 0 (no bias read; common.cuh).
 //                    Present only with a bias; filled by a pre-pass in fwd and again in bwd.
 //   [delta]          bwd only: rowsum(dO∘O) as f32 [B_view, Hq, total_q] (same indexing as lse).
 // Every region starts 256-byte aligned.
