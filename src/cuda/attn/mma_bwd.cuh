@@ -47,11 +47,16 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
 
     int64_t n_first64, n_last64;
     key_tiles(p, m0, m1, lq, lkv, BN, &n_first64, &n_last64);
-    const int n_first = int(n_first64), n_last = int(n_last64);  // tile indices fit in 32 bits
+    int n_first = int(n_first64), n_last = int(n_last64);  // tile indices fit in 32 bits
     auto tile_state = [&](int n) {
         const int64_t n0 = int64_t(n) * BN, n1 = n0 + BN < lkv ? n0 + BN : lkv;
         return bias_tile_state(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
     };
+    if (p.bias) {  // trim the range to its first and last live tile (common.cuh: first_live)
+        auto dead = [&](int c) { return tile_state(c) == kBiasDead; };
+        n_first = first_live(n_first, n_last, dead);
+        n_last = last_live(n_first, n_last, dead);
+    }
     auto next_tile = [&](int n) {
         while (n <= n_last && p.bias && tile_state(n) == kBiasDead) ++n;
         return n;
@@ -216,7 +221,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     T *sV = sK + BN * ST;                     // [BN, ST]
     T *sQ = sV + BN * ST;                     // [2][BM, ST]
     T *sdO = sQ + 2 * BM * ST;                // [2][BM, ST]
-    float *sL = reinterpret_cast<float *>(sdO + 2 * BM * ST);  // [2][BM] lse·log2e (-inf: no row)
+    float *sL = reinterpret_cast<float *>(sdO + 2 * BM * ST);  // [2][BM] lse (natural log; -inf: masked row)
     float *sD = sL + 2 * BM;                                   // [2][BM] delta
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
@@ -226,7 +231,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     const int64_t n0 = int64_t(blockIdx.x) * BN;
     if (n0 >= lkv) return;
     const int64_t n1 = n0 + BN < lkv ? n0 + BN : lkv;
-    const int64_t G = p.group();
+    const int G = int(p.group());
     const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
     const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
     const int64_t mb = p.bias_sb ? sr.batch_index : 0;
@@ -234,40 +239,48 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     int64_t i_lo, i_hi;
     query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
     const int64_t t_first = i_lo / BM, t_last = i_hi >= i_lo ? i_hi / BM : -1;
-    const int64_t nt = t_last >= t_first ? t_last - t_first + 1 : 0;
-    // Work items in the fixed order (head of the group, query tile): idx = hh * nt + (t - t_first).
-    auto item_state = [&](int64_t idx) {
+    // Work items in the fixed order (head of the group, query tile): idx = hh * nt + (t - t_first)
+    // (32-bit: G · nt < 2^31 for any sequence the grid can hold, and 32-bit division is cheap).
+    const int nt = t_last >= t_first ? int(t_last - t_first + 1) : 0;
+    auto item_state = [&](int idx) {
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
         const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
         return bias_tile_state(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
                                sr.kv_begin + n1);
     };
-    auto next_item = [&](int64_t idx) {
-        while (idx < G * nt && p.bias && item_state(idx) == kBiasDead) ++idx;
+    int i_first = 0, i_last = G * nt - 1;
+    if (p.bias) {  // trim to the first and last live item (common.cuh: first_live)
+        auto dead = [&](int c) { return item_state(c) == kBiasDead; };
+        i_first = first_live(i_first, i_last, dead);
+        i_last = last_live(i_first, i_last, dead);
+    }
+    auto next_item = [&](int idx) {
+        while (idx <= i_last && p.bias && item_state(idx) == kBiasDead) ++idx;
         return idx;
     };
-    auto load_q = [&](int64_t idx, int buf) {
+    auto load_q = [&](int idx, int buf) {
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
         const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + (sr.q_begin + m0) * p.q_ss + h * p.q_sh;
         const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + (sr.q_begin + m0) * p.do_ss + h * p.do_sh;
         mma_load_tile<T, BM, DB, NT>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
         mma_load_tile<T, BM, DB, NT>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.dim_v, a.vec);
+        // lse and δ of the tile's rows ride the same cp.async group (zero past the sequence end,
+        // where the masked path never reads them): a plain load here stalled warp 0 for a full
+        // L2 round trip every item, and the CTA with it at the next barrier.
         for (int c = threadIdx.x; c < BM; c += NT) {
             const int64_t i = m0 + c;
-            float l2 = -INFINITY, dl = 0.f;
-            if (i < lq) {
-                l2 = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e;
-                dl = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i];
-            }
-            sL[buf * BM + c] = l2;
-            sD[buf * BM + c] = dl;
+            const bool ok = i < lq;
+            const float *l = p.lse + sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + (ok ? i : 0);
+            const float *d = a.delta + (sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + (ok ? i : 0);
+            cp_async4(smem_u32(sL + buf * BM + c), l, ok ? 4 : 0);
+            cp_async4(smem_u32(sD + buf * BM + c), d, ok ? 4 : 0);
         }
     };
 
     mma_load_tile<T, BN, DB, NT>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, a.vec);
     mma_load_tile<T, BN, DB, NT>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, a.vec);
-    int64_t idx = next_item(0);
-    if (idx < G * nt) load_q(idx, 0);
+    int idx = next_item(i_first);
+    if (idx <= i_last) load_q(idx, 0);
     cp_async_commit();
 
     const int64_t kj[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};  // this thread's key rows
@@ -278,9 +291,9 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.f;
     const float sl2 = p.scale * kLog2e;
     int buf = 0;
-    while (idx < G * nt) {
-        const int64_t nidx = next_item(idx + 1);
-        if (nidx < G * nt) load_q(nidx, buf ^ 1);
+    while (idx <= i_last) {
+        const int nidx = next_item(idx + 1);
+        if (nidx <= i_last) load_q(nidx, buf ^ 1);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
@@ -320,7 +333,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int c = j * 8 + 2 * t4 + (e & 1);
-                    const float pr = fast_exp2(st[j][e] * sl2 - cL[c]);
+                    const float pr = fast_exp2(st[j][e] * sl2 - cL[c] * kLog2e);
                     st[j][e] = pr;
                     dpt[j][e] = pr * (dpt[j][e] - cD[c]);
                 }
@@ -341,7 +354,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
                 float x = st[j][e] * sl2;
                 if (ok && use_bias)
                     x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[r]) * kLog2e;
-                const float pr = ok ? fast_exp2(x - cL[c]) : 0.f;
+                const float pr = ok ? fast_exp2(x - cL[c] * kLog2e) : 0.f;
                 st[j][e] = pr;
                 dpt[j][e] = pr * (dpt[j][e] - cD[c]);
             }

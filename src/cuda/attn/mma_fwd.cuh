@@ -17,7 +17,7 @@ namespace fattn::cuda::attn {
 template <typename T, int DB>
 __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(const AttnFwdParams p, const KArgs a) {
     constexpr int NW = mma_fwd_warps(sizeof(T)), NT = 32 * NW, MT = mma_fwd_mt(DB, sizeof(T));
-    constexpr int BM = mma_fwd_bm(DB, sizeof(T)), BN = mma_fwd_kn(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
+    constexpr int BM = mma_fwd_bm(DB, sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
     extern __shared__ __align__(16) unsigned char mma_smem[];
@@ -41,11 +41,16 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
 
     int64_t n_first64, n_last64;
     key_tiles(p, m0, m1, lq, lkv, BN, &n_first64, &n_last64);
-    const int n_first = int(n_first64), n_last = int(n_last64);  // tile indices fit in 32 bits
+    int n_first = int(n_first64), n_last = int(n_last64);  // tile indices fit in 32 bits
     auto tile_state = [&](int n) {
         const int64_t n0 = int64_t(n) * BN, n1 = n0 + BN < lkv ? n0 + BN : lkv;
         return bias_tile_state(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
     };
+    if (p.bias) {  // trim the range to its first and last live tile (common.cuh: first_live)
+        auto dead = [&](int c) { return tile_state(c) == kBiasDead; };
+        n_first = first_live(n_first, n_last, dead);
+        n_last = last_live(n_first, n_last, dead);
+    }
     auto next_tile = [&](int n) {
         while (n <= n_last && p.bias && tile_state(n) == kBiasDead) ++n;
         return n;

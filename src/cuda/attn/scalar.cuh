@@ -60,10 +60,17 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
     float o[OC];
     for (int u = 0; u < OC; ++u) o[u] = 0.f;
     float m = -INFINITY, l = 0.f;
+    auto dead = [&](int64_t n) {
+        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
+        return bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
+    };
+    if (p.bias) {  // trim to the first and last live tile (common.cuh: first_live)
+        n_first = first_live(int(n_first), int(n_last), dead);
+        n_last = last_live(int(n_first), int(n_last), dead);
+    }
     for (int64_t n = n_first; n <= n_last; ++n) {
         const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
-        if (bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
-            continue;
+        if (p.bias && dead(n)) continue;
         __syncthreads();
         sc_load_rows<T, C, ST>(sKV, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
         __syncthreads();
@@ -159,10 +166,17 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
 
     float dq[OC];
     for (int u = 0; u < OC; ++u) dq[u] = 0.f;
+    auto dead = [&](int64_t n) {
+        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
+        return bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
+    };
+    if (p.bias) {  // trim to the first and last live tile (common.cuh: first_live)
+        n_first = first_live(int(n_first), int(n_last), dead);
+        n_last = last_live(int(n_first), int(n_last), dead);
+    }
     for (int64_t n = n_first; n <= n_last; ++n) {
         const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
-        if (bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
-            continue;
+        if (p.bias && dead(n)) continue;
         __syncthreads();
         sc_load_rows<T, C, ST>(sKV, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
         __syncthreads();
@@ -244,10 +258,18 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
         const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
         const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
         const int64_t mh = p.bias_sh ? h : 0;
-        for (int64_t t = t_first; t <= t_last; ++t) {
+        auto dead = [&](int64_t t) {
             const int64_t m0 = t * C, m1 = m0 + C < lq ? m0 + C : lq;
-            if (bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1))
-                continue;
+            return bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
+        };
+        int64_t tf = t_first, tl = t_last;
+        if (p.bias) {  // trim to the first and last live tile (common.cuh: first_live)
+            tf = first_live(int(tf), int(tl), dead);
+            tl = last_live(int(tf), int(tl), dead);
+        }
+        for (int64_t t = tf; t <= tl; ++t) {
+            const int64_t m0 = t * C, m1 = m0 + C < lq ? m0 + C : lq;
+            if (p.bias && dead(t)) continue;
             __syncthreads();
             sc_load_rows<T, C, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
             sc_load_rows<T, C, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);

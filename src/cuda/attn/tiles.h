@@ -4,15 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#ifndef DQ_MT_EXP
-#define DQ_MT_EXP 2
-#endif
-#ifndef FWD_KN128_EXP
-#define FWD_KN128_EXP 32
-#endif
-#ifndef DQ_BN_EXP
-#define DQ_BN_EXP 0
-#endif
 
 namespace fattn::cuda::attn {
 
@@ -32,23 +23,22 @@ constexpr int mma_fwd_warps(size_t) { return 4; }
 constexpr int mma_fwd_mt(int db, size_t es) { return es == 4 && db > 64 ? 1 : 2; }
 constexpr int mma_fwd_bm(int db, size_t es) { return 16 * mma_fwd_warps(es) * mma_fwd_mt(db, es); }
 // dQ: m-tiles per warp and keys per step. MT = 2 shares each K/V fragment between two m-tiles as
-// in the forward; at D128 its dQ accumulators take 128 registers, so 32 keys per step keep S and
-// dP at 32 registers each.
-constexpr int mma_dq_mt(int db, size_t es) { return es == 4 ? 1 : DQ_MT_EXP; }
+// in the forward; its S, dP (2 × 2 × 16 registers) and dQ accumulators fit with 32 keys per step.
+// H200, bf16 D128 S4096 B4 H16 fwd+bwd: MT 1 (64 keys) 11.28 ms, MT 2 (32 keys) 10.77 ms.
+constexpr int mma_dq_mt(int, size_t es) { return es == 4 ? 1 : 2; }
 constexpr int mma_dq_bm(int db, size_t es) { return 16 * mma_fwd_warps(es) * mma_dq_mt(db, es); }
-constexpr int mma_dq_bn(int db, size_t es) { return mma_dq_mt(db, es) == 2 && db > DQ_BN_EXP ? 32 : (es == 4 ? 32 : 64); }
-// Forward and dQ: 64 keys per step keeps the S accumulator at 32 registers per thread; with
-// 4-byte (tf32) elements 32 keys, so two CTAs' tiles fit in shared memory (one CTA of 4 warps
-// per SM cannot hide the load latency).
+constexpr int mma_dq_bn(int db, size_t es) { return mma_dq_mt(db, es) == 2 ? 32 : (es == 4 ? 32 : 64); }
+// Forward keys per step: 64 (tf32: 32, so two CTAs' tiles fit in shared memory; one CTA of 4
+// warps per SM cannot hide the load latency). At D128 with MT = 2 the O and S accumulators
+// (128 + 64 registers) spill ~90 B, yet 64 keys ran faster than 32 on the H200 (bf16 D128 S4096
+// B4 H16 fwd 1.98 vs 2.45 ms: half the barriers and cp.async waits per key).
 constexpr int mma_fwd_bn(size_t es) { return es == 4 ? 32 : 64; }
-// Forward only: at D128 with MT = 2 the O accumulators take 128 registers, so 32 keys per step
-// (S: 32 registers) keep the kernel under 255 registers without spills (64 keys spilled ~170 B).
-constexpr int mma_fwd_kn(int db, size_t es) { return mma_fwd_mt(db, es) == 2 && db > 64 ? FWD_KN128_EXP : mma_fwd_bn(es); }
 // dK/dV: 64 keys per CTA (4 warps × 16 key rows), each warp owns its rows' dK and dV.
 constexpr int mma_bwd_bn() { return 64; }
 // dK/dV: query tile; at DB 128 the dK+dV accumulators take 128 registers, so 32 query columns
 // keep Sᵀ and dPᵀ at 16 registers each and the kernel under 255 registers without spills.
-// With tf32 at DB 128, 16 query columns keep two CTAs' tiles within shared memory.
+// With tf32 at DB 128, 16 query columns keep two CTAs' tiles within shared memory. (Staging 64
+// rows and computing them in two 32-column sub-steps spilled 300-500 B: not taken.)
 constexpr int mma_bwd_bm(int db, size_t es) { return db > 64 ? (es == 4 ? 16 : 32) : 64; }
 // Shared-memory row stride in elements: +16 bytes shifts each row by 4 banks, so the 8 row
 // addresses of one ldmatrix (2-byte types) or the 8 g-rows × 4 t-columns of a tf32 fragment
@@ -56,7 +46,7 @@ constexpr int mma_bwd_bm(int db, size_t es) { return db > 64 ? (es == 4 ? 16 : 3
 constexpr int mma_stride(int db, size_t es) { return db + int(16 / es); }
 
 constexpr size_t mma_fwd_smem(int db, size_t es) {  // Q + double-buffered K and V
-    return size_t(mma_fwd_bm(db, es) + 4 * mma_fwd_kn(db, es)) * mma_stride(db, es) * es;
+    return size_t(mma_fwd_bm(db, es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es;
 }
 constexpr size_t mma_dq_smem(int db, size_t es) {  // Q, dO + double-buffered K and V
     return size_t(2 * mma_dq_bm(db, es) + 4 * mma_dq_bn(db, es)) * mma_stride(db, es) * es;
