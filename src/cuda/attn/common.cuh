@@ -136,4 +136,37 @@ __device__ __forceinline__ int last_live(int first, int n, Dead &&dead) {
     return first - 1;
 }
 
+// The key tiles (size bn) that query rows [m0, m1) of a sequence visit: the analytic range of
+// key_tiles, trimmed with a bias to its first and last live tile; state(n) is tile n's bias-map
+// state and next(n) the first tile >= n that is not dead. Used by every kernel that owns a query
+// tile (forward and dQ, tensor-core and scalar).
+struct KeyTiles {
+    const AttnFwdParams &p;
+    const KArgs &a;
+    int64_t mb, mh, r0, r1, c0, lkv;
+    int bn, first, last;
+
+    __device__ __forceinline__ KeyTiles(const AttnFwdParams &p_, const KArgs &a_, const SeqRange &sr, int64_t h,
+                                        int64_t m0, int64_t m1, int bn_)
+        : p(p_), a(a_), mb(p_.bias_sb ? sr.batch_index : 0), mh(p_.bias_sh ? h : 0), r0(sr.q_begin + m0),
+          r1(sr.q_begin + m1), c0(sr.kv_begin), lkv(sr.kv_len), bn(bn_) {
+        int64_t f, l;
+        key_tiles(p, m0, m1, sr.q_len, sr.kv_len, bn, &f, &l);
+        first = int(f), last = int(l);  // tile indices fit in 32 bits
+        if (p.bias) {
+            auto dead = [&](int c) { return state(c) == kBiasDead; };
+            first = first_live(first, last, dead);
+            last = last_live(first, last, dead);
+        }
+    }
+    __device__ __forceinline__ int state(int n) const {
+        const int64_t n0 = int64_t(n) * bn, n1 = n0 + bn < lkv ? n0 + bn : lkv;
+        return bias_tile_state(a, mb, mh, r0, r1, c0 + n0, c0 + n1);
+    }
+    __device__ __forceinline__ int next(int n) const {
+        while (n <= last && p.bias && state(n) == kBiasDead) ++n;
+        return n;
+    }
+};
+
 }  // namespace fattn::cuda::attn

@@ -37,24 +37,9 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
     const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
     const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
-    const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
 
-    int64_t n_first64, n_last64;
-    key_tiles(p, m0, m1, lq, lkv, BN, &n_first64, &n_last64);
-    int n_first = int(n_first64), n_last = int(n_last64);  // tile indices fit in 32 bits
-    auto tile_state = [&](int n) {
-        const int64_t n0 = int64_t(n) * BN, n1 = n0 + BN < lkv ? n0 + BN : lkv;
-        return bias_tile_state(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
-    };
-    if (p.bias) {  // trim the range to its first and last live tile (common.cuh: first_live)
-        auto dead = [&](int c) { return tile_state(c) == kBiasDead; };
-        n_first = first_live(n_first, n_last, dead);
-        n_last = last_live(n_first, n_last, dead);
-    }
-    auto next_tile = [&](int n) {
-        while (n <= n_last && p.bias && tile_state(n) == kBiasDead) ++n;
-        return n;
-    };
+    const KeyTiles kt(p, a, sr, h, m0, m1, BN);
+    const int n_last = kt.last;
     auto load_kv = [&](int n, int buf) {
         const int64_t n0 = int64_t(n) * BN;
         mma_load_tile<T, BN, DB, NT>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
@@ -62,7 +47,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     };
 
     mma_load_tile<T, BM, DB, NT>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
-    int n = next_tile(n_first);
+    int n = kt.next(kt.first);
     if (n <= n_last) load_kv(n, 0);
     cp_async_commit();
 
@@ -82,7 +67,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     const float sl2 = p.scale * kLog2e;
     int buf = 0;
     while (n <= n_last) {
-        const int nn = next_tile(n + 1);
+        const int nn = kt.next(n + 1);
         if (nn <= n_last) load_kv(nn, buf ^ 1);
         cp_async_commit();
         cp_async_wait<1>();
@@ -117,7 +102,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         // Interior tiles whose bias is absent or all zero (the common case) take one multiply
         // per element; the per-element mask and bias cost issue slots the mma pipe would get.
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
-        const bool use_bias = p.bias && tile_state(n) == kBiasRead;
+        const bool use_bias = p.bias && kt.state(n) == kBiasRead;
         if (full && !use_bias) {
 #pragma unroll
             for (int t = 0; t < MT; ++t)

@@ -47,30 +47,19 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
     const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
     const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
     const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
-    const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
 
     sc_load_rows<T, R, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
 
     const int64_t i = m0 + r;
     int64_t lo, hi;
     key_range(p, i, lq, lkv, &lo, &hi);
-    int64_t n_first, n_last;
-    key_tiles(p, m0, m1, lq, lkv, C, &n_first, &n_last);
+    const KeyTiles kt(p, a, sr, h, m0, m1, C);
 
     float o[OC];
     for (int u = 0; u < OC; ++u) o[u] = 0.f;
     float m = -INFINITY, l = 0.f;
-    auto dead = [&](int64_t n) {
-        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
-        return bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
-    };
-    if (p.bias) {  // trim to the first and last live tile (common.cuh: first_live)
-        n_first = first_live(int(n_first), int(n_last), dead);
-        n_last = last_live(int(n_first), int(n_last), dead);
-    }
-    for (int64_t n = n_first; n <= n_last; ++n) {
-        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
-        if (p.bias && dead(n)) continue;
+    for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1)) {
+        const int64_t n0 = int64_t(n) * C, n1 = n0 + C < lkv ? n0 + C : lkv;
         __syncthreads();
         sc_load_rows<T, C, ST>(sKV, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
         __syncthreads();
@@ -148,7 +137,6 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
     const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
     const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
     const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
-    const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
 
     sc_load_rows<T, R, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
     sc_load_rows<T, R, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);
@@ -161,22 +149,12 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
         lse2 = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e;
         dl = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i];
     }
-    int64_t n_first, n_last;
-    key_tiles(p, m0, m1, lq, lkv, C, &n_first, &n_last);
+    const KeyTiles kt(p, a, sr, h, m0, m1, C);
 
     float dq[OC];
     for (int u = 0; u < OC; ++u) dq[u] = 0.f;
-    auto dead = [&](int64_t n) {
-        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
-        return bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0, sr.kv_begin + n1);
-    };
-    if (p.bias) {  // trim to the first and last live tile (common.cuh: first_live)
-        n_first = first_live(int(n_first), int(n_last), dead);
-        n_last = last_live(int(n_first), int(n_last), dead);
-    }
-    for (int64_t n = n_first; n <= n_last; ++n) {
-        const int64_t n0 = n * C, n1 = n0 + C < lkv ? n0 + C : lkv;
-        if (p.bias && dead(n)) continue;
+    for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1)) {
+        const int64_t n0 = int64_t(n) * C, n1 = n0 + C < lkv ? n0 + C : lkv;
         __syncthreads();
         sc_load_rows<T, C, ST>(sKV, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
         __syncthreads();
