@@ -2,8 +2,13 @@
 //
 // Input buffers start as NaN (poison) and only the cells a view covers get values: a kernel
 // that reads outside its views (the padding of a strided o/dout, say) turns its output NaN.
+// Built for the --large cases too (tensors of more than 2^31 elements): inputs are filled by
+// rows in fixed chunks on every core from a counter-based generator (the same values as one
+// sequential stream, whatever the thread count), and a buffer that one compact view spans has
+// no per-element coverage map and needs no poison under its values.
 #include "test/attn_setup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -22,13 +27,38 @@ uint32_t seed_of(const std::string &s) {  // FNV-1a: a stable seed per case name
     return h;
 }
 
+// Sized only: poison and values come after the layout (finish_layout, fill_random). Outputs
+// hold their guard too, so a download of buffer + guard never regrows the vector.
 void make_buf(Buf &b, const char *name, fattn_dtype dt, int64_t elems, bool output) {
     b.name = name;
     b.dt = dt;
     b.elems = elems;
     b.output = output;
-    b.host.assign(b.bytes(), kPoisonByte);
-    b.cover.assign(size_t(elems), 0);
+    b.host.clear();
+    b.host.resize(b.bytes() + (output ? kGuardBytes : 0));
+}
+
+void poison_host(Buf &b) {
+    unsigned char *p = b.host.data();
+    par_range(int64_t(b.host.size()), int64_t(1) << 24, [&](int64_t s, int64_t e) { std::memset(p + s, kPoisonByte, size_t(e - s)); });
+}
+
+// Every view goes to its buffer's list; a buffer that one compact view spans exactly is dense,
+// any other gets a coverage bit map. Poison: outputs everywhere (a download replaces it), inputs
+// unless dense (else the fill writes every element).
+void finish_layout(Inst &in) {
+    for (const View *v : {&in.q, &in.k, &in.v, &in.dout, &in.bias, &in.o, &in.lse, &in.dq, &in.dk, &in.dv})
+        if (v->buf >= 0) in.buf[v->buf].views.push_back(*v);
+    for (Buf &b : in.buf) {
+        if (b.elems == 0) continue;
+        b.dense = b.views.size() == 1 && b.views[0].off == 0 && b.views[0].size() == b.elems && b.views[0].compact();
+        if (!b.dense) {
+            b.cover_bits.assign(size_t((b.elems + 63) / 64), 0);
+            for (const View &v : b.views)
+                for_each4(v, [&](int64_t, int64_t, int64_t, int64_t, int64_t e) { b.cover_bits[size_t(e >> 6)] |= uint64_t(1) << (e & 63); });
+        }
+        if (b.output || !b.dense) poison_host(b);
+    }
 }
 
 View view(int buf, int64_t off, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int64_t s0, int64_t s1,
@@ -46,25 +76,15 @@ View own_view(Layout l, int buf, int64_t B, int64_t S, int64_t H, int64_t D) {
     return view(buf, 0, B, S, H, D, S * H * D, H * D, D);
 }
 
-template <class F>
-void for_each4(const View &v, F &&f) {
-    for (int64_t a = 0; a < v.ne[0]; ++a)
-        for (int64_t b = 0; b < v.ne[1]; ++b)
-            for (int64_t c = 0; c < v.ne[2]; ++c)
-                for (int64_t d = 0; d < v.ne[3]; ++d) f(a, b, c, d, v.at(a, b, c, d));
-}
+// Inputs: uniform on [-sqrt 3, sqrt 3] (unit variance) from splitmix64. Its state after n draws
+// is seed + n·γ, so draw n can be computed on its own (uniform_at): the parallel fill below
+// writes exactly what one sequential stream over q, k, v, dout in logical order would.
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 
-void mark_cover(Inst &in, const View &v) {
-    Buf &b = in.buf[v.buf];
-    for_each4(v, [&](int64_t, int64_t, int64_t, int64_t, int64_t e) { b.cover[size_t(e)] = 1; });
-}
-
-// Inputs: uniform on [-sqrt 3, sqrt 3] (unit variance) from splitmix64, fast enough for the
-// large cases' 2^31-element tensors.
 struct Rng {
     uint64_t s;
     float operator()() {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        uint64_t z = (s += kGamma);
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         z ^= z >> 31;
@@ -72,12 +92,57 @@ struct Rng {
     }
 };
 
-void fill_random(Inst &in, const View &v, Rng &rng) {
+inline float uniform_at(uint64_t seed, uint64_t n) { return Rng{seed + n * kGamma}(); }
+
+template <class Enc>
+void fill_row(unsigned char *base, int64_t e0, int64_t n, uint64_t seed, uint64_t n0, Enc enc) {
+    auto *p = reinterpret_cast<decltype(enc(0.0f)) *>(base) + e0;
+    for (int64_t d = 0; d < n; ++d) p[d] = enc(uniform_at(seed, n0 + uint64_t(d)));
+}
+
+// Draws [n0, n0 + v.size()) of the stream into v, in v's logical order; returns the next draw.
+// Rows (the contiguous innermost dim) in fixed blocks of ~2^18 elements, on every core.
+uint64_t fill_random(Inst &in, const View &v, uint64_t seed, uint64_t n0) {
     Buf &b = in.buf[v.buf];
-    for_each4(v, [&](int64_t, int64_t, int64_t, int64_t, int64_t e) { fattn::store_f32(b.host.data(), b.dt, e, rng()); });
+    const int64_t D = v.ne[3], rows = v.ne[0] * v.ne[1] * v.ne[2];
+    if (D == 0 || rows == 0) return n0;
+    par_range(rows, std::max<int64_t>(1, (int64_t(1) << 18) / D), [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+            const int64_t c = r % v.ne[2], ab = r / v.ne[2], bb = ab % v.ne[1], a = ab / v.ne[1];
+            const int64_t e0 = v.at(a, bb, c, 0);
+            const uint64_t n = n0 + uint64_t(r * D);
+            if (v.nb[3] != 1)
+                for (int64_t d = 0; d < D; ++d) fattn::store_f32(b.host.data(), b.dt, e0 + d * v.nb[3], uniform_at(seed, n + uint64_t(d)));
+            else if (b.dt == FATTN_F32)
+                fill_row(b.host.data(), e0, D, seed, n, [](float x) { return x; });
+            else if (b.dt == FATTN_F16)
+                fill_row(b.host.data(), e0, D, seed, n, [](float x) { return fattn::f32_to_f16(x); });
+            else
+                fill_row(b.host.data(), e0, D, seed, n, [](float x) { return fattn::f32_to_bf16(x); });
+        }
+    });
+    return n0 + uint64_t(rows * D);
 }
 
 }  // namespace
+
+bool View::compact() const {
+    // The dims of extent > 1, by increasing stride, must nest exactly: strides 1, n0, n0·n1, ...
+    int64_t st[4], ex[4];
+    int n = 0;
+    for (int i = 0; i < 4; ++i) {
+        if (ne[i] == 0) return true;  // empty
+        if (ne[i] > 1) st[n] = nb[i], ex[n] = ne[i], ++n;
+    }
+    for (int i = 1; i < n; ++i)  // insertion sort by stride
+        for (int j = i; j > 0 && st[j] < st[j - 1]; --j) std::swap(st[j], st[j - 1]), std::swap(ex[j], ex[j - 1]);
+    int64_t expect = 1;
+    for (int i = 0; i < n; ++i) {
+        if (st[i] != expect) return false;
+        expect *= ex[i];
+    }
+    return true;
+}
 
 void setup_inst(const AttnCase &c, Inst *inp) {
     Inst &in = *inp;
@@ -140,18 +205,11 @@ void setup_inst(const AttnCase &c, Inst *inp) {
     make_buf(in.buf[BUF_LSE], "lse", FATTN_F32, B * Hq * Sq, true);
     in.lse = view(BUF_LSE, 0, B, Hq, Sq, 1, Hq * Sq, Sq, 1);
 
-    Rng rng{seed_of(c.name)};
-    fill_random(in, in.q, rng);
-    fill_random(in, in.k, rng);
-    fill_random(in, in.v, rng);
-    fill_random(in, in.dout, rng);  // the loss gradient: real random data, never zeros
-
-    // ---- bias
+    // ---- bias layout
     in.bias = View{};
+    const fattn_dtype bt = c.bias_dtype;
+    Buf &bb = in.buf[BUF_BIAS];
     if (c.bias != BiasKind::NONE) {
-        const fattn_dtype bt = c.bias_dtype;
-        Rng &nd = rng;
-        Buf &bb = in.buf[BUF_BIAS];
         auto dense = [&](int64_t nB, int64_t nH) {
             make_buf(bb, "bias", bt, nB * nH * Sq * Skv, false);
             in.bias = view(BUF_BIAS, 0, nB, nH, Sq, Skv, nH * Sq * Skv, Sq * Skv, Skv);
@@ -166,6 +224,16 @@ void setup_inst(const AttnCase &c, Inst *inp) {
             break;
         case BiasKind::NONE: break;
         }
+    }
+    finish_layout(in);
+
+    // ---- values: one stream over q, k, v, dout (the loss gradient: real random data, never
+    // zeros), then the bias
+    const uint64_t seed = seed_of(c.name);
+    uint64_t n = 0;
+    for (const View *v : {&in.q, &in.k, &in.v, &in.dout}) n = fill_random(in, *v, seed, n);
+    if (c.bias != BiasKind::NONE) {
+        Rng nd{seed + n * kGamma};  // the stream continues where dout ended
         const int64_t band = std::max<int64_t>(2, std::min<int64_t>(Skv / 10, 256));
         // Values by logical (b, h, i, j); cells shared through stride 0 get written repeatedly
         // with the same value (KEYPAD's value does not depend on i).
@@ -187,7 +255,6 @@ void setup_inst(const AttnCase &c, Inst *inp) {
             fattn::store_f32(bb.host.data(), bt, e, x);
         });
     }
-    for (const View *v : {&in.o, &in.lse, &in.dq, &in.dk, &in.dv}) mark_cover(in, *v);
 }
 
 fattn::AttnBwdParams ref_params(const Inst &in) {

@@ -9,22 +9,15 @@
 #include "cpu/ref/attn_ref.h"
 #include "test/attn_cases.h"
 #include "test/backend_mem.h"
+#include "test/host_par.h"
 
 namespace fattn_test {
 
 enum BufId { BUF_Q, BUF_K, BUF_V, BUF_DO, BUF_BIAS, BUF_O, BUF_LSE, BUF_DQ, BUF_DK, BUF_DV, NUM_BUFS };
 
-struct Buf {
-    const char *name = "";
-    fattn_dtype dt = FATTN_F32;
-    int64_t elems = 0;                  // the extent views reach (the guard comes after it)
-    bool output = false;
-    std::vector<unsigned char> host;    // inputs: the values; outputs: the last download
-    std::vector<unsigned char> cover;   // per element: 1 where a view of this buffer lives
-    DevBuf dev;
-    size_t esz() const { return fattn_dtype_size(dt); }
-    size_t bytes() const { return size_t(elems) * esz(); }
-};
+// Bytes after every output, workspace and saved buffer (and every device input) that must keep
+// the poison byte.
+constexpr size_t kGuardBytes = 256;
 
 struct View {
     int buf = -1;
@@ -34,6 +27,36 @@ struct View {
     int64_t at(int64_t a, int64_t b, int64_t c, int64_t d) const {
         return off + a * nb[0] + b * nb[1] + c * nb[2] + d * nb[3];
     }
+    int64_t size() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
+    // True when the view is a permutation of exactly the elements [off, off + size()).
+    bool compact() const;
+};
+
+// f(a, b, c, d, element) for every cell of v, in logical order.
+template <class F>
+void for_each4(const View &v, F &&f) {
+    for (int64_t a = 0; a < v.ne[0]; ++a)
+        for (int64_t b = 0; b < v.ne[1]; ++b)
+            for (int64_t c = 0; c < v.ne[2]; ++c)
+                for (int64_t d = 0; d < v.ne[3]; ++d) f(a, b, c, d, v.at(a, b, c, d));
+}
+
+struct Buf {
+    const char *name = "";
+    fattn_dtype dt = FATTN_F32;
+    int64_t elems = 0;                  // the extent views reach (the guard comes after it)
+    bool output = false;
+    HostBytes host;                     // inputs: the values; outputs: the last download (+ guard)
+    // Which elements views cover: all of them when `dense` (one compact view spanning the
+    // buffer: no per-element map); else a bit per element in cover_bits.
+    std::vector<View> views;
+    bool dense = false;
+    std::vector<uint64_t> cover_bits;
+    int64_t n_inf = 0;                  // covered cells that came back +-inf (set by run_lib)
+    DevBuf dev;
+    size_t esz() const { return fattn_dtype_size(dt); }
+    size_t bytes() const { return size_t(elems) * esz(); }
+    bool covered(int64_t e) const { return dense || ((cover_bits[size_t(e >> 6)] >> (e & 63)) & 1u); }
 };
 
 struct Inst {
@@ -46,7 +69,8 @@ struct Inst {
     bool has_bias() const { return bias.buf >= 0; }
 };
 
-// Lays out the case and fills its inputs (deterministic per case name).
+// Lays out the case and fills its inputs (deterministic per case name; the same values whatever
+// the number of host threads).
 void setup_inst(const AttnCase &c, Inst *in);
 
 // The oracle's view of the inputs of `in` (host pointers; masks in the normalized form).

@@ -1,6 +1,10 @@
 // backend_mem.cpp — contexts and buffers for fattn-test (see backend_mem.h).
 #include "test/backend_mem.h"
 
+#include "test/host_par.h"
+
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -56,10 +60,16 @@ void DevBuf::release() {
     bytes_ = 0;
 }
 
+// Host memory of the CPU backend: big copies, fills and compares on every core (fixed 16 MiB
+// blocks).
+constexpr int64_t kHostBlock = int64_t(16) << 20;
+
 bool DevBuf::upload(const void *host, size_t bytes, size_t offset) {
     if (offset + bytes > bytes_) return false;
     if (kind_ == BackendKind::CPU) {
-        if (bytes) std::memcpy(static_cast<char *>(ptr_) + offset, host, bytes);
+        char *d = static_cast<char *>(ptr_) + offset;
+        const char *h = static_cast<const char *>(host);
+        par_range(int64_t(bytes), kHostBlock, [&](int64_t a, int64_t b) { std::memcpy(d + a, h + a, size_t(b - a)); });
         return true;
     }
 #ifdef FATTN_WITH_CUDA
@@ -72,7 +82,9 @@ bool DevBuf::upload(const void *host, size_t bytes, size_t offset) {
 bool DevBuf::download(void *host, size_t bytes, size_t offset) const {
     if (offset + bytes > bytes_) return false;
     if (kind_ == BackendKind::CPU) {
-        if (bytes) std::memcpy(host, static_cast<const char *>(ptr_) + offset, bytes);
+        const char *d = static_cast<const char *>(ptr_) + offset;
+        char *h = static_cast<char *>(host);
+        par_range(int64_t(bytes), kHostBlock, [&](int64_t a, int64_t b) { std::memcpy(h + a, d + a, size_t(b - a)); });
         return true;
     }
 #ifdef FATTN_WITH_CUDA
@@ -82,10 +94,41 @@ bool DevBuf::download(void *host, size_t bytes, size_t offset) const {
 #endif
 }
 
-bool DevBuf::poison() {
-    // A NaN host buffer copied in (not a memset), so the CUDA path exercises the same copy.
-    std::vector<unsigned char> nan(bytes_, kPoisonByte);
-    return upload(nan.data(), bytes_);
+// Big buffers (the --large cases hold several GiB) go through one chunk at a time.
+constexpr size_t kChunk = size_t(64) << 20;
+
+bool DevBuf::poison(size_t from) {
+    if (from >= bytes_) return from == bytes_;
+    if (kind_ == BackendKind::CPU) {
+        char *d = static_cast<char *>(ptr_) + from;
+        par_range(int64_t(bytes_ - from), kHostBlock, [&](int64_t a, int64_t b) { std::memset(d + a, kPoisonByte, size_t(b - a)); });
+        return true;
+    }
+    // CUDA: a NaN host buffer copied in (not a cudaMemset), so poisoning exercises the same copy
+    // as the uploads.
+    std::vector<unsigned char> nan(std::min(kChunk, bytes_ - from), kPoisonByte);
+    for (size_t o = from; o < bytes_; o += nan.size())
+        if (!upload(nan.data(), std::min(nan.size(), bytes_ - o), o)) return false;
+    return true;
+}
+
+bool DevBuf::equals(const void *host, size_t bytes, size_t offset) const {
+    if (offset + bytes > bytes_) return false;
+    const char *h = static_cast<const char *>(host);
+    if (kind_ == BackendKind::CPU) {
+        const char *d = static_cast<const char *>(ptr_) + offset;
+        std::atomic<bool> same{true};
+        par_range(int64_t(bytes), kHostBlock, [&](int64_t a, int64_t b) {
+            if (same && std::memcmp(d + a, h + a, size_t(b - a)) != 0) same = false;
+        });
+        return same;
+    }
+    std::vector<char> tmp(std::min(kChunk, bytes));
+    for (size_t o = 0; o < bytes; o += tmp.size()) {
+        const size_t n = std::min(tmp.size(), bytes - o);
+        if (!download(tmp.data(), n, offset + o) || std::memcmp(tmp.data(), h + o, n) != 0) return false;
+    }
+    return true;
 }
 
 void backend_sync(BackendKind b) {

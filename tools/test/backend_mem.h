@@ -33,7 +33,9 @@ public:
     size_t bytes() const { return bytes_; }
     bool upload(const void *host, size_t bytes, size_t offset = 0);
     bool download(void *host, size_t bytes, size_t offset = 0) const;
-    bool poison();  // every byte = kPoisonByte
+    bool poison(size_t from = 0);  // every byte from `from` on = kPoisonByte
+    // True if bytes [offset, offset + bytes) equal host (compared in chunks: no full copy).
+    bool equals(const void *host, size_t bytes, size_t offset = 0) const;
 
 private:
     BackendKind kind_ = BackendKind::CPU;
