@@ -27,6 +27,7 @@ struct KArgs {
     int64_t map_nh, map_nm, map_nn;
     float *delta;             // bwd: rowsum(dO∘O) [B_view, Hq, total_q]
     bool vec;                 // 16-byte cp.async loads are legal (alignment, strides, d % 8)
+    bool bias_pair;           // the bias pointer is aligned to two elements (load_bias_pair)
 };
 
 __device__ __forceinline__ float to_f(float x) { return x; }
@@ -46,6 +47,40 @@ __device__ __forceinline__ float load_bias(const void *bias, fattn_dtype dt, int
     case FATTN_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[off]);
     default: return static_cast<const float *>(bias)[off];
     }
+}
+
+// The bias values of keys kj and kj + 1 of one row (offset rb of the row's key 0) into b[0..1],
+// for a thread whose accumulator pair covers two adjacent keys. Rows past the sequence (row_ok
+// false) and keys past lkv read nothing (0). pair: one 4-byte (f16/bf16) or 8-byte (f32) load,
+// legal when the base pointer is aligned to it (KArgs::bias_pair), rb + kj is even and both keys
+// are in range; otherwise two element loads.
+__device__ __forceinline__ void load_bias_pair(const void *bias, fattn_dtype dt, bool pair_ok, bool row_ok,
+                                               int64_t rb, int64_t kj, int64_t lkv, float (&b)[2]) {
+    b[0] = b[1] = 0.f;
+    if (!row_ok) return;
+    const int64_t off = rb + kj;
+    if (pair_ok && ((off & 1) == 0) && kj + 1 < lkv) {
+        switch (dt) {
+        case FATTN_F16: {
+            const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(static_cast<const __half *>(bias) + off));
+            b[0] = v.x, b[1] = v.y;
+            return;
+        }
+        case FATTN_BF16: {
+            const float2 v = __bfloat1622float2(
+                *reinterpret_cast<const __nv_bfloat162 *>(static_cast<const __nv_bfloat16 *>(bias) + off));
+            b[0] = v.x, b[1] = v.y;
+            return;
+        }
+        default: {
+            const float2 v = *reinterpret_cast<const float2 *>(static_cast<const float *>(bias) + off);
+            b[0] = v.x, b[1] = v.y;
+            return;
+        }
+        }
+    }
+    if (kj < lkv) b[0] = load_bias(bias, dt, off);
+    if (kj + 1 < lkv) b[1] = load_bias(bias, dt, off + 1);
 }
 
 // Key tiles [n_first, n_last] (tile size bn) that rows [m0, m1) of a sequence may see.

@@ -118,17 +118,20 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
                 int64_t lo, hi;
                 key_range(p, qi, lq, lkv, &lo, &hi);
                 if (qi >= lq) hi = -1;  // a row past the sequence sees nothing
+                const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
 #pragma unroll
-                for (int j = 0; j < NS; ++j)
+                for (int j = 0; j < NS; ++j) {
+                    const int64_t kj0 = n0 + j * 8 + 2 * t4;
+                    float bv[2];
+                    load_bias_pair(p.bias, p.bias_dtype, a.bias_pair, use_bias && qi < lq, rb, kj0, lkv, bv);
 #pragma unroll
                     for (int e = e0; e < e0 + 2; ++e) {
-                        const int64_t kj = n0 + j * 8 + 2 * t4 + (e & 1);
+                        const int64_t kj = kj0 + (e & 1);
                         const bool ok = full || (kj < lkv && kj >= lo && kj <= hi);
-                        float x = s[t][j][e] * sl2;
-                        if (ok && use_bias)
-                            x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj) * kLog2e;
+                        const float x = s[t][j][e] * sl2 + bv[e & 1] * kLog2e;
                         s[t][j][e] = ok ? x : -INFINITY;
                     }
+                }
             }
         }
 #pragma unroll
