@@ -5,7 +5,7 @@
 // oracle's sampled layer (fattn::ref::attn_row / attn_key) run on the part of the sequence the
 // sample needs: the params' mask is a band c1 <= j - i <= c2 (attn_params.h), so cutting the same
 // tokens off the front (and the back) of q and kv keeps every mask, and a row of a 64-key window
-// costs 64 keys whatever S is. Which rows: random ones, plus fixed ones where addressing breaks
+// costs 64 keys whatever S is (a bias's -inf entries narrow the part further). Which rows: random ones, plus fixed ones where addressing breaks
 // first — the first and last rows of the first and last sequences, and the rows on either side
 // of element offsets 2^31 and 2^32 of o, lse and dq (keys likewise for dk, dv). Every element is
 // still checked for NaN / unwritten poison / guards by run_lib, and for ±inf here (b.n_inf).
@@ -75,35 +75,60 @@ Sub cut(const fattn::AttnBwdParams &a, const Span &q, int64_t i0, int64_t i1, in
     return r;
 }
 
-// The oracle's row i of head h in sequence s, on the keys it may see.
+// Whether some head of [h0, h1) has a bias other than -inf at (row i, key j) of the sequence.
+bool bias_open(const fattn::AttnBwdParams &a, const Span &q, int64_t h0, int64_t h1, int64_t i, int64_t j) {
+    if (!a.bias) return true;
+    for (int64_t h = h0; h < h1; ++h)
+        if (fattn::ref::decode(a.bias, a.bias_dtype, q.b * a.bias_sb + h * a.bias_sh + (q.q0 + i) * a.bias_si + q.k0 + j) !=
+            -std::numeric_limits<double>::infinity())
+            return true;
+    return false;
+}
+
+// The oracle's row i of head h in sequence s, on the keys it may see (mask band, then the bias).
 void row_ref(const fattn::AttnBwdParams &a, int64_t s, const Span &q, int64_t h, int64_t i, fattn::ref::RowRef *r) {
     const Band bd = band_of(a, q);
-    const int64_t j0 = std::max<int64_t>(0, i + bd.c1), j1 = std::min(q.lk - 1, i + bd.c2);
+    int64_t j0 = std::max<int64_t>(0, i + bd.c1), j1 = std::min(q.lk - 1, i + bd.c2);
+    while (j0 <= j1 && !bias_open(a, q, h, h + 1, i, j0)) ++j0;
+    while (j1 > j0 && !bias_open(a, q, h, h + 1, i, j1)) --j1;
     if (j0 > j1) return fattn::ref::attn_row(a, s, h, i, r);  // sees no key: cheap on the whole
     const Sub sb = cut(a, q, i, i, j0, j1);
     fattn::ref::attn_row(sb.p, 0, h, i - sb.t, r);
 }
 
-// Key j of sequence s: the problem its dk/dv needs (the rows that may see it, and every key those
-// rows may see) and an estimate of the oracle's multiply-adds on it.
+// Key j (kv head hk) of sequence s: the problem its dk/dv needs — the rows that may see it, and
+// every key those rows may see (mask band, narrowed by the bias where scanning it is cheap) —
+// and an estimate of the oracle's multiply-adds there.
 struct KeyPlan {
     Sub sub;
     bool whole = false;  // no row may see the key: the oracle on the whole sequence (no rows to do)
     double cost = 0;
 };
 
-KeyPlan plan_key(const fattn::AttnBwdParams &a, const Span &q, int64_t j) {
+KeyPlan plan_key(const fattn::AttnBwdParams &a, const Span &q, int64_t hk, int64_t j) {
     const Band bd = band_of(a, q);
-    const int64_t i0 = std::max<int64_t>(0, j - bd.c2), i1 = std::min(q.lq - 1, j - bd.c1);
+    const int64_t g = a.group(), h0 = hk * g, h1 = h0 + g;
+    int64_t i0 = std::max<int64_t>(0, j - bd.c2), i1 = std::min(q.lq - 1, j - bd.c1);
+    while (i0 <= i1 && !bias_open(a, q, h0, h1, i0, j)) ++i0;
+    while (i1 > i0 && !bias_open(a, q, h0, h1, i1, j)) --i1;
     KeyPlan kp;
     if (i0 > i1) {
         kp.whole = true;
-        kp.cost = double(q.lq) * double(a.group());
+        kp.cost = double(q.lq) * double(g);
         return kp;
     }
-    const int64_t j0 = std::max<int64_t>(0, i0 + bd.c1), j1 = std::min(q.lk - 1, i1 + bd.c2);
+    int64_t j0 = std::max<int64_t>(0, i0 + bd.c1), j1 = std::min(q.lk - 1, i1 + bd.c2);
+    if (a.bias && double(i1 - i0 + 1) * double(g) * double(j1 - j0 + 1) <= 5e7) {  // keys no such row sees
+        auto open = [&](int64_t jj) {
+            for (int64_t i = std::max(i0, jj - bd.c2); i <= std::min(i1, jj - bd.c1); ++i)
+                if (bias_open(a, q, h0, h1, i, jj)) return true;
+            return false;
+        };
+        while (j0 < j && !open(j0)) ++j0;
+        while (j1 > j && !open(j1)) --j1;
+    }
     kp.sub = cut(a, q, i0, i1, j0, j1);
-    kp.cost = double(i1 - i0 + 1) * double(a.group()) * double(j1 - j0 + 1) * double(a.d + a.dim_v);
+    kp.cost = double(i1 - i0 + 1) * double(g) * double(j1 - j0 + 1) * double(a.d + a.dim_v);
     return kp;
 }
 
@@ -190,14 +215,19 @@ bool judge_sampled(const Inst &in, double tol, double lse_tol, std::string *msg,
         if (lq > 0) add(false, s, h, int64_t(rng() % uint64_t(lq)));
     }
 
-    // ---- rows: o, lse, dq
+    // ---- rows: o, lse, dq (the oracle on every core, one row each; summed in order)
     double n_o = 0, d_o = 0, n_l = 0, d_l = 0, n_q = 0, d_q = 0, n_k = 0, d_k = 0, n_v = 0, d_v = 0;
     int64_t nrows = 0, masked = 0, multi = 0, nkeys = 0, unseen = 0, skipped = 0;
-    for (auto &[s, h, i] : rows) {
+    std::vector<fattn::ref::RowRef> refs(rows.size());
+    par_chunks(int64_t(rows.size()), [&](int64_t k) {
+        const auto &[s, h, i] = rows[size_t(k)];
+        row_ref(a, s, span_of(in, s), h, i, &refs[size_t(k)]);
+    });
+    for (size_t k = 0; k < rows.size(); ++k) {
+        const auto &[s, h, i] = rows[k];
         const Span q = span_of(in, s);
         const int64_t b = q.b, gi = q.q0 + i;
-        fattn::ref::RowRef r;
-        row_ref(a, s, q, h, i, &r);
+        const fattn::ref::RowRef &r = refs[k];
         ++nrows;
         multi += r.nvis >= 2;
         const double lse = lib(bl, in.lse.at(b, h, gi, 0));
@@ -222,13 +252,14 @@ bool judge_sampled(const Inst &in, double tol, double lse_tol, std::string *msg,
 
     // ---- keys: dk, dv. The fixed keys, then random tries (half near the end of the sequence,
     // where causal keys are seen by few rows) up to so.keys more; a key whose oracle would cost
-    // over ~4e9 multiply-adds is left out. The oracle runs on every core (each key on its own,
-    // summed in order below); keys not started within 30 s are left out too.
+    // over kKeyCost multiply-adds (~1 s) is left out. The oracle runs on every core (each key on
+    // its own, summed in order below); keys not started within 20 s are left out too.
+    constexpr double kKeyCost = 2.5e8;
     std::vector<KeyPlan> plans;
     std::vector<std::tuple<int64_t, int64_t, int64_t>> todo;
     auto take = [&](int64_t s, int64_t hk, int64_t j) {
-        KeyPlan kp = plan_key(a, span_of(in, s), j);
-        if (kp.cost > 4e9) return ++skipped, false;
+        KeyPlan kp = plan_key(a, span_of(in, s), hk, j);
+        if (kp.cost > kKeyCost) return ++skipped, false;
         plans.push_back(kp), todo.push_back({s, hk, j});
         return true;
     };
@@ -241,7 +272,7 @@ bool judge_sampled(const Inst &in, double tol, double lse_tol, std::string *msg,
         if (keyset.insert({s, hk, j}).second) done += take(s, hk, j);
     }
     std::vector<std::vector<double>> rks(todo.size()), rvs(todo.size());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     par_chunks(int64_t(todo.size()), [&](int64_t k) {
         if (std::chrono::steady_clock::now() > deadline) return;
         const auto &[s, hk, j] = todo[size_t(k)];
