@@ -97,12 +97,21 @@ torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_availab
         2>&1 | tee "$OUT/import.log"
 
     # ---------------------------------------------------------------- 2. pytest
-    echo "== [$(elapsed)s] pytest python/tests -k '$PYTEST_K'"
+    # test_path_fla.py imports FLA (fla-core) as its oracle on purpose (CI installs it and runs the
+    # file: PaTH is CPU-only). The GPU machine has no network and no FLA: leave that file out there
+    # and say so in the summary line, rather than fail collection or skip silently.
+    PYTEST_IGNORE=()
+    fla_note=""
+    if ! (cd /tmp && "$PY" -c "import fla.ops.path_attn.naive" >/dev/null 2>&1); then
+        PYTEST_IGNORE=(--ignore "$ROOT/python/tests/test_path_fla.py")
+        fla_note=" (test_path_fla.py not run: no fla-core on this machine; CI runs it)"
+    fi
+    echo "== [$(elapsed)s] pytest python/tests -k '$PYTEST_K'${fla_note}"
     tmax=$(slice 60)
     run "$tmax" "$OUT/pytest.log" "$PY" -m pytest -q -rs -p no:cacheprovider -k "$PYTEST_K" \
-        --rootdir "$ROOT/python" --junitxml "$OUT/pytest.xml" "$ROOT/python/tests"
+        --rootdir "$ROOT/python" --junitxml "$OUT/pytest.xml" ${PYTEST_IGNORE[@]+"${PYTEST_IGNORE[@]}"} "$ROOT/python/tests"
     prc=$RC
-    tests="$(grep -E '[0-9]+ (passed|failed|error|skipped)' "$OUT/pytest.log" | tail -n 1 | sed 's/=//g;s/^ *//;s/ *$//')"
+    tests="$(grep -E '[0-9]+ (passed|failed|error|skipped)' "$OUT/pytest.log" | tail -n 1 | sed 's/=//g;s/^ *//;s/ *$//')${fla_note}"
     [ $prc -eq 124 ] && tests="TIMEOUT after $tmax s ${tests}"
     [ -z "$tests" ] && tests="no result (rc $prc)"
     grep -E '^(FAILED|ERROR)' "$OUT/pytest.log" | head -n 20
