@@ -110,6 +110,27 @@ void check_written(Buf &b, std::vector<std::string> *errs) {
     if (w.oob) errs->push_back(fmt("%s: %lld bytes written outside its views (guard/gap)", b.name, (long long)w.oob));
 }
 
+void score_outputs(const double (&e)[5], double tol, double lse_tol, std::string *line, std::vector<std::string> *errs) {
+    static const char *const names[5] = {"o", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < 5; ++i) {
+        // lse: judged by the arithmetic's tolerance, not by the storage dtype's (lse_tolerance).
+        const double t = i == 1 ? std::min(tol, lse_tol) : tol;
+        *line += fmt("%s %.1e ", names[i], e[i]);
+        if (!(e[i] <= t)) errs->push_back(fmt("%s error %.2e > tol %.0e", names[i], e[i], t));
+    }
+}
+
+bool verdict(const std::vector<std::string> &errs, const std::string &line, std::string *msg) {
+    if (errs.empty()) {
+        *msg = line;
+        return true;
+    }
+    std::string m;
+    for (size_t i = 0; i < errs.size() && i < 6; ++i) m += (i ? "; " : "") + errs[i];
+    *msg = m + " | " + line;
+    return false;
+}
+
 // Compares the library's outputs (already downloaded into in.buf) with the oracle's.
 bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, double lse_tol, std::string *msg) {
     const AttnCase &c = *in.c;
@@ -180,29 +201,13 @@ bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, double lse_
     for (double e : r.dv) dv_rms += e * e;
     dv_rms = r.dv.empty() ? 0 : std::sqrt(dv_rms / double(r.dv.size()));
     double e_dq = rel_rms(dq, r.dq, live_dq, dv_rms), e_dk = rel_rms(dk, r.dk, {}, dv_rms), e_dv = rel_rms(dv, r.dv, {});
-    struct {
-        const char *n;
-        double e;
-    } es[] = {{"o", e_o}, {"lse", e_lse}, {"dq", e_dq}, {"dk", e_dk}, {"dv", e_dv}};
     std::string line;
-    // lse: judged by the arithmetic's tolerance, not by the storage dtype's (lse_tolerance).
-    for (auto &x : es) {
-        const double t = std::strcmp(x.n, "lse") == 0 ? std::min(tol, lse_tol) : tol;
-        line += fmt("%s %.1e ", x.n, x.e);
-        if (!(x.e <= t)) errs.push_back(fmt("%s error %.2e > tol %.0e", x.n, x.e, t));
-    }
+    score_outputs({e_o, e_lse, e_dq, e_dk, e_dv}, tol, lse_tol, &line, &errs);
     line += fmt("(tol %.0e", tol);
     if (masked_rows) line += fmt(", %lld masked rows", (long long)masked_rows);
     if (unseen) line += fmt(", %lld unseen keys", (long long)unseen);
     line += ")";
-    if (!errs.empty()) {
-        std::string m;
-        for (size_t i = 0; i < errs.size() && i < 6; ++i) m += (i ? "; " : "") + errs[i];
-        *msg = m + " | " + line;
-        return false;
-    }
-    *msg = line;
-    return true;
+    return verdict(errs, line, msg);
 }
 
 // Large cases: the oracle's sampled layer on 48 query rows and up to 16 keys (those whose

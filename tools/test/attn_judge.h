@@ -36,6 +36,10 @@ void check_written(Buf &b, std::vector<std::string> *errs);
 
 // Every output against the dense oracle (small and medium cases).
 bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, double lse_tol, std::string *msg);
+// Shared by judge and judge_sampled: "o e lse e dq e dk e dv e " into *line and one error per
+// output above its bar (tol; lse: min(tol, lse_tol)); then the verdict message (first 6 errors | line).
+void score_outputs(const double (&e)[5], double tol, double lse_tol, std::string *line, std::vector<std::string> *errs);
+bool verdict(const std::vector<std::string> &errs, const std::string &line, std::string *msg);
 
 // What the sampled judge looks at. Besides `rows` and `keys` random picks, it always takes the
 // first and last rows and keys of the first and last sequences, and the rows (keys) on either

@@ -313,31 +313,16 @@ bool judge_sampled(const Inst &in, double tol, double lse_tol, std::string *msg,
             break;
         }
     const double dv_ms = nkeys ? d_v / double(nkeys * c.Dv) : 0.0;  // mean square of the reference dv
-    const struct {
-        const char *n;
-        double e;
-    } es[] = {{"o", rel(n_o, d_o)}, {"lse", rel(n_l, d_l)}, {"dq", rel(n_q, d_q, dv_ms * double(c.D * (nrows - masked)))},
-              {"dk", rel(n_k, d_k, dv_ms * double(c.D * nkeys))}, {"dv", rel(n_v, d_v)}};
     std::string line;
-    // lse: judged by the arithmetic's tolerance, not by the storage dtype's (lse_tolerance).
-    for (auto &x : es) {
-        const double t = std::strcmp(x.n, "lse") == 0 ? std::min(tol, lse_tol) : tol;
-        line += fmt("%s %.1e ", x.n, x.e);
-        if (!(x.e <= t)) errs.push_back(fmt("%s error %.2e > tol %.0e", x.n, x.e, t));
-    }
+    score_outputs({rel(n_o, d_o), rel(n_l, d_l), rel(n_q, d_q, dv_ms * double(c.D * (nrows - masked))),
+                   rel(n_k, d_k, dv_ms * double(c.D * nkeys)), rel(n_v, d_v)},
+                  tol, lse_tol, &line, &errs);
     line += fmt("(tol %.0e; sampled %lld rows, %lld masked; %lld keys, %lld unseen", tol, (long long)nrows, (long long)masked,
                 (long long)nkeys, (long long)unseen);
     if (skipped) line += fmt(", %lld keys left out: too costly or late", (long long)skipped);
     line += ")";
     if (nkeys == 0) line += " [no key cheap enough: dk/dv only checked for NaN/inf/guards]";
-    if (!errs.empty()) {
-        std::string m;
-        for (size_t i = 0; i < errs.size() && i < 6; ++i) m += (i ? "; " : "") + errs[i];
-        *msg = m + " | " + line;
-        return false;
-    }
-    *msg = line;
-    return true;
+    return verdict(errs, line, msg);
 }
 
 }  // namespace fattn_test
