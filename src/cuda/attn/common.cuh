@@ -83,6 +83,28 @@ __device__ __forceinline__ void load_bias_pair(const void *bias, fattn_dtype dt,
     if (kj + 1 < lkv) b[1] = load_bias(bias, dt, off + 1);
 }
 
+// Where one sequence's rows start in each view: q and dout for query head h, k and v for kv head
+// hk, and the offset of the bias plane of (sequence, h). Row r of the sequence is base + r·(token stride).
+template <typename T>
+__device__ __forceinline__ const T *seq_q(const AttnFwdParams &p, const SeqRange &sr, int64_t h) {
+    return static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
+}
+template <typename T>
+__device__ __forceinline__ const T *seq_k(const AttnFwdParams &p, const SeqRange &sr, int64_t hk) {
+    return static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
+}
+template <typename T>
+__device__ __forceinline__ const T *seq_v(const AttnFwdParams &p, const SeqRange &sr, int64_t hk) {
+    return static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+}
+template <typename T>
+__device__ __forceinline__ const T *seq_dout(const AttnBwdParams &p, const SeqRange &sr, int64_t h) {
+    return static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
+}
+__device__ __forceinline__ int64_t seq_bias(const AttnFwdParams &p, const SeqRange &sr, int64_t h) {
+    return sr.batch_index * p.bias_sb + h * p.bias_sh;
+}
+
 // Key tiles [n_first, n_last] (tile size bn) that rows [m0, m1) of a sequence may see.
 __device__ __forceinline__ void key_tiles(const AttnFwdParams &p, int64_t m0, int64_t m1,
                                           int64_t lq, int64_t lkv, int bn, int64_t *n_first,

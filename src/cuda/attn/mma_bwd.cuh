@@ -38,11 +38,11 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     if (m0 >= lq) return;
     const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
     const int64_t hk = h / p.group();
-    const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
-    const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
-    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
-    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
-    const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+    const T *gQ = seq_q<T>(p, sr, h);
+    const T *gdO = seq_dout<T>(p, sr, h);
+    const T *gK = seq_k<T>(p, sr, hk);
+    const T *gV = seq_v<T>(p, sr, hk);
+    const int64_t bb = seq_bias(p, sr, h);
 
     const KeyTiles kt(p, a, sr, h, m0, m1, BN);
     const int n_last = kt.last;
@@ -220,8 +220,8 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     if (n0 >= lkv) return;
     const int64_t n1 = n0 + BN < lkv ? n0 + BN : lkv;
     const int G = int(p.group());
-    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
-    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+    const T *gK = seq_k<T>(p, sr, hk);
+    const T *gV = seq_v<T>(p, sr, hk);
     const int64_t mb = p.bias_sb ? sr.batch_index : 0;
 
     int64_t i_lo, i_hi;
@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     };
     auto load_q = [&](int idx, int buf) {
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
-        const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + (sr.q_begin + m0) * p.q_ss + h * p.q_sh;
-        const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + (sr.q_begin + m0) * p.do_ss + h * p.do_sh;
+        const T *gQ = seq_q<T>(p, sr, h) + m0 * p.q_ss;
+        const T *gdO = seq_dout<T>(p, sr, h) + m0 * p.do_ss;
         mma_load_tile<T, BM, DB, NT>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
         mma_load_tile<T, BM, DB, NT>(sdO + buf * BM * ST, gdO, p.do_ss, lq - m0, p.dim_v, a.vec);
         // lse and δ of the tile's rows ride the same cp.async group (zero past the sequence end,
@@ -288,7 +288,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         const T *cQ = sQ + buf * BM * ST, *cdO = sdO + buf * BM * ST;
         const float *cL = sL + buf * BM, *cD = sD + buf * BM;
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
-        const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+        const int64_t bb = seq_bias(p, sr, h);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [16 key rows per warp, BM queries]
         float st[NQ][4], dpt[NQ][4];

@@ -33,10 +33,10 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     if (m0 >= lq) return;
     const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
     const int64_t hk = h / p.group();
-    const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
-    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
-    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
-    const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+    const T *gQ = seq_q<T>(p, sr, h);
+    const T *gK = seq_k<T>(p, sr, hk);
+    const T *gV = seq_v<T>(p, sr, hk);
+    const int64_t bb = seq_bias(p, sr, h);
 
     const KeyTiles kt(p, a, sr, h, m0, m1, BN);
     const int n_last = kt.last;

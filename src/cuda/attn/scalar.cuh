@@ -43,10 +43,10 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
     if (m0 >= lq) return;
     const int64_t m1 = m0 + R < lq ? m0 + R : lq;
     const int64_t hk = h / p.group();
-    const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
-    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
-    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
-    const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+    const T *gQ = seq_q<T>(p, sr, h);
+    const T *gK = seq_k<T>(p, sr, hk);
+    const T *gV = seq_v<T>(p, sr, hk);
+    const int64_t bb = seq_bias(p, sr, h);
 
     sc_load_rows<T, R, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
 
@@ -132,11 +132,11 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
     if (m0 >= lq) return;
     const int64_t m1 = m0 + R < lq ? m0 + R : lq;
     const int64_t hk = h / p.group();
-    const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
-    const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
-    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
-    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
-    const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+    const T *gQ = seq_q<T>(p, sr, h);
+    const T *gdO = seq_dout<T>(p, sr, h);
+    const T *gK = seq_k<T>(p, sr, hk);
+    const T *gV = seq_v<T>(p, sr, hk);
+    const int64_t bb = seq_bias(p, sr, h);
 
     sc_load_rows<T, R, ST>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
     sc_load_rows<T, R, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);
@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
     const int64_t n0 = int64_t(blockIdx.x) * R;
     if (n0 >= lkv) return;
     const int64_t n1 = n0 + R < lkv ? n0 + R : lkv;
-    const T *gK = static_cast<const T *>(p.k) + sr.batch_index * p.k_sb + sr.kv_begin * p.k_ss + hk * p.k_sh;
-    const T *gV = static_cast<const T *>(p.v) + sr.batch_index * p.v_sb + sr.kv_begin * p.v_ss + hk * p.v_sh;
+    const T *gK = seq_k<T>(p, sr, hk);
+    const T *gV = seq_v<T>(p, sr, hk);
     sc_load_rows<T, R, ST>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
     sc_load_rows<T, R, ST>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, DB);
 
@@ -232,9 +232,9 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
     for (int u = 0; u < OC; ++u) dk[u] = dv[u] = 0.f;
     for (int64_t hh = 0; hh < p.group(); ++hh) {
         const int64_t h = hk * p.group() + hh;
-        const T *gQ = static_cast<const T *>(p.q) + sr.batch_index * p.q_sb + sr.q_begin * p.q_ss + h * p.q_sh;
-        const T *gdO = static_cast<const T *>(p.dout) + sr.batch_index * p.do_sb + sr.q_begin * p.do_ss + h * p.do_sh;
-        const int64_t bb = sr.batch_index * p.bias_sb + h * p.bias_sh;
+        const T *gQ = seq_q<T>(p, sr, h);
+        const T *gdO = seq_dout<T>(p, sr, h);
+        const int64_t bb = seq_bias(p, sr, h);
         const int64_t mh = p.bias_sh ? h : 0;
         auto dead = [&](int64_t t) {
             const int64_t m0 = t * C, m1 = m0 + C < lq ? m0 + C : lq;

@@ -92,12 +92,30 @@ struct GemmOp {
     int64_t batch;
 };
 
+cublasComputeType_t compute_type(const AttnFwdParams &p) {
+    if (p.dtype == FATTN_F32 && p.prec == FATTN_PREC_TF32) return CUBLAS_COMPUTE_32F_FAST_TF32;
+    return CUBLAS_COMPUTE_32F;
+}
+
 struct Runner {
     cublasHandle_t h = nullptr;
     cudaStream_t st = nullptr;
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
     std::string *err = nullptr;
 
+    // The device's cuBLAS handle bound to the call's stream, the GEMM compute type of p's precision.
+    fattn_status open(const AttnFwdParams &p, int device, std::string *e) {
+        err = e;
+        h = handle_for(device, err);
+        if (!h) return FATTN_ERR_DEVICE;
+        st = static_cast<cudaStream_t>(p.stream);
+        compute = compute_type(p);
+        if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) {
+            if (err) *err = "exact: cublasSetStream failed";
+            return FATTN_ERR_DEVICE;
+        }
+        return FATTN_OK;
+    }
     fattn_status gemm(const GemmOp &g, const char *what) {
         if (g.m == 0 || g.n == 0 || g.batch == 0) return FATTN_OK;
         cublasStatus_t s = cublasGemmStridedBatchedEx(
@@ -193,11 +211,6 @@ fattn_status host_seqs(const AttnFwdParams &p, std::vector<SeqRange> *out, std::
     return FATTN_OK;
 }
 
-cublasComputeType_t compute_type(const AttnFwdParams &p) {
-    if (p.dtype == FATTN_F32 && p.prec == FATTN_PREC_TF32) return CUBLAS_COMPUTE_32F_FAST_TF32;
-    return CUBLAS_COMPUTE_32F;
-}
-
 bool fits_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
 
 // cuBLAS takes int dims and leading dimensions, and needs ld >= rows of the col-major matrix.
@@ -261,15 +274,7 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, voi
     }
     DeviceGuard guard(dev.device);
     Runner R;
-    R.h = handle_for(dev.device, err);
-    if (!R.h) return FATTN_ERR_DEVICE;
-    R.st = static_cast<cudaStream_t>(p.stream);
-    R.compute = compute_type(p);
-    R.err = err;
-    if (cublasSetStream(R.h, R.st) != CUBLAS_STATUS_SUCCESS) {
-        if (err) *err = "exact: cublasSetStream failed";
-        return FATTN_ERR_DEVICE;
-    }
+    EXACT_TRY(R.open(p, dev.device, err));
     std::vector<SeqRange> seqs;
     EXACT_TRY(host_seqs(p, &seqs, err));
 
@@ -355,15 +360,7 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const void *save
     if (no("dout", p.do_ss, Dv) || no("dq", p.dq_ss, p.d)) return FATTN_ERR_UNSUPPORTED;
     DeviceGuard guard(dev.device);
     Runner R;
-    R.h = handle_for(dev.device, err);
-    if (!R.h) return FATTN_ERR_DEVICE;
-    R.st = static_cast<cudaStream_t>(p.stream);
-    R.compute = compute_type(p);
-    R.err = err;
-    if (cublasSetStream(R.h, R.st) != CUBLAS_STATUS_SUCCESS) {
-        if (err) *err = "exact: cublasSetStream failed";
-        return FATTN_ERR_DEVICE;
-    }
+    EXACT_TRY(R.open(p, dev.device, err));
     std::vector<SeqRange> seqs;
     EXACT_TRY(host_seqs(p, &seqs, err));
 
