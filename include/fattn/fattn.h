@@ -122,6 +122,21 @@ FATTN_API int fattn_ctx_nthreads(const fattn_ctx_t *ctx);          /* CPU: resol
 FATTN_API fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads);
 FATTN_API fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream); /* CUDA only */
 
+/* Which CUDA kernel family a context may run (CUDA contexts only; the CPU accepts AUTO alone).
+ *   AUTO      the fastest family that serves the request on this device (default)
+ *   PORTABLE  the sm_80+ family only (mma.sync tensor cores, strict-f32 scalar kernels), also on
+ *             a Hopper GPU: for A/B runs and for testing that family where sm_90 is preferred
+ *   SM90      the sm_90a family (wgmma + TMA) wherever it has a kernel; a request it cannot run
+ *             is UNSUPPORTED with the reason, never served by another family. It has a forward
+ *             today (bf16/f16, D 64 or 128); its backward runs the portable kernels.
+ * The choice is part of what fattn_attn_supports() answers. */
+typedef enum fattn_cuda_family {
+    FATTN_CUDA_FAMILY_AUTO = 0,
+    FATTN_CUDA_FAMILY_PORTABLE = 1,
+    FATTN_CUDA_FAMILY_SM90 = 2
+} fattn_cuda_family;
+FATTN_API fattn_status fattn_ctx_set_cuda_family(fattn_ctx_t *ctx, fattn_cuda_family family);
+
 /* Message of the last failed call on ctx ("k: ne[3] (head dim) is 80 but q has 64").
  * ctx == NULL: the calling thread's last failure of a call that had no context (ctx init). */
 FATTN_API const char *fattn_ctx_last_error(const fattn_ctx_t *ctx);

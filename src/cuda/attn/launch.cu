@@ -191,7 +191,10 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &, const Choice &c, vo
     KArgs a = prepare(p, c, FATTN_DIR_FWD, workspace, st, &e);
     if (e != cudaSuccess) return check(e, "bias tile map", err);
     a.vec = vec_ok(p, nullptr, 0, 0, 0);
-    switch (c.family) {
+    switch (c.fwd_family) {
+#ifdef FATTN_HAVE_SM90
+    case Family::SM90_NATIVE: return check(sm90_fwd(p, a, c.d_bucket, st), "forward (sm90)", err);
+#endif
     case Family::MMA_NATIVE: return check(native_fwd(p, a, c.d_bucket, st), "forward (mma)", err);
     case Family::MMA_TF32: return check(tf32_fwd(p, a, c.d_bucket, st), "forward (tf32)", err);
     case Family::SCALAR_F32: return check(scalar_fwd(p, a, c.d_bucket, st), "forward (f32)", err);
