@@ -126,10 +126,13 @@ FATTN_API fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream); /* 
  *   AUTO      the fastest family that serves the request on this device (default)
  *   PORTABLE  the sm_80+ family only (mma.sync tensor cores, strict-f32 scalar kernels), also on
  *             a Hopper GPU: for A/B runs and for testing that family where sm_90 is preferred
- *   SM90      the sm_90a family (wgmma + TMA) wherever it has a kernel; a request it cannot run
- *             is UNSUPPORTED with the reason, never served by another family. It has a forward
- *             today (bf16/f16, D 64 or 128); its backward runs the portable kernels.
- * The choice is part of what fattn_attn_supports() answers. */
+ *   SM90      the sm_90a family (wgmma + TMA) only; a request it cannot run is UNSUPPORTED with
+ *             the reason, never served by another family. Today: FUSED, bf16/f16 at prec NATIVE,
+ *             D = Dv = 64 or 128, q/k/v (and dout) 16-byte aligned with strides in whole
+ *             8-element chunks. Under AUTO a dout that breaks the last rule runs the portable
+ *             backward (fattn_attn_supports() cannot see dout).
+ * The choice is part of what fattn_attn_supports() answers; the EXACT algorithm (cuBLAS) is not
+ * a kernel family and ignores it. */
 typedef enum fattn_cuda_family {
     FATTN_CUDA_FAMILY_AUTO = 0,
     FATTN_CUDA_FAMILY_PORTABLE = 1,

@@ -6,8 +6,9 @@
 //   F32    -> SCALAR_F32 (strict fp32 FMA; any sm_75+; head dims up to 256)
 //   NATIVE -> MMA_NATIVE (bf16/f16 mma.sync m16n8k16; sm_80+; head-dim buckets 64/128)
 //   TF32   -> MMA_TF32   (f32 mma.sync m16n8k8; sm_80+; head-dim buckets 64/128)
-//   NATIVE forward on an sm_90 device -> SM90_NATIVE (wgmma + TMA) where sm90_fwd_legal says so
-//   and the context's family allows it (fattn_ctx_set_cuda_family).
+//   NATIVE on an sm_90 device -> SM90_NATIVE (wgmma + TMA), forward and backward, where
+//   sm90_fwd_legal says so and the context's family allows it (fattn_ctx_set_cuda_family). The
+//   backward also needs dout TMA-legal, which only the call shows (launch.cu: sm90_dout_ok).
 #include <cstdint>
 
 #include "cuda/attn/attn_kernels.h"
@@ -94,7 +95,7 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             return FATTN_ERR_UNSUPPORTED;
         if (dev.family != FATTN_CUDA_FAMILY_PORTABLE) {
             std::string w;
-            if (sm90_fwd_legal(p, dev, &w)) c->fwd_family = Family::SM90_NATIVE;
+            if (sm90_fwd_legal(p, dev, &w)) c->fwd_family = c->family = Family::SM90_NATIVE;
             else if (dev.family == FATTN_CUDA_FAMILY_SM90) return no(w + " (family SM90 was asked for)");
         }
         return FATTN_OK;

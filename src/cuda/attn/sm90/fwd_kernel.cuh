@@ -1,7 +1,7 @@
 // fwd_kernel.cuh — the sm_90a forward of softmax attention (bf16/f16, D 64 or 128): TMA loads,
 // a producer warp and two consumer warpgroups, wgmma with S kept in registers and P fed from
-X
-// first version: no ping-pong between the consumer warpgroups yet.
+// registers into the P·V wgmma: FlashAttention-3's structure (docs/CUDA-notes.md, "sm90"), first
+// version: no ping-pong between the consumer warpgroups and no intra-warpgroup overlap yet.
 //
 // One CTA per (128-row query tile, q head, sequence), 3 warpgroups:
 //   WG0 (producer): warp 0 issues every TMA load — the Q tile once, then K and V tiles of
