@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
         mbar_init(barKV, 1);
         for (int s = 0; s < kStages; ++s) {
             mbar_init(&full[s], 1 + 32);  // the TMA arrival + the producer lanes' row stores
-            mbar_init(&empty[s], 8);
+            mbar_init(&empty[s], 256);  // every consumer thread: each read the stage's row arrays
         }
         mbar_fence_init();
     }
@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
         wgmma_wait<0>();
         reg_fence(dv);
         reg_fence(dk);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[st]);
+        mbar_arrive(&empty[st]);  // releases this thread's reads of the stage (the producer stores into it next)
     }
 
 #pragma unroll
