@@ -15,6 +15,7 @@ the inputs' device, so CUDA memory comes from torch's caching allocator, never c
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -58,6 +59,38 @@ def _enum(table: dict, value: str, name: str) -> int:
         raise ValueError(f"fattn: {name} must be one of {sorted(table)}, got {value!r}") from None
 
 
+# The smallest positive float32 (subnormal). The library reads scale 0 as "1/sqrt(D)", so an
+# explicit scale 0 (every logit 0: uniform attention, as SDPA and FA2 compute it) is passed as
+# this: its logits round to 0 for any dot product below 2^149.
+_ZERO_SCALE = math.ldexp(1.0, -149)
+
+
+def scale_arg(scale, name: str = "scale") -> Optional[float]:
+    """None -> None (the library's 1/sqrt(D)); 0 -> the zero-scale stand-in; else a float."""
+    if scale is None:
+        return None
+    s = float(scale)
+    if not math.isfinite(s):
+        raise ValueError(f"fattn: {name} must be finite, got {scale!r}")
+    return _ZERO_SCALE if s == 0.0 else s
+
+
+def seqlens_arg(cu: Optional[Tensor], name: str) -> Optional[Tensor]:
+    """cu_seqlens as the library reads it: int32, 1-d, contiguous. int64 (what torch's cumsum
+    gives) is converted on the device without a sync; a value outside int32 becomes -1 or
+    INT32_MAX, which the library then rejects by name instead of reading a wrapped value."""
+    if cu is None:
+        return None
+    if cu.dim() != 1:
+        raise ValueError(f"fattn: {name} must be 1-d [num_seqs + 1], got shape {tuple(cu.shape)}")
+    if cu.dtype == torch.int64:
+        cu = cu.clamp(-1, 2**31 - 1).to(torch.int32)
+    elif cu.dtype != torch.int32:
+        raise TypeError(f"fattn: {name} has dtype {cu.dtype}; it must be int32 (or int64, "
+                        "converted)")
+    return cu.contiguous()
+
+
 def normalize(q: Tensor, *, causal=False, window=None, window_align=None, scale=None,
               cu_seqlens_q=None, max_seqlen_q=None, max_seqlen_k=None, cu_seqlens_k=None,
               prec="auto", algo="fused") -> tuple:
@@ -80,7 +113,7 @@ def normalize(q: Tensor, *, causal=False, window=None, window_align=None, scale=
             msq = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item())
         if msk == 0:
             msk = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item())
-    return (c, wl, wr, _align_code(window_align, c), float(scale or 0.0), msq, msk,
+    return (c, wl, wr, _align_code(window_align, c), scale_arg(scale) or 0.0, msq, msk,
             _enum(_lib.PREC, prec, "prec"), _enum(_lib.ALGO, algo, "algo"))
 
 
@@ -251,6 +284,37 @@ def _backward(ctx, do, _dlse, _dsaved):
 attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ------------------------------------------------------------------------------- autocast
+# SDPA's rule under autocast: its floating inputs (q, k, v and the mask; not float64) are cast
+# to the region's lower-precision dtype and the op runs in it, on the CPU as on CUDA.
+# torch.library.register_autocast casts to one dtype fixed at registration, so the kernel below
+# is its same mechanism (Autocast dispatch keys, autocast excluded inside) reading the region's
+# dtype per call: autocast(bfloat16) gives bf16, autocast(float16) f16. Only the forward is
+# registered: the backward runs on the tensors the forward saved, in their dtype.
+_AUTOCAST_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+                  | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
+_autocast_lib = torch.library.Library("fattn", "FRAGMENT")
+
+
+def _autocast_kernel(device_type: str):
+    def kernel(_keyset, *args):
+        dt = torch.get_autocast_dtype(device_type)
+
+        def cast(a):
+            if (isinstance(a, Tensor) and a.is_floating_point() and a.dtype != torch.float64
+                    and a.device.type == device_type):
+                return a.to(dt)
+            return a
+
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
+            return torch.ops.fattn.attn_fwd.default(*(cast(a) for a in args))
+    return kernel
+
+
+for _dev, _key in (("cpu", "AutocastCPU"), ("cuda", "AutocastCUDA")):
+    _autocast_lib.impl("attn_fwd", _autocast_kernel(_dev), _key, with_keyset=True)
+
+
 # ------------------------------------------------------------------------------- public API
 def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
               causal: Union[bool, str] = False, window: Optional[Tuple[int, int]] = None,
@@ -277,33 +341,76 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     # its fake kernel instead of failing.
     _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
                      "cu_seqlens_k": cu_seqlens_k})
+    if bias is not None and bias.requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError("fattn: the gradient with respect to bias is not "
+                                  "implemented; pass bias.detach()")
     squeeze = cu_seqlens_q is not None and q.dim() == 3
-    if squeeze:
-        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    if bias is not None:
-        if bias.requires_grad and torch.is_grad_enabled():
-            raise NotImplementedError("fattn: the gradient with respect to bias is not "
-                                      "implemented; pass bias.detach()")
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
+    q, k, v, bias = _prepare(q, k, v, bias, cu_seqlens_q)
+    cu_seqlens_q = seqlens_arg(cu_seqlens_q, "cu_seqlens_q")
+    cu_seqlens_k = seqlens_arg(cu_seqlens_k, "cu_seqlens_k")
     scalars = normalize(q, causal=causal, window=window, window_align=window_align, scale=scale,
                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, prec=prec,
                         algo=algo)
-    o, lse, _ = attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, *scalars)
+    try:
+        o, lse, _ = attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, *scalars)
+    except _lib.FattnError as e:
+        hint = None if cu_seqlens_q is not None else _layout_hint(q, k, v, bias)
+        if hint is None:
+            raise
+        raise _lib.FattnError(e.status, f"{e}\n{hint}") from None
     if squeeze:
         o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o
 
 
-def _query_args(q, k, v, bias, kw):
-    if kw.get("cu_seqlens_q") is not None and q.dim() == 3:
+def _prepare(q, k, v, bias, cu_seqlens_q):
+    """Varlen 3-d -> 4-d; bias to 4 dims with its size-1 query/key dims expanded (stride 0,
+    no copy: the library broadcasts by strides)."""
+    if cu_seqlens_q is not None and q.dim() == 3:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if bias is not None:
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
+        if bias.dim() < 4:
+            bias = bias[(None,) * (4 - bias.dim())]
+    if bias is not None and q.dim() == 4 and k.dim() == 4 and bias.dim() == 4:
+        sq = q.shape[1] if bias.shape[2] == 1 else bias.shape[2]
+        skv = k.shape[1] if bias.shape[3] == 1 else bias.shape[3]
+        bias = bias.expand(bias.shape[0], bias.shape[1], sq, skv)
+    return q, k, v, bias
+
+
+def _layout_hint(q, k, v, bias) -> Optional[str]:
+    """For a call the library rejected: a hint when the shapes, invalid read as [B, S, H, D],
+    are valid read as [B, H, S, D] (SDPA's layout). Only a hint on an error: when both
+    readings are valid (e.g. self-attention with equal head counts) no check can tell them
+    apart, so a call is never refused for its layout; the docs send SDPA users to fattn.sdpa."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or tuple(k.shape[:3]) != tuple(v.shape[:3]):
+        return None
+
+    def valid(sq, hq, skv, hkv):
+        if hkv == 0 or hq % hkv != 0:
+            return False
+        if bias is not None and bias.dim() == 4:
+            # a size-1 or stride-0 (expanded) bias dim broadcasts
+            want = (q.shape[0], hq, sq, skv)
+            return all(bias.shape[d] in (1, want[d]) or bias.stride(d) == 0 for d in range(4))
+        return True
+
+    if valid(q.shape[1], q.shape[2], k.shape[1], k.shape[2]) or \
+            not valid(q.shape[2], q.shape[1], k.shape[2], k.shape[1]):
+        return None
+    return (f"fattn.attention reads q {tuple(q.shape)} and k {tuple(k.shape)} as [B, S, H, D] "
+            "(FlashAttention's layout); these shapes fit [B, H, S, D] (SDPA's layout): for "
+            "that layout call fattn.sdpa(q, k, v, ...), or pass q.transpose(1, 2), "
+            "k.transpose(1, 2), v.transpose(1, 2) (views, no copy)")
+
+
+def _query_args(q, k, v, bias, kw):
     kw = dict(kw)
     device = kw.pop("device", None)
+    q, k, v, bias = _prepare(q, k, v, bias, kw.get("cu_seqlens_q"))
+    for name in ("cu_seqlens_q", "cu_seqlens_k"):
+        kw[name] = seqlens_arg(kw.get(name), name)
     cu_q, cu_k = kw.get("cu_seqlens_q"), kw.get("cu_seqlens_k")
     scalars = normalize(q, **kw)
     device = q.device if q.device.type != "meta" else torch.device(device or "cpu")

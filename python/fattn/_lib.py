@@ -297,10 +297,22 @@ def view(t: Optional[torch.Tensor], name: str = "tensor") -> Tensor:
     v = Tensor()
     v.data = t.data_ptr() or None
     v.dtype = dtype_code(t, name)
+    strides = t.stride() if t.numel() else _dense_strides(t.shape)
     for i in range(4):
         v.ne[i] = t.shape[i]
-        v.nb[i] = t.stride(i)
+        v.nb[i] = strides[i]
     return v
+
+
+def _dense_strides(shape) -> tuple:
+    """Row-major strides of `shape`. Used for tensors with no elements, whose torch strides
+    can be anything (an expanded empty gradient has stride 0 everywhere): no element is read
+    through them, so the contiguous ones are as true and pass the library's stride rules."""
+    out, acc = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(out))
 
 
 def lse_view(lse: torch.Tensor) -> Tensor:
@@ -308,9 +320,10 @@ def lse_view(lse: torch.Tensor) -> Tensor:
     v = Tensor()
     v.data = lse.data_ptr() or None
     v.dtype = DTYPE[torch.float32]
+    strides = lse.stride() if lse.numel() else _dense_strides(lse.shape)
     for i in range(3):
         v.ne[i] = lse.shape[i]
-        v.nb[i] = lse.stride(i)
+        v.nb[i] = strides[i]
     v.ne[3], v.nb[3] = 1, 1
     return v
 
