@@ -416,6 +416,8 @@ def _query_args(q, k, v, bias, kw):
     device = q.device if q.device.type != "meta" else torch.device(device or "cpu")
     ctx = _lib.context(device)
     p = _params(bias, cu_q, cu_k, *scalars, dummy_data=True)
+    # p holds raw pointers: keep the (possibly converted) tensors alive as long as p is
+    p.keep_alive = (bias, cu_q, cu_k)
     return ctx, p, _view(q, "q", True), _view(k, "k", True), _view(v, "v", True)
 
 
