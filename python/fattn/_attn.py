@@ -447,7 +447,7 @@ def supports(q: Tensor, k: Tensor, v: Tensor, *, bias=None, **kw) -> Tuple[bool,
 
 
 def memory(q: Tensor, k: Tensor, v: Tensor, *, bias=None, **kw) -> dict:
-    """fattn_attn_memory(): bytes for one call with these shapes and algo (DESIGN §8) as a dict
+    """fattn_attn_memory(): bytes for one call with these shapes and algo (docs/CONTRACT.md §6) as a dict
     (inputs, saved, fwd/bwd workspace, grads, fwd/bwd peak). Meta tensors work (pass device=)."""
     ctx, p, qv, kv, vv = _query_args(q, k, v, bias, kw)
     info = _lib.AttnMemoryInfo()

@@ -18,7 +18,8 @@ import sys
 import threading
 from typing import Optional
 
-import torch  # imported first: loads the CUDA libraries (cuBLAS) torch ships, which libfattn links
+import torch  # imported first: loads the CUDA libraries torch ships (libfattn's CUDA exact arm
+              # dlopens the cuBLAS already loaded)
 
 # ------------------------------------------------------------------------------- enums (fattn.h)
 FATTN_OK = 0
