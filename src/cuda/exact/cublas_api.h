@@ -15,15 +15,26 @@
 #include <cublas_v2.h>
 
 #include <string>
+#include <type_traits>
 
 namespace fattn::cuda::exact {
+
+// cublasGemmStridedBatchedEx is overloaded in C++ (an inline cudaDataType-compute variant), so
+// its C entry's type is spelled out; the static_assert picks that overload in an unevaluated
+// context, so a mismatch with the header is a compile error (and nothing is linked).
+using GemmStridedBatchedEx = cublasStatus_t (*)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+    const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
+    const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+static_assert(std::is_same_v<decltype(static_cast<GemmStridedBatchedEx>(&cublasGemmStridedBatchedEx)),
+                             GemmStridedBatchedEx>);
 
 struct CublasApi {
     decltype(&cublasCreate) create;
     decltype(&cublasSetStream) set_stream;
     decltype(&cublasSetMathMode) set_math_mode;
     decltype(&cublasSetPointerMode) set_pointer_mode;
-    decltype(&cublasGemmStridedBatchedEx) gemm_strided_batched_ex;
+    GemmStridedBatchedEx gemm_strided_batched_ex;
     decltype(&cublasGetStatusString) status_string;
 };
 
