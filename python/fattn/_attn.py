@@ -1,16 +1,10 @@
-"""_attn.py — softmax attention as torch custom ops over the fattn C API.
+"""_attn.py — softmax attention's public Python API: fattn.attention and the query helpers
+(resolve_prec, supports, memory, max_seqlen).
 
-Two ops, both opaque to torch.compile and both with fake (meta) kernels:
-  fattn::attn_fwd(q, k, v, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>) -> (o, lse, saved)
-  fattn::attn_bwd(dout, q, k, v, o, lse, saved, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>)
-      -> (dq, dk, dv)
-`saved` is the library's auxiliary forward buffer (uint8): empty for algo "fused", the
-probabilities for "exact" (its size is data-dependent for the fake kernel, so it is an unbacked
-size there). fattn::attn_fwd's autograd formula calls fattn::attn_bwd. The user-facing
-attention() normalizes the keyword arguments into the ops' plain scalars.
-
-Every tensor the library writes (o, lse, saved, workspaces, grads) is allocated with torch on
-the inputs' device, so CUDA memory comes from torch's caching allocator, never cudaMalloc.
+attention() normalizes its keyword arguments (causal / window / alignment / scale / prec /
+algo, int64 cu_seqlens, bias broadcasting) into the plain scalars of the torch ops
+fattn::attn_fwd / fattn::attn_bwd (_ops.py), which call the C API. The query helpers build the
+same parameter struct and ask the library directly; they accept meta tensors.
 """
 from __future__ import annotations
 
@@ -21,12 +15,10 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _lib
-from ._lib import check, lib, view, lse_view, ptr
+from . import _lib, _ops
+from ._lib import check, lib, view
 
 # ------------------------------------------------------------------------------- arguments
-_SCALARS = ("causal", "window_left", "window_right", "window_align", "scale",
-            "max_seqlen_q", "max_seqlen_k", "prec", "algo")
 
 
 def _causal_code(causal) -> int:
@@ -117,21 +109,9 @@ def normalize(q: Tensor, *, causal=False, window=None, window_align=None, scale=
             _enum(_lib.PREC, prec, "prec"), _enum(_lib.ALGO, algo, "algo"))
 
 
-def _params(bias, cu_q, cu_k, causal, wl, wr, walign, scale, msq, msk, prec, algo,
-            dummy_data: bool = False) -> _lib.AttnParams:
-    p = lib().fattn_attn_params_default()
-    p.scale = scale
-    if bias is not None:
-        p.bias = _view(bias, "bias", dummy_data)
-    p.causal = causal
-    p.window_left, p.window_right, p.window_align = wl, wr, walign
-    if cu_q is not None:
-        p.cu_seqlens_q = ptr(cu_q)
-        p.cu_seqlens_kv = ptr(cu_k)
-        p.num_seqs = cu_q.numel() - 1
-    p.max_seqlen_q, p.max_seqlen_kv = msq, msk
-    p.prec, p.algo = prec, algo
-    return p
+def _params(bias, cu_q, cu_k, *scalars, dummy_data: bool = False) -> _lib.AttnParams:
+    bv = None if bias is None else _view(bias, "bias", dummy_data)
+    return _ops.params(bias, cu_q, cu_k, *scalars, bias_view=bv)
 
 
 def _view(t, name, dummy_data=False):
@@ -153,166 +133,6 @@ def _same_device(q: Tensor, named: dict) -> None:
         if t is not None and t.device != q.device:
             raise ValueError(f"fattn: {name} is on {t.device} but q is on {q.device}: all "
                              "tensors of a call must be on one device")
-
-
-def _workspace(ctx, p, qv, kv, vv, direction, device) -> Tuple[Optional[Tensor], int]:
-    n = ctypes.c_size_t()
-    check(ctx, lib().fattn_attn_workspace_size(ctx, ctypes.byref(p), ctypes.byref(qv),
-                                               ctypes.byref(kv), ctypes.byref(vv), direction,
-                                               ctypes.byref(n)), "attn_workspace_size")
-    if n.value == 0:
-        return None, 0
-    return torch.empty(n.value, dtype=torch.uint8, device=device), n.value
-
-
-# ------------------------------------------------------------------------------- forward op
-@torch.library.custom_op("fattn::attn_fwd", mutates_args=())
-def attn_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
-             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-             causal: int, window_left: int, window_right: int, window_align: int, scale: float,
-             max_seqlen_q: int, max_seqlen_k: int, prec: int, algo: int
-             ) -> Tuple[Tensor, Tensor, Tensor]:
-    with _lib.device_guard(q.device):
-        return _attn_fwd_impl(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left,
-                              window_right, window_align, scale, max_seqlen_q, max_seqlen_k,
-                              prec, algo)
-
-
-def _attn_fwd_impl(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                   window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo):
-    _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
-                     "cu_seqlens_k": cu_seqlens_k})
-    ctx = _lib.context(q.device)
-    p = _params(bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo)
-    qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
-    L = lib()
-    n_saved = ctypes.c_size_t()
-    # saved_size validates every argument first: a bad call fails before anything is allocated.
-    check(ctx, L.fattn_attn_saved_size(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
-                                       ctypes.byref(vv), ctypes.byref(n_saved)), "attn_fwd")
-    B, Sq, Hq, _ = q.shape
-    o = torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
-    saved = torch.empty(n_saved.value, dtype=torch.uint8, device=q.device)
-    ws, ws_bytes = _workspace(ctx, p, qv, kv, vv, _lib.DIR_FWD, q.device)
-    ov, lv = view(o, "o"), lse_view(lse)
-    check(ctx, L.fattn_attn_fwd(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
-                                ctypes.byref(vv), ctypes.byref(ov), ctypes.byref(lv),
-                                ptr(saved), ptr(ws), ws_bytes), "attn_fwd")
-    return o, lse, saved
-
-
-@attn_fwd.register_fake
-def _attn_fwd_fake(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                   window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo):
-    B, Sq, Hq, _ = q.shape
-    o = q.new_empty((B, Sq, Hq, v.shape[3]))
-    lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
-    if algo == _lib.ALGO["exact"]:
-        # The probabilities' byte count is the backend's business: an unbacked size.
-        n = torch.library.get_ctx().new_dynamic_size()
-    else:
-        n = 0  # FUSED keeps nothing but o and lse (fattn.h: saved size 0)
-    return o, lse, q.new_empty((n,), dtype=torch.uint8)
-
-
-# ------------------------------------------------------------------------------- backward op
-@torch.library.custom_op("fattn::attn_bwd", mutates_args=())
-def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, saved: Tensor,
-             bias: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
-             cu_seqlens_k: Optional[Tensor], causal: int, window_left: int, window_right: int,
-             window_align: int, scale: float, max_seqlen_q: int, max_seqlen_k: int, prec: int,
-             algo: int) -> Tuple[Tensor, Tensor, Tensor]:
-    with _lib.device_guard(q.device):
-        return _attn_bwd_impl(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k,
-                              causal, window_left, window_right, window_align, scale,
-                              max_seqlen_q, max_seqlen_k, prec, algo)
-
-
-def _attn_bwd_impl(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, causal,
-                   window_left, window_right, window_align, scale, max_seqlen_q, max_seqlen_k,
-                   prec, algo):
-    _same_device(q, {"dout": dout, "k": k, "v": v, "o": o, "lse": lse, "bias": bias,
-                     "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
-    if dout.dim() == 4 and (dout.stride(3) != 1 or
-                            (algo == _lib.ALGO["exact"] and dout.is_cuda and dout.stride(1) < dout.shape[3])):
-        # Autograd hands over whatever layout the next op produced (e.g. an expanded scalar
-        # gradient with stride 0); the library needs unit innermost stride, and the CUDA exact
-        # arm (cuBLAS) a token stride >= Dv, checked only at call time. Inputs q/k/v are never
-        # copied: this is the incoming gradient only.
-        dout = dout.contiguous()
-    ctx = _lib.context(q.device)
-    p = _params(bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo)
-    qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
-    ws, ws_bytes = _workspace(ctx, p, qv, kv, vv, _lib.DIR_BWD, q.device)
-    ov, lv, dov = view(o, "o"), lse_view(lse), view(dout, "dout")
-    dqv, dkv, dvv = view(dq, "dq"), view(dk, "dk"), view(dv, "dv")
-    check(ctx, lib().fattn_attn_bwd(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
-                                    ctypes.byref(vv), ctypes.byref(ov), ctypes.byref(lv),
-                                    ptr(saved), ctypes.byref(dov), ctypes.byref(dqv),
-                                    ctypes.byref(dkv), ctypes.byref(dvv), ptr(ws), ws_bytes),
-          "attn_bwd")
-    return dq, dk, dv
-
-
-@attn_bwd.register_fake
-def _attn_bwd_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *scalars):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-# ------------------------------------------------------------------------------- autograd
-def _setup_context(ctx, inputs, output):
-    q, k, v, bias, cu_q, cu_k = inputs[:6]
-    o, lse, saved = output
-    ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
-    ctx.scalars = inputs[6:]
-    # The library has no d(lse) term and no d(bias) (yet): say so instead of returning zeros.
-    ctx.mark_non_differentiable(lse, saved)
-
-
-def _backward(ctx, do, _dlse, _dsaved):
-    q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
-    dq, dk, dv = attn_bwd(do, q, k, v, o, lse, saved, bias, cu_q, cu_k, *ctx.scalars)
-    return (dq, dk, dv) + (None,) * (3 + len(_SCALARS))
-
-
-attn_fwd.register_autograd(_backward, setup_context=_setup_context)
-
-
-# ------------------------------------------------------------------------------- autocast
-# SDPA's rule under autocast: its floating inputs (q, k, v and the mask; not float64) are cast
-# to the region's lower-precision dtype and the op runs in it, on the CPU as on CUDA.
-# torch.library.register_autocast casts to one dtype fixed at registration, so the kernel below
-# is its same mechanism (Autocast dispatch keys, autocast excluded inside) reading the region's
-# dtype per call: autocast(bfloat16) gives bf16, autocast(float16) f16. Only the forward is
-# registered: the backward runs on the tensors the forward saved, in their dtype.
-_AUTOCAST_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
-                  | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
-_autocast_lib = torch.library.Library("fattn", "FRAGMENT")
-
-
-def _autocast_kernel(device_type: str):
-    def kernel(_keyset, *args):
-        dt = torch.get_autocast_dtype(device_type)
-
-        def cast(a):
-            if (isinstance(a, Tensor) and a.is_floating_point() and a.dtype != torch.float64
-                    and a.device.type == device_type):
-                return a.to(dt)
-            return a
-
-        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
-            return torch.ops.fattn.attn_fwd.default(*(cast(a) for a in args))
-    return kernel
-
-
-for _dev, _key in (("cpu", "AutocastCPU"), ("cuda", "AutocastCUDA")):
-    _autocast_lib.impl("attn_fwd", _autocast_kernel(_dev), _key, with_keyset=True)
 
 
 # ------------------------------------------------------------------------------- public API
@@ -353,7 +173,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, prec=prec,
                         algo=algo)
     try:
-        o, lse, _ = attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, *scalars)
+        o, lse, _ = _ops.attn_fwd_op(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, *scalars)
     except _lib.FattnError as e:
         hint = None if cu_seqlens_q is not None else _layout_hint(q, k, v, bias)
         if hint is None:

@@ -215,28 +215,41 @@ def _init_error(status: int) -> FattnError:
     return FattnError(status, f"fattn: {L.fattn_status_string(status).decode()}: {msg}")
 
 
+def thread_state() -> threading.local:
+    """This thread's cache (contexts; the attention ops keep their plans here too)."""
+    return _tls
+
+
 def context(device: torch.device) -> ctypes.c_void_p:
     """The context for tensors on `device`: the CPU context (its thread count follows
     torch.get_num_threads(); results never depend on it), or the CUDA context of
     (device, torch.cuda.current_stream(device))."""
+    return context_entry(device).handle
+
+
+def context_entry(device: torch.device) -> "_Ctx":
+    """context() as its cache entry: .handle, and .key, which names the context and what its
+    size answers depend on (the CPU thread count; the CUDA device)."""
     cache = getattr(_tls, "ctxs", None)
     if cache is None:
         cache = _tls.ctxs = {}
-    L = lib()
     if device.type == "cpu":
         nthreads = torch.get_num_threads()
         ctx = cache.get("cpu")
         if ctx is None:
             out = ctypes.c_void_p()
+            L = lib()
             s = L.fattn_ctx_init_cpu(nthreads, ctypes.byref(out))
             if s != FATTN_OK:
                 raise _init_error(s)
             ctx = cache["cpu"] = _Ctx(out.value)
             ctx.nthreads = nthreads
+            ctx.key = ("cpu", nthreads)
         elif ctx.nthreads != nthreads:
-            check(ctx.handle, L.fattn_ctx_set_nthreads(ctx.handle, nthreads))
+            check(ctx.handle, lib().fattn_ctx_set_nthreads(ctx.handle, nthreads))
             ctx.nthreads = nthreads
-        return ctx.handle
+            ctx.key = ("cpu", nthreads)
+        return ctx
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         stream = torch.cuda.current_stream(index).cuda_stream
@@ -244,11 +257,13 @@ def context(device: torch.device) -> ctypes.c_void_p:
         ctx = cache.get(key)
         if ctx is None:
             out = ctypes.c_void_p()
+            L = lib()
             s = L.fattn_ctx_init_cuda(index, ctypes.c_void_p(stream), ctypes.byref(out))
             if s != FATTN_OK:
                 raise _init_error(s)
             ctx = cache[key] = _Ctx(out.value)
-        return ctx.handle
+            ctx.key = key
+        return ctx
     raise ValueError(f"fattn: tensors on device type '{device.type}' are not supported "
                      "(cpu and cuda only)")
 
