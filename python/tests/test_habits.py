@@ -184,3 +184,77 @@ def test_cuda_graph_capture_fwd_bwd(dtype):
         eager = step()
         for a, b in zip(static, eager):
             assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------ host path (issue 12)
+class _Counter:
+    """Counts the C API calls the ops make, by wrapping the loaded library's functions."""
+
+    NAMES = ("fattn_attn_fwd", "fattn_attn_bwd", "fattn_attn_saved_size",
+             "fattn_attn_workspace_size")
+
+    def __init__(self, monkeypatch):
+        from fattn import _lib
+        self.calls = []
+        L = _lib.lib()
+        for n in self.NAMES:
+            fn = getattr(L, n)
+            monkeypatch.setattr(L, n, self._wrap(n, fn), raising=False)
+
+    def _wrap(self, name, fn):
+        def call(*args):
+            self.calls.append(name)
+            return fn(*args)
+        return call
+
+    def take(self):
+        out, self.calls = self.calls, []
+        return out
+
+
+def test_repeated_call_makes_one_library_call_per_direction(monkeypatch):
+    """The plan cache: the first call of a shape asks the size queries (which validate); a
+    repeat makes only fattn_attn_fwd / _bwd; new data (q, bias values) is read, not the
+    cached pointers; other strides or a varlen call get their own sizes."""
+    count = _Counter(monkeypatch)
+    q, k, v = (rnd(1, 13, 2, 16, grad=True) for _ in range(3))
+    bias = torch.randn(13, 13)
+
+    def run(q, bias):
+        o = fattn.attention(q, k, v, bias=bias, causal=True)
+        return (o,) + torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+
+    run(q, bias)
+    first = count.take()
+    assert "fattn_attn_saved_size" in first and first.count("fattn_attn_workspace_size") == 2
+    q2, bias2 = rnd(1, 13, 2, 16, grad=True), torch.randn(13, 13)
+    got = run(q2, bias2)
+    assert count.take() == ["fattn_attn_fwd", "fattn_attn_bwd"]
+    o_ref, lse = ref_attention(q2.double(), k.double(), v.double(), bias=bias2.double(),
+                               causal=True)
+    assert rel_rms(got[0], o_ref) < 1e-5
+    fresh = run(q2.detach().clone().requires_grad_(), bias2.clone())  # other pointers, same plan
+    assert all(torch.equal(a, b) for a, b in zip(got, fresh))
+    count.take()
+    qt = rnd(1, 2, 13, 16).transpose(1, 2).requires_grad_()      # other strides: a new plan
+    run(qt, bias)
+    assert "fattn_attn_saved_size" in count.take()
+    cu = torch.tensor([0, 6, 13], dtype=torch.int32)
+    for _ in range(2):                                              # varlen: never cached
+        fattn.attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu)
+        assert "fattn_attn_saved_size" in count.take()
+
+
+def test_bench_host_runs(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    out = tmp_path / "host.json"
+    r = subprocess.run([sys.executable, "bench/bench_host.py", "--device", "cpu", "--shape",
+                        "B1 S8 H1 D16", "--calls", "5", "--reps", "1", "--json", str(out)],
+                       cwd=root, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    arms = {x["arm"] for x in json.load(open(out))["results"]}
+    assert {"fattn", "fattn-fa2", "fattn-sdpa", "sdpa"} <= arms
