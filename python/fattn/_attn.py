@@ -173,7 +173,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, prec=prec,
                         algo=algo)
     try:
-        o, lse, _ = _ops.attn_fwd_op(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, *scalars)
+        o, lse, _ = _ops.attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, scalars)
     except _lib.FattnError as e:
         hint = None if cu_seqlens_q is not None else _layout_hint(q, k, v, bias)
         if hint is None:

@@ -38,7 +38,6 @@ from ._lib import check, lib, lse_view, ptr, view
 
 _SCALARS = "int causal, int window_left, int window_right, int window_align, float scale, " \
            "int max_seqlen_q, int max_seqlen_k, int prec, int algo"
-NUM_SCALARS = 9
 
 _def = torch.library.Library("fattn", "DEF")
 _def.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? cu_seqlens_q, "
@@ -112,8 +111,22 @@ class _BwdPlan:
     __slots__ = ("p", "qv", "kv", "vv", "ov", "lv", "dov", "dqv", "dkv", "dvv", "ws_bytes")
 
 
+_CPU_WS_KEEP = 256 << 20  # CPU workspaces up to this size are kept per thread between calls
+
+
 def _alloc_ws(n: int, device) -> Optional[Tensor]:
-    return torch.empty(n, dtype=torch.uint8, device=device) if n else None
+    """The call's workspace. CPU calls are synchronous, so one per-thread buffer serves every
+    call (an allocation per call costs more than a tiny call's kernel, and re-faults the pages
+    of a large one); CUDA workspaces come from torch's stream-ordered caching allocator."""
+    if not n:
+        return None
+    if device.type != "cpu" or n > _CPU_WS_KEEP:
+        return torch.empty(n, dtype=torch.uint8, device=device)
+    tls = _lib.thread_state()
+    ws = getattr(tls, "cpu_ws", None)
+    if ws is None or ws.numel() < n:
+        ws = tls.cpu_ws = torch.empty(n, dtype=torch.uint8)
+    return ws
 
 
 # ------------------------------------------------------------------------------- forward
@@ -124,7 +137,9 @@ def _fwd(q, k, v, bias, cu_q, cu_k, *scalars):
     c = _lib.context_entry(q.device)
     ctx, L, dev = c.handle, lib(), q.device
     B, Sq, Hq, _ = q.shape
-    o = torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype, device=dev)
+    # empty_like is the cheapest allocation (~2 µs against ~8 µs for torch.empty(shape, ...))
+    o = (torch.empty_like(q, memory_format=torch.contiguous_format) if v.shape[3] == q.shape[3]
+         else torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype, device=dev))
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=dev)
     key = None if cu_q is not None else (
         "f", c.key, q.shape, q.stride(), q.dtype, k.shape, k.stride(), v.shape, v.stride(),
@@ -191,9 +206,9 @@ def _bwd(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
     _four_dims((("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout)))
     c = _lib.context_entry(q.device)
     ctx, L, dev = c.handle, lib(), q.device
-    dq = torch.empty(q.shape, dtype=q.dtype, device=dev)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=dev)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=dev)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     key = None if cu_q is not None else (
         "b", c.key, q.shape, q.stride(), q.dtype, k.shape, k.stride(), v.shape, v.stride(),
         _meta(bias), dout.shape, dout.stride(), o.stride(), lse.stride(), saved.numel()) + scalars
@@ -255,29 +270,64 @@ def _below_autograd(op, kernel, keyset, args):
         return op.redispatch(ks, *args)
 
 
+_BACKEND_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)  # "below autograd: plain"
+
+
+def eager_plain(device_type: str, tensors) -> bool:
+    """May an eager call skip the dispatcher? Only for plain tensors with nothing that
+    intercepts ops: no torch.compile tracing, no dispatch or function mode (FakeTensor,
+    FlopCounter, ...), no functorch transform, no autocast region, no profiler (which should
+    see the op). Then the dispatcher would route straight to this file's kernels, so calling
+    them is the same computation minus two Python round trips (~25 µs per direction)."""
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
+            or torch._C._is_torch_function_mode_enabled()
+            or torch._C._are_functorch_transforms_active()
+            or torch.is_autocast_enabled(device_type) or torch.autograd._profiler_enabled()):
+        return False
+    for t in tensors:
+        if t is not None and type(t) is not Tensor:
+            return False
+    return True
+
+
+def attn_fwd(q, k, v, bias, cu_q, cu_k, scalars):
+    """fattn::attn_fwd with autograd, for attention(): the op through the dispatcher, or its
+    kernels directly where eager_plain() allows."""
+    if q.device.type not in ("cpu", "cuda") or not eager_plain(q.device.type, (q, k, v, bias)):
+        return attn_fwd_op(q, k, v, bias, cu_q, cu_k, *scalars)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _AttnFn.apply(_BACKEND_KEYSET, scalars, q, k, v, bias, cu_q, cu_k)
+    return _fwd_kernel(q, k, v, bias, cu_q, cu_k, *scalars)
+
+
 class _AttnFn(torch.autograd.Function):
     """fattn::attn_fwd's autograd formula: fattn::attn_bwd. No gradient to bias or through lse
     (marked non-differentiable rather than returning zeros)."""
 
+    # The nine scalars travel as one tuple: autograd.Function.apply costs ~1.3 µs per argument.
     @staticmethod
-    def forward(ctx, keyset, *args):
-        o, lse, saved = _below_autograd(attn_fwd_op, _fwd_kernel, keyset, args)
-        q, k, v, bias, cu_q, cu_k = args[:6]
+    def forward(ctx, keyset, scalars, q, k, v, bias, cu_q, cu_k):
+        o, lse, saved = _below_autograd(attn_fwd_op, _fwd_kernel, keyset,
+                                        (q, k, v, bias, cu_q, cu_k) + scalars)
         ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
-        ctx.scalars = args[6:]
+        ctx.scalars = scalars
         ctx.mark_non_differentiable(lse, saved)
         return o, lse, saved
 
     @staticmethod
     def backward(ctx, do, _dlse, _dsaved):
         q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = attn_bwd_op(do, q, k, v, o, lse, saved, bias, cu_q, cu_k, *ctx.scalars)
-        return (None, dq, dk, dv) + (None,) * (3 + NUM_SCALARS)
+        args = (do, q, k, v, o, lse, saved, bias, cu_q, cu_k) + ctx.scalars
+        if not do.requires_grad and eager_plain(q.device.type, (do, q)):
+            dq, dk, dv = _bwd_kernel(*args)
+        else:
+            dq, dk, dv = attn_bwd_op(*args)
+        return None, None, dq, dk, dv, None, None, None
 
 
 def _fwd_autograd(keyset, *args):
     if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
-        return _AttnFn.apply(keyset, *args)
+        return _AttnFn.apply(keyset, args[6:], *args[:6])
     return _below_autograd(attn_fwd_op, _fwd_kernel, keyset, args)
 
 

@@ -258,3 +258,29 @@ def test_bench_host_runs(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     arms = {x["arm"] for x in json.load(open(out))["results"]}
     assert {"fattn", "fattn-fa2", "fattn-sdpa", "sdpa"} <= arms
+
+
+def test_eager_shortcut_equals_the_dispatcher_path():
+    """attention() calls its kernels directly for plain eager tensors (_ops.eager_plain); under
+    a dispatch mode the op goes through the dispatcher and is seen. Same bits either way."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (rnd(2, 11, 2, 16, grad=True) for _ in range(3))
+    do = rnd(2, 11, 2, 16)
+    o = fattn.attention(q, k, v, causal=True)
+    g = torch.autograd.grad(o, (q, k, v), do)
+    mode = Seen()
+    with mode:
+        o2 = fattn.attention(q, k, v, causal=True)
+        g2 = torch.autograd.grad(o2, (q, k, v), do)
+    assert "fattn.attn_fwd.default" in mode.ops and "fattn.attn_bwd.default" in mode.ops
+    assert torch.equal(o, o2) and all(torch.equal(a, b) for a, b in zip(g, g2))
