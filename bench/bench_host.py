@@ -14,7 +14,9 @@ dispatcher, autograd and (for fattn) ctypes cost on the host. This measures it p
 
 Per arm: "host" = wall time from the first call to the return of the last, divided by the
 number of calls (on CUDA the launches are asynchronous: this is the host's cost as long as the
-GPU keeps up, which tiny shapes guarantee), and "sync" = the same with a synchronize at the end.
+GPU keeps up, which tiny shapes guarantee); "cpu" = the process's CPU time over the same calls
+(steadier than wall time on a shared machine; on the CPU it includes the kernels' threads);
+"sync" = wall time with a synchronize at the end.
 Median over --reps. --profile prints cProfile's top functions for one fattn fwd+bwd loop.
 
   python3 bench/bench_host.py                          # CUDA if present: the issue-12 shapes, bf16
@@ -88,13 +90,13 @@ def step(fn, x, bwd):
 def time_calls(fn, x, bwd, calls, device):
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     sync()
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     for _ in range(calls):
         step(fn, x, bwd)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     sync()
     t2 = time.perf_counter()
-    return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
+    return tuple(d / calls * 1e6 for d in (t1 - t0, c1 - c0, t2 - t0))
 
 
 def usable(fn, x):
@@ -124,8 +126,9 @@ def main():
     shapes = a.shape or (list(SHAPES)[:2] if dev == "cuda" else list(SHAPES)[::-1])
     print(f"# host time per call, {dev}, {dtype}, causal, {a.calls} calls x {a.reps} reps, "
           f"torch {torch.__version__}, fattn {fattn.version()}")
-    print("| shape | arm | fwd host µs | fwd sync µs | fwd+bwd host µs | fwd+bwd sync µs |")
-    print("|---|---|---|---|---|---|")
+    print("| shape | arm | fwd host µs | fwd cpu µs | fwd sync µs | fwd+bwd host µs | "
+          "fwd+bwd cpu µs | fwd+bwd sync µs |")
+    print("|---|---|---|---|---|---|---|---|")
     results = []
     for sname in shapes:
         x = inputs(SHAPES[sname], dtype, dev)
@@ -134,7 +137,7 @@ def main():
         for n, fn in fns.items():
             why = usable(fn, x)
             if why:
-                print(f"| {sname} | {n} | {why} | | | |")
+                print(f"| {sname} | {n} | {why} | | | | | |")
             else:
                 ok[n] = fn
         times = {n: {"fwd": [], "fwdbwd": []} for n in ok}
@@ -145,13 +148,15 @@ def main():
                 for n, fn in ok.items():
                     times[n][mode].append(time_calls(fn, x, bwd, a.calls, dev))
         for n in ok:
-            med = {m: tuple(statistics.median(t[i] for t in times[n][m]) for i in (0, 1))
+            med = {m: tuple(statistics.median(t[i] for t in times[n][m]) for i in (0, 1, 2))
                    for m in ("fwd", "fwdbwd")}
-            print(f"| {sname} | {n} | {med['fwd'][0]:.1f} | {med['fwd'][1]:.1f} | "
-                  f"{med['fwdbwd'][0]:.1f} | {med['fwdbwd'][1]:.1f} |")
-            results.append(dict(shape=sname, arm=n, fwd_host_us=med["fwd"][0],
-                                fwd_sync_us=med["fwd"][1], fwdbwd_host_us=med["fwdbwd"][0],
-                                fwdbwd_sync_us=med["fwdbwd"][1]))
+            print(f"| {sname} | {n} | " + " | ".join(f"{med[m][i]:.1f}" for m in ("fwd", "fwdbwd")
+                                                    for i in (0, 1, 2)) + " |")
+            row = dict(shape=sname, arm=n)
+            for m in ("fwd", "fwdbwd"):
+                row.update({f"{m}_host_us": med[m][0], f"{m}_cpu_us": med[m][1],
+                            f"{m}_sync_us": med[m][2]})
+            results.append(row)
         if a.profile:
             pr = cProfile.Profile()
             pr.enable()
