@@ -4,7 +4,7 @@
  * fattn: exact attention *training* kernels (forward + backward) whose memory grows linearly
  * with sequence length, bitwise deterministic, for C/C++ training engines first.
  *
- * Lifecycle of every op (see docs and ../shared/DESIGN.md §2):
+ * Lifecycle of every op (the contract: docs/CONTRACT.md of the repository):
  *   describe params -> fattn_*_supports() -> fattn_*_workspace_size() -> fattn_*_fwd / _bwd.
  * A library call never aborts, never exits, never prints. Errors come back as a fattn_status;
  * fattn_ctx_last_error() gives a message naming the argument and the rule.
@@ -79,7 +79,7 @@ typedef enum fattn_dtype {
 FATTN_API size_t fattn_dtype_size(fattn_dtype t);
 FATTN_API const char *fattn_dtype_name(fattn_dtype t);
 
-/* Arithmetic precision. AUTO resolves per backend and device (DESIGN §4):
+/* Arithmetic precision. AUTO resolves per backend and device (docs/CONTRACT.md §4):
  *   f32 inputs  -> TF32 on CUDA sm_80+, F32 elsewhere;
  *   f16/bf16    -> NATIVE on CUDA, F32 on the CPU.
  * Log fattn_resolve_prec()'s answer, never the requested value. */
@@ -265,7 +265,7 @@ FATTN_API fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params 
                                       const fattn_tensor *dk, const fattn_tensor *dv,
                                       void *workspace, size_t workspace_bytes);
 
-/* Memory model (DESIGN §8), bytes for one call with these shapes and p->algo.
+/* Memory model (docs/CONTRACT.md §6), bytes for one call with these shapes and p->algo.
  * Never under-predicts the measured peak. "inputs" = q, k, v (+ bias); "outputs" = o, lse. */
 typedef struct fattn_attn_memory_info {
     uint64_t inputs_bytes;        /* q, k, v, bias as described by the views (dense extents) */
@@ -289,12 +289,12 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
                                              int64_t *max_s);
 
 /* ------------------------------------------------------------------------------------------ */
-/* PaTH attention (../shared/PATH.md) — section owned by the PaTH family                       */
+/* PaTH attention (docs/PATH.md) — section owned by the PaTH family                            */
 /* ------------------------------------------------------------------------------------------ */
 /* FATTN_PATH_API_BEGIN */
 /*
  * PaTH attention: softmax attention whose score walks the query back through Householder-like
- * matrices H_t = I - beta_t w_t w_t^T (Yang et al. 2025; spec: ../shared/PATH.md):
+ * matrices H_t = I - beta_t w_t w_t^T (Yang et al. 2025; definition: docs/PATH.md):
  *   s_ij = q_i^T H_i H_{i-1} ... H_{j+1} k_j   (j <= i, causal; empty product = I)
  *   G_t  = sum_{u <= t} g_u                    (prefix sum done inside, restarting per sequence)
  *   l_ij = scale * (s_ij + G_i - G_j)          (the gate is multiplied by scale too, as FLA)
@@ -318,7 +318,7 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
  *   FATTN_PATH_CHECK_NONE: no check; the CPU backend then computes the definition above as is in
  *     f32 (results are exact to f32 rounding while the products stay moderate; nothing clamps).
  *
- * History (PATH.md §6): the backward keeps q_t walked back to every 512-token segment start.
+ * History (docs/PATH.md, Memory): the backward keeps q_t walked back to every 512-token segment start.
  *   PACKED (default): exactly sum_seq sum_{r=1}^{N-1} (L - r*512) token-snapshots x Hq x K x
  *     sizeof(q dtype) bytes (N = ceil(L / 512)); RECTANGULAR: T_total x max N snapshots (FLA's
  *     layout; debug baseline only). Both are part of the backward workspace.
