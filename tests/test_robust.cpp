@@ -370,3 +370,21 @@ TEST(Robust, MisalignedDataRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// The size search built a dense bias of B·Hq·S·S elements with int64 strides that overflowed
+// (found by the fuzz replay under UBSan): a geometry no budget holds answers 0, never UB.
+TEST(Robust, MaxSeqlenHugeGeometry) {
+    Ctx C;
+    fattn_attn_params p = fattn_attn_params_default();
+    float b = 0.f;
+    p.bias = fattn_tensor_4d(&b, FATTN_F32, 2, 2, 1, 1, 4, 2, 1, 1);  // per-batch, per-head bias
+    int64_t s = -1;
+    const fattn_status st = fattn_attn_max_seqlen(C.c, &p, FATTN_F32, INT64_MAX / 4, INT64_MAX / 4, 1, 16, 16,
+                                                  UINT64_MAX, &s);
+    EXPECT_TRUE(st == FATTN_OK || st == FATTN_ERR_BAD_VALUE) << fattn_status_string(st) << ": " << C.err();
+    EXPECT_EQ(s, 0);
+}
+
+}  // namespace

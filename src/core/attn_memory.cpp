@@ -139,7 +139,8 @@ fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_params *p,
         auto fits = [&](int64_t S) -> int {
             // EXACT keeps B·Hq·S² probabilities (4 bytes each on every backend); past 2^62 of
             // them no 64-bit budget holds them and the backend's size would wrap.
-            if (exact && i128(B) * Hq * S * S > (i128(1) << 62)) return 0;
+            // (long double: B and Hq are arbitrary int64, their product with S² overflows i128.)
+            if (exact && (long double)B * Hq * S * S > (long double)(i128(1) << 62)) return 0;
             fattn_tensor q = fattn_tensor_contiguous(nullptr, dtype, B, S, Hq, D);
             fattn_tensor k = fattn_tensor_contiguous(nullptr, dtype, B, S, Hkv, D);
             fattn_tensor v = fattn_tensor_contiguous(nullptr, dtype, B, S, Hkv, Dv);
@@ -148,11 +149,12 @@ fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_params *p,
                 const fattn_tensor &ub = p->bias;
                 int64_t n[4] = {ub.ne[0] == 1 ? 1 : B, ub.ne[1] == 1 ? 1 : Hq, S, S};
                 int64_t st[4];
-                int64_t run = 1;
+                i128 run = 1;  // a dense bias of B·Hq·S² elements may not be addressable at all
                 for (int d = 3; d >= 0; --d) {
                     bool bcast = (d < 3 && ub.nb[d] == 0) || n[d] == 1;
-                    st[d] = bcast ? 0 : run;
+                    st[d] = bcast ? 0 : int64_t(run);
                     if (!bcast) run *= n[d];
+                    if (run > i128(INT64_MAX)) return 0;  // does not fit any budget
                 }
                 st[3] = 1;
                 lp.bias = ub;  // a struct copy: the dtype bytes travel unloaded (model checks them)
