@@ -387,4 +387,15 @@ TEST(Robust, MaxSeqlenHugeGeometry) {
     EXPECT_EQ(s, 0);
 }
 
+// An empty view (no heads) may carry any sequence length; Sq + Skv used to overflow while
+// clamping a window (found by fattn-fuzz; UBSan: signed overflow in attn_validate).
+TEST(Robust, WindowClampWithHugeEmptyDims) {
+    Ctx C;
+    fattn_attn_params p = fattn_attn_params_default();
+    p.window_left = 3;
+    fattn_tensor q = fattn_tensor_4d(nullptr, FATTN_F32, 1, int64_t(1) << 58, 0, 8, 0, 0, 0, 1);
+    fattn_tensor k = fattn_tensor_4d(nullptr, FATTN_F32, 1, INT64_MAX, 0, 8, 0, 0, 0, 1);
+    EXPECT_EQ(fattn_attn_supports(C.c, &p, &q, &k, &k, nullptr, 0), FATTN_OK) << C.err();
+}
+
 }  // namespace

@@ -330,7 +330,8 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     }
     // A window wider than Sq + Skv allows the same keys as an unbounded one (diag - left < 0 and
     // diag + right >= Skv for every row); clamping keeps key_range()'s diag ± w free of overflow.
-    const int64_t wlim = r.total_q + r.total_kv;
+    // (Sq + Skv itself may not fit: an empty view, Hkv = 0, can carry any Skv.)
+    const int64_t wlim = int64_t(std::min<i128>(i128(r.total_q) + r.total_kv, INT64_MAX / 4));
     auto clampw = [wlim](int64_t w) { return w > wlim ? wlim : w; };
     if (causal) {
         r.win_left = clampw(p.window_left);

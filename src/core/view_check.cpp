@@ -31,9 +31,11 @@ fattn_status fail(std::string *why, fattn_status s, string msg) {
 }
 
 i128 elems128(const fattn_tensor &t) {
+    for (int d = 0; d < 4; ++d)
+        if (t.ne[d] <= 0) return 0;  // empty, whatever the other dims (an empty view is legal)
     i128 n = 1;
     for (int d = 0; d < 4; ++d) {
-        n *= i128(t.ne[d] > 0 ? t.ne[d] : 0);
+        n *= i128(t.ne[d]);
         if (n > kMaxBytes) return kMaxBytes + 1;  // saturate: only "too large" matters past here
     }
     return n;
@@ -288,9 +290,11 @@ fattn_status check_data(const View &v, string *why) {
 
 fattn_status check_implied_size(const char *what, std::initializer_list<int64_t> ne,
                                 size_t elem_size, string *why) {
+    for (int64_t x : ne)
+        if (x <= 0) return FATTN_OK;  // empty: any other dim is fine (dims were checked >= 0)
     i128 n = i128(elem_size);
     for (int64_t x : ne) {
-        n *= i128(x > 0 ? x : 0);
+        n *= i128(x);
         if (n > kMaxBytes)
             return fail(why, FATTN_ERR_BAD_VALUE,
                         string(what) + " " + dims_str(ne) + " of " + S(int64_t(elem_size)) +
