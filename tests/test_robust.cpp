@@ -7,10 +7,13 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/view_check.h"
 #include "fattn/fattn.h"
 
 extern "C" int fattn_test_enum_abuse(fattn_ctx_t *ctx, int out[15]);  // robust_enums.c
@@ -396,6 +399,65 @@ TEST(Robust, WindowClampWithHugeEmptyDims) {
     fattn_tensor q = fattn_tensor_4d(nullptr, FATTN_F32, 1, int64_t(1) << 58, 0, 8, 0, 0, 0, 1);
     fattn_tensor k = fattn_tensor_4d(nullptr, FATTN_F32, 1, INT64_MAX, 0, 8, 0, 0, 0, 1);
     EXPECT_EQ(fattn_attn_supports(C.c, &p, &q, &k, &k, nullptr, 0), FATTN_OK) << C.err();
+}
+
+// The self-overlap search (nested fast path + exact search) against brute force: every small
+// output layout with strides 0..9 is refused exactly when two indices share an element.
+TEST(Robust, SelfOverlapMatchesBruteForce) {
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> ne(1, 4), nb(0, 9);
+    float buf[1];
+    int refused = 0, accepted = 0;
+    for (int it = 0; it < 20000; ++it) {
+        fattn_tensor t = fattn_tensor_4d(buf, FATTN_F32, ne(rng), ne(rng), ne(rng), ne(rng), nb(rng), nb(rng),
+                                         nb(rng), 1);
+        std::set<int64_t> offs;
+        bool dup = false;
+        for (int64_t a = 0; a < t.ne[0]; ++a)
+            for (int64_t b = 0; b < t.ne[1]; ++b)
+                for (int64_t c = 0; c < t.ne[2]; ++c)
+                    for (int64_t d = 0; d < t.ne[3]; ++d)
+                        dup |= !offs.insert(a * t.nb[0] + b * t.nb[1] + c * t.nb[2] + d).second;
+        std::string why;
+        const fattn_status s = fattn::vc::check_strides(fattn::vc::View{"o", &t, true}, &why);
+        ASSERT_EQ(s == FATTN_ERR_BAD_STRIDE, dup) << why << " ne " << t.ne[0] << t.ne[1] << t.ne[2] << t.ne[3]
+                                                  << " nb " << t.nb[0] << "," << t.nb[1] << "," << t.nb[2];
+        (dup ? refused : accepted) += 1;
+    }
+    EXPECT_GT(refused, 1000);
+    EXPECT_GT(accepted, 1000);
+}
+
+// The same for the overlap of two views of one buffer (equal element size: exact).
+TEST(Robust, ViewOverlapMatchesBruteForce) {
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> ne(1, 3), nb(0, 7), base(0, 30);
+    static float buf[64];
+    auto offsets = [](const fattn_tensor &t, std::set<int64_t> *o) {
+        const int64_t b0 = static_cast<float *>(t.data) - buf;
+        for (int64_t a = 0; a < t.ne[0]; ++a)
+            for (int64_t b = 0; b < t.ne[1]; ++b)
+                for (int64_t c = 0; c < t.ne[2]; ++c)
+                    for (int64_t d = 0; d < t.ne[3]; ++d) o->insert(b0 + a * t.nb[0] + b * t.nb[1] + c * t.nb[2] + d);
+    };
+    int hits = 0;
+    for (int it = 0; it < 20000; ++it) {
+        fattn_tensor t[2];
+        for (auto &x : t)
+            x = fattn_tensor_4d(buf + base(rng), FATTN_F32, ne(rng), ne(rng), ne(rng), ne(rng), nb(rng), nb(rng),
+                                nb(rng), 1);
+        std::set<int64_t> a, b;
+        offsets(t[0], &a);
+        offsets(t[1], &b);
+        bool shared = false;
+        for (int64_t x : a) shared |= b.count(x) > 0;
+        ASSERT_EQ(fattn::vc::views_overlap(fattn::vc::View{"a", &t[0], true}, fattn::vc::View{"b", &t[1], false}),
+                  shared)
+            << "iteration " << it;
+        hits += shared;
+    }
+    EXPECT_GT(hits, 1000);
+    EXPECT_LT(hits, 19000);
 }
 
 }  // namespace
