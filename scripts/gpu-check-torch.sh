@@ -67,7 +67,7 @@ else
     unset FATTN_LIBRARY
     BDIR="$ROOT/build-torch-gpu"
     echo "== [$(elapsed)s] pip install ./python (CUDA, -j$JOBS)"
-    SKBUILD_BUILD_TOOL_ARGS="-j$JOBS" SKBUILD_BUILD_DIR="$BDIR" SKBUILD_CMAKE_DEFINE="FATTN_CUDA=ON" \
+    SKBUILD_BUILD_TOOL_ARGS="-j$JOBS" SKBUILD_BUILD_DIR="$BDIR" SKBUILD_CMAKE_DEFINE="FATTN_CUDA=ON;FATTN_CUDA_ARCHS=90a" \
         run "$(slice 90)" "$OUT/build.log" "$PY" -m pip install --no-build-isolation --no-deps -v ./python
     if [ "$RC" -eq 0 ]; then
         build="OK (pip, $(elapsed) s)"
@@ -77,7 +77,7 @@ else
         echo "== [$(elapsed)s] finishing the build with cmake"
         if [ ! -f "$BDIR/CMakeCache.txt" ]; then
             run "$(slice 30)" "$OUT/build.log" cmake -S . -B "$BDIR" -DCMAKE_BUILD_TYPE=Release \
-                -DBUILD_SHARED_LIBS=ON -DFATTN_CUDA=ON -DFATTN_BUILD_TESTS=OFF \
+                -DBUILD_SHARED_LIBS=ON -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a -DFATTN_BUILD_TESTS=OFF \
                 -DFATTN_BUILD_TOOLS=OFF -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON
         fi
         run "$(slice 90)" "$OUT/build.log" cmake --build "$BDIR" --target fattn -j"$JOBS"

@@ -14,7 +14,8 @@
 # seconds, default 520, so one device call of 10 minutes holds it), and the summary is printed
 # whatever fails. Environment knobs: BENCH_PRESETS (default "hotstep-sites:40 targets:110
 # hotstep:40", preset:seconds), TORCH_RESERVE (120 s kept for the torch step),
-# BENCH_REPS (10), SAN_FILTER (fattn-test -p regex for the sanitizers; default: --quick subset).
+# BENCH_REPS (10), BENCH_ARMS (fused,portable,exact,cudnn), SAN_FILTER (fattn-test -p regex for the
+# sanitizers; default: the quick subset plus the D128 sm90 padding-mask cases).
 # The cudnn-frontend headers for the cuDNN SDPA arm come from .carry/cudnn-frontend/include
 # (scripts/fetch-peer-headers.sh on the dev machine); cuDNN itself from the nvidia-cudnn wheel.
 set -u
