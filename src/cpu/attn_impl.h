@@ -25,8 +25,8 @@ namespace fattn::cpu::detail {
 // the backward (D <= 128) stay inside a 1-2 MiB L2 while each packed tile is reused 64 times.
 constexpr int kBQ = 64;
 constexpr int kBK = 64;
-// Microkernel column width (one AVX-512 register, two AVX2 ones): every packed row is padded to
-// a multiple of it with zeros so the GEMM never needs a column tail.
+// Packed-row granule: every packed row is padded to a multiple of kNR floats with zeros, so the
+// GEMM of every ISA (vectors of 4, 8 or 16 floats) never needs a column tail.
 constexpr int kNR = 16;
 // Backward: kv tiles of one (sequence, kv head) are split over this many interleaved chunks when
 // there are fewer (sequence, kv head) pairs than kBwdTargetTasks, so a few threads find work.
@@ -61,6 +61,8 @@ void col_max(const float *x, int64_t ld, int nj, int n, float *mx);
 void col_exp_sum(const float *x, int64_t ld, int nj, int n, const float *shift, float *y,
                  int64_t ldy, float *sum);
 void col_scale(float *x, int64_t ld, int nj, int n, const float *a);
+// Name of the ISA path the math runs on ("avx512", "avx2", "base"); see attn_math.cpp.
+const char *isa_name();
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols
 void transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int64_t ldd);
 
