@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """check-spills.py — fail if a GEMM inner loop of any ISA touches the stack.
 
-    scripts/check-spills.py OBJ [--verbose]
+    scripts/check-spills.py [--objdump PATH] [--verbose] OBJ...
 
-OBJ is the object file of src/cpu/attn_math.cpp in a Release build, e.g.
-build/CMakeFiles/fattn.dir/src/cpu/attn_math.cpp.o. The script disassembles it with objdump,
+OBJ: the object file of src/cpu/attn_math.cpp in an optimized build, e.g.
+build/CMakeFiles/fattn.dir/src/cpu/attn_math.cpp.o; given several (ctest passes all of the
+library's objects), the one named attn_math.cpp.o (or .obj) is used. The script disassembles it with objdump,
 takes every per-ISA GEMM entry (isa_<name>::gemm_nn / gemm_tn), finds its innermost loops (a
 backward jump whose range holds no other backward jump) that do the multiply-adds (vfmadd on
 avx2/avx512, mulps on base), and fails if one of them loads or stores through %rsp (or %rbp as the frame pointer) — the
@@ -28,8 +29,8 @@ STACK_RSP = re.compile(r"\(%rsp[,)]")
 STACK_RBP = re.compile(r"\((%rsp|%rbp)[,)]")  # only where %rbp is the frame pointer
 
 
-def disassemble(obj):
-    out = subprocess.run(["objdump", "-d", "-C", "--no-show-raw-insn", obj],
+def disassemble(obj, objdump):
+    out = subprocess.run([objdump, "-d", "-C", "--no-show-raw-insn", obj],
                          check=True, capture_output=True, text=True).stdout
     funcs, cur = {}, None
     for line in out.splitlines():
@@ -61,11 +62,20 @@ def innermost_loops(insns):
 
 
 def main():
-    if len(sys.argv) < 2:
+    args, objdump, verbose = sys.argv[1:], "objdump", False
+    if "--verbose" in args:
+        args.remove("--verbose")
+        verbose = True
+    if "--objdump" in args:
+        i = args.index("--objdump")
+        objdump = args[i + 1]
+        del args[i:i + 2]
+    args = [a for arg in args for a in arg.split(";") if a]  # ctest hands a CMake list as one
+    objs = [a for a in args if a.endswith(("attn_math.cpp.o", "attn_math.cpp.obj"))] or args
+    if len(objs) != 1:
         print(__doc__)
         return 2
-    verbose = "--verbose" in sys.argv
-    funcs = disassemble(sys.argv[1])
+    funcs = disassemble(objs[0], objdump)
     failures, checked = [], 0
     for isa, (fma, reg, wider) in ISAS.items():
         for kind in ("gemm_nn", "gemm_tn"):

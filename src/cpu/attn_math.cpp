@@ -41,7 +41,7 @@ namespace fattn::cpu::detail {
 namespace {
 
 using GemmFn = void (*)(int, int, int, const float *, int64_t, const float *, int64_t, float *,
-                        int64_t, bool);
+                        int64_t, bool, const TilePrefetch *);
 struct MathKernels {
     const char *isa;
     GemmFn gemm, gemm_tn;
@@ -115,14 +115,24 @@ const MathKernels &K() {
 
 const char *isa_name() { return K().isa; }
 
+TilePrefetch tile_prefetch(const void *src, fattn_dtype t, int64_t rs, int rows, int cols) {
+    const int64_t es = t == FATTN_F32 ? 4 : 2;
+    TilePrefetch pf;
+    pf.base = static_cast<const char *>(src);
+    pf.stride = rs * es;
+    pf.bytes = int64_t(cols) * es;
+    pf.rows = rows;
+    return pf;
+}
+
 void gemm(int M, int N, int K_, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-          int64_t ldc, bool accumulate) {
-    K().gemm(M, N, K_, A, lda, B, ldb, C, ldc, accumulate);
+          int64_t ldc, bool accumulate, const TilePrefetch *pf) {
+    K().gemm(M, N, K_, A, lda, B, ldb, C, ldc, accumulate, pf);
 }
 
 void gemm_tn(int M, int N, int K_, const float *At, int64_t lda, const float *B, int64_t ldb,
-             float *C, int64_t ldc, bool accumulate) {
-    K().gemm_tn(M, N, K_, At, lda, B, ldb, C, ldc, accumulate);
+             float *C, int64_t ldc, bool accumulate, const TilePrefetch *pf) {
+    K().gemm_tn(M, N, K_, At, lda, B, ldb, C, ldc, accumulate, pf);
 }
 
 void exp_shift(const float *x, float shift, float *y, int n) { K().exp_shift(x, shift, y, n); }

@@ -55,17 +55,43 @@ inline __attribute__((always_inline)) void block(int K, const float *A, int64_t 
         for (int w = 0; w < W; ++w) st(C + r * ldc + w * kVW, c[r][w]);
 }
 
+// Walks the lines of a TilePrefetch, a few per register block: `per_block` lines each step.
+struct PrefetchCursor {
+    const char *base = nullptr;
+    int64_t stride = 0, bytes = 0;
+    int rows = 0, lines = 0, r = 0, l = 0, per_block = 0;
+    PrefetchCursor(const TilePrefetch *pf, int blocks) {
+        if (!pf || !pf->base || pf->rows <= 0 || pf->bytes <= 0) return;
+        base = pf->base;
+        stride = pf->stride;
+        bytes = pf->bytes;
+        rows = pf->rows;
+        lines = int((bytes + 63) / 64) + 1;  // + 1: a row that does not start on a line
+        per_block = (rows * lines + blocks - 1) / (blocks > 0 ? blocks : 1);
+    }
+    inline __attribute__((always_inline)) void step() {
+        for (int i = 0; i < per_block && r < rows; ++i) {
+            const char *row = base + int64_t(r) * stride;
+            const int64_t off = int64_t(l) * 64 < bytes ? int64_t(l) * 64 : bytes - 1;
+            __builtin_prefetch(row + off, 0, 3);
+            if (++l == lines) l = 0, ++r;
+        }
+    }
+};
+
 // Rows of one column panel (W vectors wide): kMR-row blocks, then 4-, 2- and 1-row tails. The
 // 4-row tail keeps 8 accumulators in flight (two FMA ports × 4-cycle latency), so a 64-row tile
 // on AVX2 (10 × 6 + 4) loses little to its tail.
 template <int W, bool kTransA>
 inline __attribute__((always_inline)) void panel(int M, int K, const float *A, int64_t lda,
                                                  const float *B, int64_t ldb, float *C, int64_t ldc,
-                                                 bool accumulate) {
+                                                 bool accumulate, PrefetchCursor &pf) {
     const int64_t rstep = kTransA ? 1 : lda;  // distance between consecutive rows of A
     int i = 0;
-    for (; i + kMR <= M; i += kMR)
+    for (; i + kMR <= M; i += kMR) {
+        pf.step();
         block<kMR, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
+    }
     if (kMR > 4)
         for (; i + 4 <= M; i += 4) block<4, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
     for (; i + 2 <= M; i += 2) block<2, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
@@ -77,22 +103,28 @@ inline __attribute__((always_inline)) void panel(int M, int K, const float *A, i
 template <bool kTransA>
 inline __attribute__((always_inline)) void gemm_body(int M, int N, int K, const float *A, int64_t lda,
                                                      const float *B, int64_t ldb, float *C,
-                                                     int64_t ldc, bool accumulate) {
+                                                     int64_t ldc, bool accumulate, const TilePrefetch *tp) {
+    const int panels = N / (kNV * kVW) + (N % (kNV * kVW)) / kVW;
+    PrefetchCursor pf(tp, panels * (M / kMR > 0 ? M / kMR : 1));  // lines spread over full blocks
     int j0 = 0;
     for (; j0 + kNV * kVW <= N; j0 += kNV * kVW)
-        panel<kNV, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
-    for (; j0 < N; j0 += kVW) panel<1, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate);
+        panel<kNV, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate, pf);
+    for (; j0 < N; j0 += kVW) panel<1, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate, pf);
+    pf.per_block = 1 << 30;  // small M (no full block): whatever is left, at the end
+    pf.step();
 }
 
 // Entry points: not inlined, so each ISA's GEMM is one named function (scripts/check-spills.py
 // reads their inner loops in the object file).
 __attribute__((noinline)) void gemm_nn(int M, int N, int K, const float *A, int64_t lda, const float *B,
-                                       int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    gemm_body<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                                       int64_t ldb, float *C, int64_t ldc, bool accumulate,
+                                       const TilePrefetch *pf) {
+    gemm_body<false>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, pf);
 }
 __attribute__((noinline)) void gemm_tn(int M, int N, int K, const float *At, int64_t lda, const float *B,
-                                       int64_t ldb, float *C, int64_t ldc, bool accumulate) {
-    gemm_body<true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate);
+                                       int64_t ldb, float *C, int64_t ldc, bool accumulate,
+                                       const TilePrefetch *pf) {
+    gemm_body<true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate, pf);
 }
 
 // ---- exp ----
