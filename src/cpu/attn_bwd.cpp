@@ -110,8 +110,9 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     load_tile(elem(p.dout, p.dtype, drow), p.dtype, p.do_ss, rows, int(hdv), 1.0f, sc.dout, dvp);
                     // The next q tile of this kv tile (same head, or the group's next head) is
                     // fetched while this pair computes (see TilePrefetch): Q during the first
-                    // GEMM, dO during dP.
-                    TilePrefetch pf_q, pf_do;
+                    // GEMM, dO during dP, its dQ partial rows (a contiguous block the dQ GEMM
+                    // reads and writes, from L3 at long S) during dK.
+                    TilePrefetch pf_q, pf_do, pf_dq;
                     {
                         int64_t g1 = g, qt1 = qt + 1;
                         if (qt1 == nqt) g1 = g + 1, qt1 = 0;
@@ -123,6 +124,8 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                                                  p.dtype, p.q_ss, rows1, int(p.d));
                             pf_do = tile_prefetch(elem(p.dout, p.dtype, r.batch_index * p.do_sb + (r.q_begin + i1) * p.do_ss + h1 * p.do_sh),
                                                   p.dtype, p.do_ss, rows1, int(hdv));
+                            pf_dq = tile_prefetch(ws.dq_part + (((c * nb + r.batch_index) * p.hq + h1) * p.total_q + r.q_begin + i1) * dp,
+                                                  FATTN_F32, dp, rows1, int(dp));
                         }
                     }
                     const float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
@@ -154,7 +157,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
 
                     // dV += Pᵀ dO,  dK += dSᵀ (scale·Q)  (A read transposed),  dQ_c += dS K
                     gemm_tn(bk, int(dvp), rows, sc.pm, kBK, sc.dout, dvp, sc.dv, dvp, true, kExact ? &pf_q : nullptr);
-                    gemm_tn(bk, int(dp), rows, sc.dp, kBK, sc.qs, dp, sc.dk, dp, true);
+                    gemm_tn(bk, int(dp), rows, sc.dp, kBK, sc.qs, dp, sc.dk, dp, true, &pf_dq);
                     float *dq = ws.dq_part + (((c * nb + r.batch_index) * p.hq + h) * p.total_q + r.q_begin + i0) * dp;
                     gemm(rows, int(dp), bk, sc.dp, kBK, sc.kr, dp, dq, dp, true);
                 }
