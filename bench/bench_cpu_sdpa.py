@@ -14,6 +14,8 @@ Rates by FlashAttention's convention: fwd+bwd = 3.5 × 4·B·H·S²·D.
   python3 bench/bench_cpu_sdpa.py --fattn-bench build-cpu/fattn-bench           # all shapes
   python3 bench/bench_cpu_sdpa.py --fattn-bench build-cpu/fattn-bench --shapes 1024x64
   python3 bench/bench_cpu_sdpa.py                       # torch only
+  python3 bench/bench_cpu_sdpa.py --fattn-bench new/fattn-bench --baseline old/fattn-bench
+                                  # also an older build's fused time, same shapes, same run
 """
 import argparse
 import re
@@ -59,6 +61,7 @@ def fattn_bench(path, S, D, H, threads, reps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fattn-bench", help="path of fattn-bench (omit: torch only)")
+    ap.add_argument("--baseline", help="another build's fattn-bench, timed too (before/after)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
@@ -68,9 +71,10 @@ def main():
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, "
           f"{torch.get_num_threads()} threads; fattn-bench {a.fattn_bench or '(not run)'}")
+    base_hdr = " baseline fused ms (GFLOP/s) |" if a.baseline else ""
     print("| S | D | torch SDPA fwd+bwd ms (GFLOP/s) | fattn fused ms (GFLOP/s) | fattn/torch time "
-          "| SGEMM GFLOP/s | fattn/SGEMM | isa |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| SGEMM GFLOP/s | fattn/SGEMM | isa |" + base_hdr)
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if a.baseline else ""))
     for sd in a.shapes.split(","):
         S, D = (int(x) for x in sd.split("x"))
         flop = 3.5 * 4 * a.heads * S * S * D
@@ -80,12 +84,16 @@ def main():
         if a.fattn_bench:
             f_ms, sg, isa = fattn_bench(a.fattn_bench, S, D, a.heads, a.threads, a.reps)
         rate = lambda ms: flop / (ms * 1e-3) / 1e9  # noqa: E731
+        base_cell = ""
+        if a.baseline:
+            b_ms = fattn_bench(a.baseline, S, D, a.heads, a.threads, a.reps)[0]
+            base_cell = f" {b_ms:.1f} ({rate(b_ms):.1f}) |" if b_ms else " - |"
         f_cell = f"{f_ms:.1f} ({rate(f_ms):.1f})" if f_ms else "-"
         ratio = f"{f_ms / t_ms:.2f}" if f_ms else "-"
         sg_cell = f"{sg:.1f}" if sg else "-"
         of_sg = f"{rate(f_ms) / sg:.2f}" if f_ms and sg else "-"
-        print(f"| {S} | {D} | {t_ms:.1f} ({rate(t_ms):.1f}) | {f_cell} | {ratio} | {sg_cell} | {of_sg} | {isa} |",
-              flush=True)
+        print(f"| {S} | {D} | {t_ms:.1f} ({rate(t_ms):.1f}) | {f_cell} | {ratio} | {sg_cell} | {of_sg} | {isa} |"
+              + base_cell, flush=True)
 
 
 if __name__ == "__main__":

@@ -26,14 +26,9 @@
 #include "cpu/attn_impl.h"
 #include "fattn/fattn.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
+// Sanitizer builds dispatch too (a plain function pointer, no ifunc), so ASan checks the AVX paths.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FATTN_X86_DISPATCH 1
-#endif
-// ASan builds (CI's Debug run) use the baseline path only: the AVX paths are checked in Release.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#undef FATTN_X86_DISPATCH
-#endif
 #endif
 
 namespace fattn::cpu::detail {
