@@ -31,8 +31,9 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// delta = rowsum(dO ∘ O) for every (query head, packed row) of every sequence.
-void compute_delta(const AttnBwdParams &p, float *delta) {
+// delta = rowsum(dO ∘ O) for every (query head, packed row) of every sequence; with a bias also
+// lse' = lse − ceiling (attn_impl.h; rows with a large ceiling are recomputed afterwards).
+void compute_delta(const AttnBwdParams &p, const Workspace &ws, float *delta, float *lse_rel) {
     const int64_t hdv = p.dim_v;
     TaskIndex ti;
     ti.build(p, [](const AttnFwdParams &pp, const SeqRange &r) { return pp.hq * cdiv(r.q_len, kBQ); });
@@ -50,6 +51,12 @@ void compute_delta(const AttnBwdParams &p, float *delta) {
                 acc += load_f32(p.dout, p.dtype, drow + d) * load_f32(p.o, p.dtype, orow + d);
             delta[(r.batch_index * p.hq + h) * p.total_q + r.q_begin + i] = acc;
         }
+        if (lse_rel) {
+            const float *cl = ceil_row(p, ws, r, h, i0);
+            const float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin;
+            float *out = lse_rel + (r.batch_index * p.hq + h) * p.total_q + r.q_begin;
+            for (int64_t i = i0; i < i1; ++i) out[i] = lse[i] - cl[i - i0];
+        }
     });
 }
 
@@ -66,7 +73,9 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
     parallel_for(nch * nb * p.hq, p.nthreads, [&](int64_t t) {
         std::memset(ws.dq_part + t * p.total_q * dp, 0, size_t(p.total_q * dp) * 4);
     });
-    compute_delta(p, ws.delta);
+    compute_delta(p, ws, ws.delta, ws.lse_rel);
+    // Rows whose bias ceiling is large: their lse − ceiling may have lost log Σ; recompute it.
+    if (!kExact && any_large_ceiling(p, ws)) fused_fwd(p, ws, ws.lse_rel);
 
     TaskIndex ti;
     ti.off.assign(size_t(p.batch) + 1, 0);
@@ -128,7 +137,10 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                                                   FATTN_F32, dp, rows1, int(dp));
                         }
                     }
-                    const float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
+                    // lse' (relative to the bias ceilings) with a bias, else the saved lse.
+                    const float *lse = p.bias ? ws.lse_rel + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0
+                                              : p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
+                    const float *cl = ceil_row(p, ws, r, h, i0);
                     const float *delta = ws.delta + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
 
                     // P [rows, n]: zero outside each row's valid keys and for rows that saw none.
@@ -145,7 +157,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                                 std::fill(pr, pr + n, 0.0f);
                                 continue;
                             }
-                            if (p.bias) add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, pr, a, b);
+                            if (p.bias) add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, pr, a, b, cl[i]);
                             std::fill(pr, pr + a, 0.0f);
                             std::fill(pr + b, pr + n, 0.0f);
                             exp_shift(pr + a, lse[i], pr + a, b - a);

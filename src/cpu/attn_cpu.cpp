@@ -90,6 +90,7 @@ fattn_status run_call(const AttnFwdParams &p, fattn_dir dir, const void *saved, 
         detail::Workspace ws;
         detail::workspace_layout(p, dir, align64(workspace), &ws);
         detail::build_bias_map(p, &ws);
+        detail::build_bias_ceiling(p, &ws);
         return run(ws);
     } catch (...) {
         if (err) *err = "cpu: out of memory for the task tables";

@@ -5,6 +5,7 @@
 // packed tiles, GEMM microkernel, exp and tile skipping as the fused forward, so "fused vs exact"
 // compares the algorithms: one task per (sequence, query head, q tile) writes the logits of its
 // queries, runs a three-pass softmax over them (max, exp + sum, normalize), then O = P V.
+// Biases enter relative to each row's ceiling, as in the fused kernels (attn_impl.h).
 // Layout of `saved`: Pᵀ, [B, Hq, Skv, Sq] (keys × queries, like the fused kernels' Sᵀ tiles), so
 // a task's queries are contiguous in every key row. Varlen: max lengths ([num_seqs, Hq, max_kv,
 // max_q]); padding cells are never read.
@@ -42,6 +43,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
         const int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
         const int nq = int(pad_n(rows));
         float *pcol = saved + (s * p.hq + h) * p.seqlen_kv * ldp + i0;  // Pᵀ[:, i0 : i0 + rows]
+        const float *cl = ceil_row(p, ws, r, h, i0);  // bias ceilings of the task's rows
 
         int slot = pool.acquire();
         FwdScratch sc = carve_fwd(p, ws.slots + size_t(slot) * ws.slot_bytes);
@@ -73,7 +75,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
             for (int i = 0; i < rows; ++i) {
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)
-                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, st + i, kBQ, a, b);
+                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, st + i, kBQ, a, b, cl[i]);
                 for (int j = 0; j < a; ++j) st[j * kBQ + i] = kNegInf;
                 for (int j = std::max(a, b); j < bk; ++j) st[j * kBQ + i] = kNegInf;
             }
@@ -87,7 +89,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
         for (int i = 0; i < nq; ++i) {
             bool seen = i < rows && sc.sum[i] > 0.0f;  // no visible key: P = 0, LSE = -inf
             sc.alpha[i] = seen ? 1.0f / sc.sum[i] : 0.0f;
-            if (i < rows) lse[i] = seen ? sc.mx[i] + std::log(sc.sum[i]) : kNegInf;
+            if (i < rows) lse[i] = seen ? (cl ? cl[i] : 0.0f) + (sc.mx[i] + std::log(sc.sum[i])) : kNegInf;
         }
         col_scale(blk, kBQ, nk, nq, sc.alpha);
 

@@ -25,7 +25,7 @@ int64_t fwd_tasks_of(const AttnFwdParams &p, const SeqRange &r) { return p.hq * 
 
 }  // namespace
 
-fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
+fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
     TaskIndex ti;
     ti.build(p, fwd_tasks_of);
     SlotPool pool(ws.nslots);
@@ -39,6 +39,9 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
         const int64_t h = rem / nqt, qt = rem % nqt, hk = h / group;
         const int64_t i0 = qt * kBQ;
         const int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
+        const float *cl = ceil_row(p, ws, r, h, i0);  // bias ceilings of the task's rows
+        if (lse_rel && !std::any_of(cl, cl + rows, [](float c) { return !(std::fabs(c) <= kCeilExact); }))
+            return;  // stats mode: lse − ceiling is exact for every row of this tile
 
         int slot = pool.acquire();
         FwdScratch sc = carve_fwd(p, ws.slots + size_t(slot) * ws.slot_bytes);
@@ -85,7 +88,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
             for (int i = 0; i < rows; ++i) {  // bias, then -inf outside each query's window
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)
-                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, sc.st + i, kBQ, a, b);
+                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, sc.st + i, kBQ, a, b, cl[i]);
                 for (int j = 0; j < a; ++j) sc.st[j * kBQ + i] = kNegInf;
                 for (int j = std::max(a, b); j < bk; ++j) sc.st[j * kBQ + i] = kNegInf;
             }
@@ -109,13 +112,19 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws) {
             gemm_tn(rows, int(dvp), bk, sc.st, kBQ, sc.v, dvp, sc.acc, dvp, true, &pf_v);
         }
 
-        // O = acc / l, LSE = m + log l; a row that saw no key: O = 0, LSE = -inf.
+        // O = acc / l, LSE = ceiling + m + log l; a row that saw no key: O = 0, LSE = -inf.
+        if (lse_rel) {  // stats mode: lse' only
+            float *out = lse_rel + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
+            for (int i = 0; i < rows; ++i) out[i] = sc.l[i] > 0.0f ? sc.m[i] + std::log(sc.l[i]) : kNegInf;
+            pool.release(slot);
+            return;
+        }
         float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
         for (int i = 0; i < rows; ++i) {
             float *arow = sc.acc + i * dvp;
             if (sc.l[i] > 0.0f) {
                 scale_row(arow, 1.0f / sc.l[i], int(dvp));
-                lse[i] = sc.m[i] + std::log(sc.l[i]);
+                lse[i] = (cl ? cl[i] : 0.0f) + (sc.m[i] + std::log(sc.l[i]));
             } else {
                 std::fill(arow, arow + dvp, 0.0f);
                 lse[i] = kNegInf;

@@ -92,10 +92,12 @@ void store_tile(void *dst, fattn_dtype t, int64_t rs, int rows, int cols, const 
                 int64_t lds, float scale);
 // Zero rows [r0, r1) (cols elements each) of a strided view.
 void zero_rows(void *dst, fattn_dtype t, int64_t rs, int64_t r0, int64_t r1, int cols);
-// s[j] += bias[j] for j in [a, b)
-void add_bias(const void *bias, fattn_dtype t, float *s, int a, int b);
-// Into a column of a [keys, queries] tile: st[j * ld] += bias[j] for j in [a, b)
-void add_bias_t(const void *bias, fattn_dtype t, float *st, int64_t ld, int a, int b);
+// s[j] += bias[j] − c for j in [a, b); c is the row's bias ceiling (Workspace::ceil)
+void add_bias(const void *bias, fattn_dtype t, float *s, int a, int b, float c);
+// Into a column of a [keys, queries] tile: st[j * ld] += bias[j] − c for j in [a, b)
+void add_bias_t(const void *bias, fattn_dtype t, float *st, int64_t ld, int a, int b, float c);
+// max_j bias[j] over [a, b) (-inf when empty; NaN ignored)
+float bias_row_max(const void *bias, fattn_dtype t, int a, int b);
 
 inline const void *elem(const void *base, fattn_dtype t, int64_t off) {
     return static_cast<const char *>(base) + off * (t == FATTN_F32 ? 4 : 2);
@@ -154,10 +156,22 @@ struct BiasMap {
     }
 };
 
-// Workspace layout of one call: the bias map, the backward's delta and dQ partials, then one
-// scratch slot per thread. The same function sizes it (attn_workspace_size) and carves it.
+// Bias ceilings. Every kernel adds a row's bias as (bias − c) with c the row's largest allowed
+// bias (0 when it has none), and the LSE it reports is c + lse', lse' = log Σ exp(logit − c):
+// softmax is unchanged by a per-row constant, and a Hugging Face padding row (every key at
+// finfo.min or -1e9) keeps its scores instead of losing them to the rounding of score + bias.
+// The backward needs lse' itself: lse − c is exact enough while |c| <= kCeilExact; rows with a
+// larger ceiling get lse' recomputed by the forward's tasks (fused_fwd's stats mode), since
+// their public LSE may have swallowed log Σ (at c = finfo.min it is c exactly).
+constexpr float kCeilExact = 16.0f;
+
+// Workspace layout of one call: the bias map and ceilings, the backward's delta, lse' and dQ
+// partials, then one scratch slot per thread. The same function sizes it (attn_workspace_size)
+// and carves it.
 struct Workspace {
     BiasMap map;
+    float *ceil = nullptr;    // bias: [map slices, total_q] each row's bias ceiling (see above)
+    float *lse_rel = nullptr; // bwd with bias: [nb, Hq, total_q] lse' = lse − ceiling
     float *delta = nullptr;   // bwd: [nb, Hq, total_q] rowsum(dO ∘ O); nb = B dense, 1 varlen
     float *dq_part = nullptr; // bwd: [nchunks, nb, Hq, total_q, pad_n(D)] f32 dQ partials
     int64_t nchunks = 1;
@@ -169,6 +183,16 @@ int64_t bwd_chunks(const AttnFwdParams &p);
 size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Workspace *ws);
 // Fills ws->map's bytes (parallel over tiles). Call after workspace_layout with a real base.
 void build_bias_map(const AttnFwdParams &p, Workspace *ws);
+// Fills ws->ceil (the bias ceiling of every row of every map slice); after build_bias_map.
+void build_bias_ceiling(const AttnFwdParams &p, Workspace *ws);
+// True when some row's ceiling is above kCeilExact in magnitude (or NaN).
+bool any_large_ceiling(const AttnFwdParams &p, const Workspace &ws);
+// The ceilings of rows [i, ...) of sequence r, query head h (nullptr without a bias).
+inline const float *ceil_row(const AttnFwdParams &p, const Workspace &ws, const SeqRange &r, int64_t h, int64_t i) {
+    if (!p.bias) return nullptr;
+    const int64_t slice = (ws.map.per_batch ? r.batch_index : 0) * ws.map.nbh + (ws.map.nbh > 1 ? h : 0);
+    return ws.ceil + slice * p.total_q + r.q_begin + i;
+}
 
 // Hands each running task a private scratch slot; which slot a task gets never affects results
 // (every slot byte a task reads it wrote first).
@@ -239,7 +263,9 @@ struct TaskIndex {
 };
 
 // ---- kernels ----
-fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws);
+// lse_rel != nullptr: stats mode, used by the backward. Only q tiles holding a row whose bias
+// ceiling is above kCeilExact run; they write lse' ([nb, Hq, total_q], as delta) instead of O/LSE.
+fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel = nullptr);
 fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws);
 template <bool kExact>
 fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace &ws);

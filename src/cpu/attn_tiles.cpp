@@ -67,18 +67,28 @@ void store_tile_(void *dst, int64_t rs, int rows, int cols, const float *src, in
         for (int c = 0; c < cols; ++c) d[r * rs + c] = E::put(scale * src[r * lds + c]);
 }
 
+// bias − c first, then + s: with c the row's bias ceiling, a huge uniform bias cancels exactly.
 template <fattn_dtype T>
-void add_bias_(const void *bias, float *s, int a, int b) {
+void add_bias_(const void *bias, float *s, int a, int b, float c) {
     using E = Elem<T>;
     const auto *x = static_cast<const typename E::type *>(bias);
-    for (int j = a; j < b; ++j) s[j] += E::get(x[j]);
+    for (int j = a; j < b; ++j) s[j] += E::get(x[j]) - c;
 }
 
 template <fattn_dtype T>
-void add_bias_t_(const void *bias, float *st, int64_t ld, int a, int b) {
+void add_bias_t_(const void *bias, float *st, int64_t ld, int a, int b, float c) {
     using E = Elem<T>;
     const auto *x = static_cast<const typename E::type *>(bias);
-    for (int j = a; j < b; ++j) st[j * ld] += E::get(x[j]);
+    for (int j = a; j < b; ++j) st[j * ld] += E::get(x[j]) - c;
+}
+
+template <fattn_dtype T>
+float row_max_(const void *bias, int a, int b) {
+    using E = Elem<T>;
+    const auto *x = static_cast<const typename E::type *>(bias);
+    float m = -INFINITY;
+    for (int64_t j = a; j < b; ++j) m = std::fmax(m, E::get(x[j]));
+    return m;
 }
 
 // True if some element of x[a, b) is not -inf (NaN and +inf count as "not -inf"). Compares bit
@@ -96,11 +106,11 @@ bool any_not_neginf(const void *x, int a, int b, U neginf) {
 
 }  // namespace
 
-void add_bias_t(const void *bias, fattn_dtype t, float *st, int64_t ld, int a, int b) {
+void add_bias_t(const void *bias, fattn_dtype t, float *st, int64_t ld, int a, int b, float c) {
     switch (t) {
-    case FATTN_F32: return add_bias_t_<FATTN_F32>(bias, st, ld, a, b);
-    case FATTN_F16: return add_bias_t_<FATTN_F16>(bias, st, ld, a, b);
-    case FATTN_BF16: return add_bias_t_<FATTN_BF16>(bias, st, ld, a, b);
+    case FATTN_F32: return add_bias_t_<FATTN_F32>(bias, st, ld, a, b, c);
+    case FATTN_F16: return add_bias_t_<FATTN_F16>(bias, st, ld, a, b, c);
+    case FATTN_BF16: return add_bias_t_<FATTN_BF16>(bias, st, ld, a, b, c);
     }
 }
 
@@ -136,11 +146,19 @@ void zero_rows(void *dst, fattn_dtype t, int64_t rs, int64_t r0, int64_t r1, int
     for (int64_t r = r0; r < r1; ++r) std::memset(elem(dst, t, r * rs), 0, size_t(cols) * es);
 }
 
-void add_bias(const void *bias, fattn_dtype t, float *s, int a, int b) {
+void add_bias(const void *bias, fattn_dtype t, float *s, int a, int b, float c) {
     switch (t) {
-    case FATTN_F32: return add_bias_<FATTN_F32>(bias, s, a, b);
-    case FATTN_F16: return add_bias_<FATTN_F16>(bias, s, a, b);
-    case FATTN_BF16: return add_bias_<FATTN_BF16>(bias, s, a, b);
+    case FATTN_F32: return add_bias_<FATTN_F32>(bias, s, a, b, c);
+    case FATTN_F16: return add_bias_<FATTN_F16>(bias, s, a, b, c);
+    case FATTN_BF16: return add_bias_<FATTN_BF16>(bias, s, a, b, c);
+    }
+}
+
+float bias_row_max(const void *bias, fattn_dtype t, int a, int b) {
+    switch (t) {
+    case FATTN_F16: return row_max_<FATTN_F16>(bias, a, b);
+    case FATTN_BF16: return row_max_<FATTN_BF16>(bias, a, b);
+    default: return row_max_<FATTN_F32>(bias, a, b);
     }
 }
 
@@ -271,14 +289,18 @@ size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Works
         m.seq_off = seq_off;
         // Never nullptr on the real carve, even for zero pairs: "no bias" is act == nullptr.
         m.act = reinterpret_cast<const uint8_t *>(take(size_t(slices * m.slice_pairs) + 1));
+        w.ceil = reinterpret_cast<float *>(take(size_t(slices * p.total_q) * 4));
     }
     if (dir == FATTN_DIR_BWD) {
         w.nchunks = bwd_chunks(p);
         const int64_t nb = varlen ? 1 : p.batch;  // dense: each batch has its own rows
         w.delta = reinterpret_cast<float *>(take(size_t(nb * p.hq * p.total_q) * 4));
+        if (p.bias) w.lse_rel = reinterpret_cast<float *>(take(size_t(nb * p.hq * p.total_q) * 4));
         w.dq_part = reinterpret_cast<float *>(
             take(size_t(w.nchunks * nb * p.hq * p.total_q * pad_n(p.d)) * 4));
-        w.slot_bytes = carve_bwd(p, nullptr).bytes;
+        // The backward may run the fused forward's tasks to recompute row statistics (bias rows
+        // with a large ceiling), so a slot holds either scratch.
+        w.slot_bytes = std::max(carve_bwd(p, nullptr).bytes, p.bias ? carve_fwd(p, nullptr).bytes : 0);
     } else {
         w.slot_bytes = carve_fwd(p, nullptr).bytes;
     }
@@ -329,6 +351,40 @@ void build_bias_map(const AttnFwdParams &p, Workspace *ws) {
             out[kt] = live;
         }
     });
+}
+
+void build_bias_ceiling(const AttnFwdParams &p, Workspace *ws) {
+    const BiasMap &m = ws->map;
+    if (!p.bias) return;
+    // One task per (bias slice, map sequence, block of kBQ rows), as the map: a dense bias shared
+    // by the batches has one geometry (every batch has the same lengths).
+    int64_t nseq = m.seq_off ? p.batch : 1, nb = m.per_batch ? p.batch : 1;
+    TaskIndex ti;
+    ti.off.assign(size_t(nseq) + 1, 0);
+    for (int64_t s = 0; s < nseq; ++s) ti.off[size_t(s) + 1] = ti.off[size_t(s)] + cdiv(seq_range(p, s).q_len, kBQ);
+    int64_t per_slice = ti.total();
+    parallel_for(nb * m.nbh * per_slice, p.nthreads, [&](int64_t t) {
+        int64_t slice = t / per_slice, s, qt;
+        ti.locate(t % per_slice, &s, &qt);
+        int64_t bb = slice / m.nbh, bh = slice % m.nbh;
+        SeqRange r = seq_range(p, m.per_batch ? bb : s);
+        if (m.per_batch) r.batch_index = bb;
+        float *out = ws->ceil + slice * p.total_q + r.q_begin;
+        for (int64_t i = qt * kBQ; i < std::min(r.q_len, (qt + 1) * kBQ); ++i) {
+            int64_t lo, hi;
+            key_range(p, i, r.q_len, r.kv_len, &lo, &hi);
+            float c = lo <= hi ? bias_row_max(bias_at(p, r, bh, i, 0), p.bias_dtype, int(lo), int(hi + 1)) : -INFINITY;
+            out[i] = c == -INFINITY ? 0.0f : c;  // no finite allowed bias: the row is fully masked
+        }
+    });
+}
+
+bool any_large_ceiling(const AttnFwdParams &p, const Workspace &ws) {
+    if (!p.bias) return false;
+    const int64_t n = (ws.map.per_batch ? p.batch : 1) * ws.map.nbh * p.total_q;
+    for (int64_t x = 0; x < n; ++x)
+        if (!(std::fabs(ws.ceil[x]) <= kCeilExact)) return true;
+    return false;
 }
 
 }  // namespace fattn::cpu::detail

@@ -8,6 +8,9 @@
 // and key columns, and sizes that divide no tile (S = 1, 17, 97, 257, 1025; D = 40, 80, 96).
 #include "test/attn_cases.h"
 
+#include <cfloat>
+#include <cmath>
+
 namespace fattn_test {
 
 namespace {
@@ -76,6 +79,25 @@ std::vector<AttnCase> make_table() {
         C("bias_negtri_plus_causal").shape(1, 97, 97, 2, 2, 64).with_bias(BiasKind::NEG_TRI).causal_(TL),
         C("bias_keypad_causal_br").shape(2, 50, 70, 2, 2, 64).with_bias(BiasKind::KEYPAD).causal_(BR),
         C("bias_rowcol_window").shape(1, 97, 97, 2, 2, 64).with_bias(BiasKind::NEG_ROWCOL).window(10, 10, ATL),
+        // ---- huge-negative padding masks (Hugging Face builds them with finfo(dtype).min, not
+        // -inf): the fused backward recomputes P from the saved LSE, which such a row's bias
+        // would swallow. Rows fully masked by a finite value attend to every key (softmax is
+        // unchanged by a per-row constant); by -inf they are fully masked (o = 0).
+        C("pad_fltmax").shape(2, 96, 96, 4, 4, 64).pad(BiasKind::PAD, -FLT_MAX).is_quick(),
+        C("pad_1e9").shape(2, 96, 96, 4, 4, 64).pad(BiasKind::PAD, -1e9f).is_quick(),
+        C("pad_1e4").shape(2, 96, 96, 4, 4, 64).pad(BiasKind::PAD, -1e4f),
+        C("pad_inf").shape(2, 96, 96, 4, 4, 64).pad(BiasKind::PAD, -INFINITY).is_quick(),
+        C("pad_fltmax_rand_gqa").shape(2, 160, 130, 4, 2, 64).pad(BiasKind::PAD_RAND, -FLT_MAX),
+        C("pad_1e9_causal_br").shape(2, 96, 96, 2, 2, 64).pad(BiasKind::PAD, -1e9f).causal_(BR),
+        C("pad_inf_rows64").shape(2, 160, 160, 2, 2, 64).pad(BiasKind::PAD, -INFINITY),  // q_valid(1) = 64
+        C("pad_fltmax_rows64").shape(2, 160, 160, 2, 2, 64).pad(BiasKind::PAD, -FLT_MAX),
+        C("lpad_fltmax_causal_tl").shape(2, 100, 100, 2, 2, 64).pad(BiasKind::LPAD_KEYS, -FLT_MAX).causal_(TL).is_quick(),
+        C("lpad_1e4_window").shape(2, 100, 100, 2, 2, 64).pad(BiasKind::LPAD_KEYS, -1e4f).window(20, 0, ATL),
+        C("pad_bf16_min").shape(2, 96, 96, 2, 2, 64).dt(BF16).pad(BiasKind::PAD, -FLT_MAX),
+        C("pad_f16_min").shape(2, 96, 96, 2, 2, 64).dt(F16).pad(BiasKind::PAD, -FLT_MAX),
+        C("pad_1e9_bf16_rand").shape(2, 96, 96, 2, 2, 128).dt(BF16).pad(BiasKind::PAD_RAND, -1e9f),
+        C("pad_fltmax_d128_s300").shape(2, 300, 300, 2, 1, 128).pad(BiasKind::PAD, -FLT_MAX),
+        C("pad_1e9_f16_causal").shape(2, 130, 130, 2, 2, 64).dt(F16).pad(BiasKind::PAD, -1e9f).causal_(BR),
         // ---- GQA / MQA at B > 1
         C("gqa_4_2_b2").shape(2, 65, 65, 4, 2, 64).is_quick(),
         C("gqa_8_2_b3_causal").shape(3, 50, 50, 8, 2, 64).causal_(BR),

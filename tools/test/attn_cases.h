@@ -2,6 +2,7 @@
 // with chained setters so the table in attn_cases.cpp reads as a list (one line per case).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +20,13 @@ enum class BiasKind {
     NEG_BAND,    // [1, Hq, Sq, Skv]: random inside |i - j| <= w, -inf outside (a window as a bias)
     NEG_TRI,     // [1, 1, Sq, Skv]: 0 for j <= i, -inf above (causal as a bias)
     NEG_ROWCOL,  // [B, Hq, Sq, Skv] random with whole rows and whole key columns at -inf
+    // Hugging Face-style padding masks, [B, 1, Sq, Skv] with the case's pad value (finfo.min,
+    // -1e9, -1e4 or -inf; clamped to the bias dtype's lowest finite value when finite):
+    PAD,         // pad where key j >= kv_valid(b) or row i >= q_valid(b) (rows past q_valid
+                 // fully masked by the pad value), 0 elsewhere
+    PAD_RAND,    // the same, random values elsewhere
+    LPAD_KEYS,   // left padding of the keys only: pad where j < kv_pad(b), 0 elsewhere; with a
+                 // top-left causal mask, rows i < kv_pad(b) see only padded keys
 };
 
 enum class Layout {
@@ -44,6 +52,7 @@ struct AttnCase {
     fattn_prec prec = FATTN_PREC_AUTO;
     AlgoSel algo = AlgoSel::BOTH;
     float scale = 0.0f;        // 0: the library's default 1/sqrt(D)
+    float pad_value = -INFINITY;  // PAD / PAD_RAND / LPAD_KEYS: the masked entries' value
     bool large = false;        // CUDA-sized: skipped on the CPU unless named with -p
     bool extra = false;        // only with --extra
     bool quick = false;        // part of the --quick subset
@@ -64,6 +73,7 @@ struct AttnCase {
     AttnCase &prec_(fattn_prec p) { prec = p; return *this; }
     AttnCase &algo_(AlgoSel a) { algo = a; return *this; }
     AttnCase &scale_(float s) { scale = s; return *this; }
+    AttnCase &pad(BiasKind k, float v) { bias = k, pad_value = v; return *this; }
     AttnCase &is_large() { large = true; return *this; }
     AttnCase &is_extra() { extra = true; return *this; }
     AttnCase &is_quick() { quick = true; return *this; }

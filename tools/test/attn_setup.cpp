@@ -21,6 +21,16 @@ namespace {
 
 const float kNegInf = -std::numeric_limits<float>::infinity();
 
+// The most negative finite value of a storage dtype (torch.finfo(dtype).min): -FLT_MAX rounds to
+// -inf in bf16 and f16, so a finfo.min mask is built with the dtype's own lowest value.
+float lowest_finite(fattn_dtype t) {
+    switch (t) {
+    case FATTN_BF16: return -3.38953139e38f;  // 0xff7f
+    case FATTN_F16: return -65504.0f;
+    default: return -std::numeric_limits<float>::max();
+    }
+}
+
 uint32_t seed_of(const std::string &s) {  // FNV-1a: a stable seed per case name
     uint32_t h = 2166136261u;
     for (unsigned char ch : s) h = (h ^ ch) * 16777619u;
@@ -216,6 +226,7 @@ void setup_inst(const AttnCase &c, Inst *inp) {
         };
         switch (c.bias) {
         case BiasKind::DENSE: case BiasKind::NEG_ROWCOL: dense(B, Hq); break;
+        case BiasKind::PAD: case BiasKind::PAD_RAND: case BiasKind::LPAD_KEYS: dense(B, 1); break;
         case BiasKind::BCAST: case BiasKind::NEG_TRI: dense(1, 1); break;
         case BiasKind::NEG_BAND: dense(1, Hq); break;
         case BiasKind::KEYPAD:  // [B, 1, 1, Skv] stored, viewed as [B, 1, Sq, Skv] with stride 0
@@ -235,6 +246,12 @@ void setup_inst(const AttnCase &c, Inst *inp) {
     if (c.bias != BiasKind::NONE) {
         Rng nd{seed + n * kGamma};  // the stream continues where dout ended
         const int64_t band = std::max<int64_t>(2, std::min<int64_t>(Skv / 10, 256));
+        // Padding masks: batch b keeps kv_valid keys and q_valid rows (batch 1 of a 160-row case
+        // keeps exactly 64 rows: a fully masked 64-row block beside a live one).
+        const float padv = std::isinf(c.pad_value) ? c.pad_value : std::max(c.pad_value, lowest_finite(bt));
+        auto kv_valid = [&](int64_t b) { return std::max<int64_t>(1, Skv - 5 - b * (Skv / 3)); };
+        auto q_valid = [&](int64_t b) { return b == 1 && Sq == 160 ? 64 : std::max<int64_t>(1, Sq - 3 - b * (Sq / 4)); };
+        auto kv_pad = [&](int64_t b) { return std::min<int64_t>(Skv - 1, 7 + 13 * b); };
         // Values by logical (b, h, i, j); cells shared through stride 0 get written repeatedly
         // with the same value (KEYPAD's value does not depend on i).
         for_each4(in.bias, [&](int64_t b, int64_t h, int64_t i, int64_t j, int64_t e) {
@@ -249,6 +266,12 @@ void setup_inst(const AttnCase &c, Inst *inp) {
             case BiasKind::NEG_ROWCOL:
                 x = (i % 7 == 3 || j % 5 == 1 || (i * 3 + j) % 11 == 0) ? kNegInf : nd();
                 break;
+            case BiasKind::PAD: case BiasKind::PAD_RAND: {
+                const float live = c.bias == BiasKind::PAD_RAND ? nd() : 0.0f;  // drawn either way
+                x = (j >= kv_valid(b) || i >= q_valid(b)) ? padv : live;
+                break;
+            }
+            case BiasKind::LPAD_KEYS: x = j < kv_pad(b) ? padv : 0.0f; break;
             case BiasKind::NONE: break;
             }
             (void)h;

@@ -1,8 +1,11 @@
 // attn_ref.cpp — the float64 softmax-attention oracle (see attn_ref.h).
 //
 // For each sequence s and query head h it materializes, as double matrices of [len_q, len_kv]:
-//   S  = scale·q kᵀ + bias, -inf where the masks forbid the key
-//   P  = exp(S - lse)              (lse = log Σ_j exp S_ij; row with no finite S: fully masked)
+//   S  = scale·q kᵀ + (bias − c_i), -inf where the masks forbid the key; c_i = the row's largest
+//        allowed bias (0 when there is none): softmax is unchanged by a per-row constant, and a
+//        huge uniform bias (a padding row masked with finfo.min) no longer swallows the scores
+//   P  = exp(S - lse')             (lse' = log Σ_j exp S_ij; row with no finite S: fully masked)
+//   lse = c_i + lse'               (the row's log-sum-exp, bias included)
 //   dP = dO vᵀ,  Di = Σ_j P_ij dP_ij,  dS = P ∘ (dP - D)
 // and o = P v, dq = scale·dS k, dk += scale·dSᵀ q, dv += Pᵀ dO (summed over the query heads of a
 // kv head, in head order), dbias = dS. Plain loops, no blocking, no shared helpers.
@@ -51,6 +54,12 @@ void logits_and_probs(const Problem &p, const Tensors &t, const Seq &sq, int64_t
     blk->P.assign(size_t(sq.lq * sq.lk), 0.0);
     blk->lse.assign(size_t(sq.lq), kNegInf);
     for (int64_t i = 0; i < sq.lq; ++i) {
+        // c: the row's largest allowed bias (see the file comment).
+        double c = p.has_bias ? kNegInf : 0.0;
+        for (int64_t j = 0; j < sq.lk && p.has_bias; ++j)
+            if (key_allowed(p.mask, i, j, sq.lq, sq.lk))
+                c = std::fmax(c, t.bias[size_t(bias_at(p, sq.b, h, sq.q0 + i, sq.k0 + j))]);
+        if (c == kNegInf) c = 0.0;
         for (int64_t j = 0; j < sq.lk; ++j) {
             if (!key_allowed(p.mask, i, j, sq.lq, sq.lk)) continue;
             double dot = 0.0;
@@ -58,7 +67,7 @@ void logits_and_probs(const Problem &p, const Tensors &t, const Seq &sq, int64_t
             const double *kj = &t.k[size_t(k_at(p, sq.b, sq.k0 + j, hk))];
             for (int64_t d = 0; d < p.D; ++d) dot += qi[d] * kj[d];
             double s = p.scale * dot;
-            if (p.has_bias) s += t.bias[size_t(bias_at(p, sq.b, h, sq.q0 + i, sq.k0 + j))];
+            if (p.has_bias) s += t.bias[size_t(bias_at(p, sq.b, h, sq.q0 + i, sq.k0 + j))] - c;
             blk->S[size_t(i * sq.lk + j)] = s;
         }
         double m = kNegInf;
@@ -66,10 +75,10 @@ void logits_and_probs(const Problem &p, const Tensors &t, const Seq &sq, int64_t
         if (m == kNegInf) continue;  // fully masked: P row stays 0, lse -inf
         double sum = 0.0;
         for (int64_t j = 0; j < sq.lk; ++j) sum += std::exp(blk->S[size_t(i * sq.lk + j)] - m);
-        double lse = m + std::log(sum);
-        blk->lse[size_t(i)] = lse;
+        const double lse_rel = m + std::log(sum);
+        blk->lse[size_t(i)] = c + lse_rel;
         for (int64_t j = 0; j < sq.lk; ++j)
-            blk->P[size_t(i * sq.lk + j)] = std::exp(blk->S[size_t(i * sq.lk + j)] - lse);
+            blk->P[size_t(i * sq.lk + j)] = std::exp(blk->S[size_t(i * sq.lk + j)] - lse_rel);
     }
 }
 
@@ -283,18 +292,35 @@ void key_span(const Mask &m, int64_t i, int64_t lq, int64_t lk, int64_t *lo, int
     if (m.window_right >= 0) *hi = std::min(*hi, wdiag + m.window_right);
 }
 
-// Logit of (row i, key j) of head h in sequence sq, -inf when masked.
-double logit(const AttnFwdParams &a, const Seq &sq, const Mask &m, int64_t h, int64_t i, int64_t j) {
+double bias_of(const AttnFwdParams &a, const Seq &sq, int64_t h, int64_t i, int64_t j) {
+    return decode(a.bias, a.bias_dtype, sq.b * a.bias_sb + h * a.bias_sh + (sq.q0 + i) * a.bias_si + sq.k0 + j);
+}
+
+// The row's largest allowed bias c (0 when there is none or no bias): logits are taken
+// relative to it, as in the core layer.
+double bias_ceiling(const AttnFwdParams &a, const Seq &sq, const Mask &m, int64_t h, int64_t i) {
+    if (!a.bias) return 0.0;
+    int64_t lo, hi;
+    key_span(m, i, sq.lq, sq.lk, &lo, &hi);
+    double c = kNegInf;
+    for (int64_t j = lo; j <= hi; ++j)
+        if (key_allowed(m, i, j, sq.lq, sq.lk)) c = std::fmax(c, bias_of(a, sq, h, i, j));
+    return c == kNegInf ? 0.0 : c;
+}
+
+// Logit of (row i, key j) of head h in sequence sq relative to the row's bias ceiling c,
+// -inf when masked.
+double logit(const AttnFwdParams &a, const Seq &sq, const Mask &m, int64_t h, int64_t i, int64_t j, double c) {
     if (!key_allowed(m, i, j, sq.lq, sq.lk)) return kNegInf;
     const int64_t hk = h / (a.hq / a.hkv), gi = sq.q0 + i, gj = sq.k0 + j;
     double bias = 0.0;  // read first: a -inf bias decides the logit without the dot product
-    if (a.bias) bias = decode(a.bias, a.bias_dtype, sq.b * a.bias_sb + h * a.bias_sh + gi * a.bias_si + gj);
+    if (a.bias) bias = bias_of(a, sq, h, i, j);
     if (bias == kNegInf) return kNegInf;
     double dot = 0.0;
     for (int64_t d = 0; d < a.d; ++d)
         dot += decode(a.q, a.dtype, sq.b * a.q_sb + gi * a.q_ss + h * a.q_sh + d) *
                decode(a.k, a.dtype, sq.b * a.k_sb + gj * a.k_ss + hk * a.k_sh + d);
-    return double(a.scale) * dot + bias;
+    return double(a.scale) * dot + (bias - c);
 }
 
 // dP_ij = dO_i · v_j
@@ -320,21 +346,23 @@ void attn_row(const AttnBwdParams &a, int64_t s, int64_t h, int64_t i, RowRef *r
     std::vector<double> S(size_t(sq.lk), kNegInf), P(size_t(sq.lk), 0.0), dP(size_t(sq.lk), 0.0);
     double mx = kNegInf;
     r->nvis = 0;
+    r->ceil = bias_ceiling(f, sq, m, h, i);
     for (int64_t j = lo; j <= hi; ++j) {
-        S[size_t(j)] = logit(f, sq, m, h, i, j);
+        S[size_t(j)] = logit(f, sq, m, h, i, j, r->ceil);
         mx = std::fmax(mx, S[size_t(j)]);
         r->nvis += S[size_t(j)] != kNegInf;
     }
     r->o.assign(size_t(f.dim_v), 0.0);
     r->dq.assign(size_t(f.d), 0.0);
-    r->lse = kNegInf;
+    r->lse = r->lse_rel = kNegInf;
     if (mx == kNegInf) return;
     double sum = 0.0;
     for (int64_t j = lo; j <= hi; ++j) sum += std::exp(S[size_t(j)] - mx);
-    r->lse = mx + std::log(sum);
+    r->lse_rel = mx + std::log(sum);
+    r->lse = r->ceil + r->lse_rel;
     double D = 0.0;
     for (int64_t j = lo; j <= hi; ++j) {
-        P[size_t(j)] = std::exp(S[size_t(j)] - r->lse);
+        P[size_t(j)] = std::exp(S[size_t(j)] - r->lse_rel);
         if (P[size_t(j)] == 0.0) continue;
         dP[size_t(j)] = dlogit_p(a, sq, h, i, j);
         D += P[size_t(j)] * dP[size_t(j)];
@@ -374,11 +402,10 @@ void attn_key(const AttnBwdParams &a, int64_t s, int64_t hk, int64_t j, std::vec
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
         for (int64_t i = 0; i < sq.lq; ++i) {
             if (!key_allowed(m, i, j, sq.lq, sq.lk)) continue;
-            const double sij = logit(f, sq, m, h, i, j);
-            if (sij == kNegInf) continue;
+            if (f.bias && bias_of(f, sq, h, i, j) == kNegInf) continue;
             // Row statistics: lse_i and D_i = Σ_j' P_ij' dP_ij' = dO_i · o_i.
             attn_row(a, s, h, i, &row);
-            const double pij = std::exp(sij - row.lse);
+            const double pij = std::exp(logit(f, sq, m, h, i, j, row.ceil) - row.lse_rel);
             double D = 0.0;
             for (int64_t d = 0; d < f.dim_v; ++d)
                 D += row.o[size_t(d)] * decode(a.dout, f.dtype, sq.b * a.do_sb + (sq.q0 + i) * a.do_ss + h * a.do_sh + d);

@@ -15,6 +15,9 @@
 //            any strides, broadcast bias) into core arrays and runs the core.
 // A query row with no allowed key (masks and -inf bias together): o = 0, lse = -inf, its dq = 0
 // and it contributes nothing to dk/dv — set directly, never through a 0/0.
+// Each row's logits are taken relative to its largest allowed bias (an exact identity of
+// softmax), so a row masked entirely by a finite huge-negative value (finfo.min, -1e9) keeps its
+// scores: it attends to its keys by softmax(scale·q kᵀ), as exact arithmetic says.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +74,8 @@ void gather(const AttnBwdParams &p, Problem *prob, Tensors *t);
 // and single keys, read straight from host views, same definitions, O(keys·D) per row.
 struct RowRef {
     double lse = 0;                // -inf when the row sees no key
+    double ceil = 0;               // the row's largest allowed bias (0 when none)
+    double lse_rel = 0;            // lse - ceil, kept apart (a huge ceil would swallow it)
     int64_t nvis = 0;              // keys with a finite logit
     std::vector<double> o, dq;     // [Dv], [D]
 };

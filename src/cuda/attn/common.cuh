@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cfloat>
 #include <cstdint>
 
 #include "core/attn_params.h"
@@ -21,14 +22,57 @@ namespace fattn::cuda::attn {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Bias ceilings (as on the CPU, cpu/attn_impl.h): every kernel adds a row's bias as (bias − c),
+// c = the row's largest allowed bias (0 when none), and reports LSE = c + lse'. Softmax is
+// unchanged by the per-row constant; a Hugging Face padding row (all keys at finfo.min or -1e9)
+// keeps its scores, and (bias − c)·log2e cannot overflow where bias·log2e did (finfo.min·log2e
+// is -inf). The backward needs lse' itself: lse − c is exact enough while |c| <= kCeilExact;
+// rows with a larger ceiling get lse' recomputed by the forward kernel in stats mode.
+// Tiles whose bias is not read (absent, all zero) hold no row with c < 0 (a zero the row may see
+// bounds its c below by 0), so their keys use the public LSE: exp(s − lse) there is exact enough
+// even when c is large (such keys are then negligible), and the fast paths stay as they were.
+constexpr float kCeilExact = 16.0f;
+
 // Everything a kernel reads besides the params: workspace pointers and launch-time flags.
 struct KArgs {
     const uint8_t *map;       // bias tile map (nullptr: no bias, or no map)
     int64_t map_nh, map_nm, map_nn;
+    const float *ceil;        // bias ceilings [map_nb, map_nh, total_q] (nullptr: no bias)
+    const float *lse_rel;     // bwd with a bias: lse' = lse − ceiling [B_view, Hq, total_q]
+    float *stats;             // forward in stats mode (bwd): write lse' here for the q tiles
+                              // holding a row with |ceiling| > kCeilExact; nothing else
     float *delta;             // bwd: rowsum(dO∘O) [B_view, Hq, total_q]
     bool vec;                 // 16-byte cp.async loads are legal (alignment, strides, d % 8)
     bool bias_pair;           // the bias pointer is aligned to two elements (load_bias_pair)
 };
+
+// The bias ceiling of row qi (inside sequence sr) of query head h; 0 without a bias.
+__device__ __forceinline__ float row_ceil(const AttnFwdParams &p, const KArgs &a, const SeqRange &sr,
+                                          int64_t h, int64_t qi) {
+    if (!a.ceil) return 0.f;
+    const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
+    return a.ceil[(mb * a.map_nh + mh) * p.total_q + sr.q_begin + qi];
+}
+// The saved LSE of a row (natural log) and, with a bias, its lse' (relative to the ceiling).
+__device__ __forceinline__ float row_lse(const AttnFwdParams &p, const SeqRange &sr, int64_t h, int64_t qi) {
+    return p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi];
+}
+__device__ __forceinline__ float row_lse_rel(const AttnFwdParams &p, const KArgs &a, const SeqRange &sr,
+                                             int64_t h, int64_t qi) {
+    return a.lse_rel ? a.lse_rel[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi] : row_lse(p, sr, h, qi);
+}
+// Where a row's lse' goes in stats mode (same indexing as delta).
+__device__ __forceinline__ int64_t stats_at(const AttnFwdParams &p, const SeqRange &sr, int64_t h, int64_t qi) {
+    return (sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi;
+}
+// Stats mode: true when some row of [m0, m1) has a ceiling the backward cannot subtract exactly.
+// Block-uniform (a barrier): call from every thread.
+__device__ __forceinline__ bool tile_needs_stats(const AttnFwdParams &p, const KArgs &a, const SeqRange &sr,
+                                                 int64_t h, int64_t m0, int64_t m1) {
+    int need = 0;
+    for (int64_t i = m0 + threadIdx.x; i < m1; i += blockDim.x) need |= !(fabsf(row_ceil(p, a, sr, h, i)) <= kCeilExact);
+    return __syncthreads_or(need) != 0;
+}
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
@@ -145,19 +189,21 @@ __device__ __forceinline__ bool tile_full(const AttnFwdParams &p, int64_t m0, in
 enum BiasTile : int { kBiasDead = 0, kBiasRead = 1, kBiasZero = 2 };
 
 // State of the packed rectangle [r0, r1) × [c0, c1) of bias plane (mb, mh) over the map cells it
-// touches: dead if all are dead, zero if the live ones are all zero, otherwise read. No map: read.
+// touches: dead if all are dead, zero if all are zero, otherwise read (a zero cell beside a dead
+// one must read: the dead cell's -inf are not zeros). No map: read.
 __device__ __forceinline__ int bias_tile_state(const KArgs &a, int64_t mb, int64_t mh, int64_t r0,
                                                int64_t r1, int64_t c0, int64_t c1) {
     if (!a.map) return kBiasRead;
     const uint8_t *m = a.map + (mb * a.map_nh + mh) * a.map_nm * a.map_nn;
-    int live = 0, read = 0;
+    int live = 0, read = 0, dead = 0;
     for (int64_t br = r0 / kMapBlock; br <= (r1 - 1) / kMapBlock && br < a.map_nm; ++br)
         for (int64_t bc = c0 / kMapBlock; bc <= (c1 - 1) / kMapBlock && bc < a.map_nn; ++bc) {
             const int v = m[br * a.map_nn + bc];
             live |= v != kBiasDead;
+            dead |= v == kBiasDead;
             read |= v == kBiasRead;
         }
-    return !live ? kBiasDead : read ? kBiasRead : kBiasZero;
+    return !live ? kBiasDead : (read || dead) ? kBiasRead : kBiasZero;
 }
 
 __device__ __forceinline__ bool bias_tile_dead(const KArgs &a, int64_t mb, int64_t mh, int64_t r0,

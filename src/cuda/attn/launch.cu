@@ -53,10 +53,44 @@ __global__ void __launch_bounds__(256) bias_map_kernel(const AttnFwdParams p, Wo
     if (threadIdx.x == 0) map[cell] = uint8_t(!alive ? kBiasDead : nonzero ? kBiasRead : kBiasZero);
 }
 
+// Bias ceilings (common.cuh): one warp per (bias batch, bias head, packed row); lanes stride over
+// the row's allowed keys, then a max tree (max is exact: any order gives the same bits). A dense
+// bias shared by the batches has one geometry (every batch has the same lengths); a varlen row
+// finds its sequence by bisection. No finite allowed bias, or no sequence: 0.
+__global__ void __launch_bounds__(256) bias_ceiling_kernel(const AttnFwdParams p, Workspace w, float *ceil) {
+    const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (wid >= w.map_nb * w.map_nh * p.total_q) return;
+    const int64_t row = wid % p.total_q, bh = (wid / p.total_q) % w.map_nh, bb = wid / (p.total_q * w.map_nh);
+    int64_t s = bb;
+    if (p.cu_seqlens_q) {  // the sequence s with cu[s] <= row < cu[s + 1], if any
+        int64_t lo = 0, hi = p.batch;
+        while (hi - lo > 1) {
+            const int64_t mid = (lo + hi) / 2;
+            if (p.cu_seqlens_q[mid] <= row) lo = mid; else hi = mid;
+        }
+        s = lo;
+    }
+    const SeqRange sr = seq_range(p, s);
+    const int64_t i = row - sr.q_begin;
+    float m = -INFINITY;
+    if (i >= 0 && i < sr.q_len) {
+        int64_t lo, hi;
+        key_range(p, i, sr.q_len, sr.kv_len, &lo, &hi);
+        const int64_t base = bb * p.bias_sb + bh * p.bias_sh + row * p.bias_si + sr.kv_begin;
+        for (int64_t j = lo + lane; j <= hi; j += 32) m = fmaxf(m, load_bias(p.bias, p.bias_dtype, base + j));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) ceil[wid] = m == -INFINITY ? 0.f : m;
+}
+
 // δ[b, h, i] = Σ_d dO·O in f32, one warp per (b, i, h); lanes stride over d (8-byte chunks when
-// vec8: pointers 8-byte aligned, strides and dim_v whole chunks), then a fixed xor tree.
+// vec8: pointers 8-byte aligned, strides and dim_v whole chunks), then a fixed xor tree. With a
+// bias it also writes lse' = lse − ceiling (rows with a large ceiling are redone in stats mode).
 template <typename T>
-__global__ void __launch_bounds__(256) delta_kernel(const AttnBwdParams p, float *delta, int64_t rows, bool vec8) {
+__global__ void __launch_bounds__(256) delta_kernel(const AttnBwdParams p, KArgs a, int64_t rows, bool vec8) {
+    float *delta = a.delta;
     const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
     if (w >= rows) return;
@@ -78,6 +112,11 @@ __global__ void __launch_bounds__(256) delta_kernel(const AttnBwdParams p, float
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
     if (lane == 0) delta[(b * p.hq + h) * p.total_q + i] = acc;
+    if (lane == 0 && a.lse_rel) {
+        const int64_t mb = p.bias_sb ? b : 0, mh = p.bias_sh ? h : 0;
+        const_cast<float *>(a.lse_rel)[(b * p.hq + h) * p.total_q + i] =
+            p.lse[b * p.lse_sb + h * p.lse_sh + i] - a.ceil[(mb * a.map_nh + mh) * p.total_q + i];
+    }
 }
 
 bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
@@ -128,8 +167,18 @@ KArgs prepare(const AttnFwdParams &p, const Choice &c, fattn_dir dir, void *work
         a.map_nh = w.map_nh;
         a.map_nm = w.map_nm;
         a.map_nn = w.map_nn;
+        float *ceil = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.ceil_off);
+        const int64_t warps = w.map_nb * w.map_nh * p.total_q;
+        if (*e == cudaSuccess && warps > 0) {
+            bias_ceiling_kernel<<<unsigned((warps + 7) / 8), 256, 0, st>>>(p, w, ceil);
+            *e = cudaGetLastError();
+        }
+        a.ceil = ceil;
     }
-    if (dir == FATTN_DIR_BWD) a.delta = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.delta_off);
+    if (dir == FATTN_DIR_BWD) {
+        a.delta = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.delta_off);
+        if (p.bias) a.lse_rel = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.lse_rel_off);
+    }
     return a;
 }
 
@@ -165,11 +214,26 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &, const Choice &c, vo
         const unsigned blocks = unsigned((rows + 7) / 8);
         const bool v8 = delta_vec_ok(p);
         switch (p.dtype) {
-        case FATTN_F16: delta_kernel<__half><<<blocks, 256, 0, st>>>(p, a.delta, rows, v8); break;
-        case FATTN_BF16: delta_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(p, a.delta, rows, v8); break;
-        default: delta_kernel<float><<<blocks, 256, 0, st>>>(p, a.delta, rows, v8); break;
+        case FATTN_F16: delta_kernel<__half><<<blocks, 256, 0, st>>>(p, a, rows, v8); break;
+        case FATTN_BF16: delta_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(p, a, rows, v8); break;
+        default: delta_kernel<float><<<blocks, 256, 0, st>>>(p, a, rows, v8); break;
         }
         if (fattn_status s = check(cudaGetLastError(), "delta preprocess", err); s != FATTN_OK) return s;
+    }
+    if (p.bias) {
+        // Rows whose ceiling is large: lse − ceiling may have lost log Σ (at finfo.min the saved
+        // LSE is the ceiling exactly), so the forward recomputes their lse' (stats mode; q tiles
+        // without such a row return at once). Whether any exists is only known on the device.
+        KArgs sa = a;
+        sa.stats = const_cast<float *>(a.lse_rel);
+        cudaError_t se = cudaSuccess;
+        switch (c.family) {
+        case Family::MMA_NATIVE: se = native_fwd(p, sa, c.d_bucket, st); break;
+        case Family::MMA_TF32: se = tf32_fwd(p, sa, c.d_bucket, st); break;
+        case Family::SCALAR_F32: se = scalar_fwd(p, sa, c.d_bucket, st); break;
+        default: break;
+        }
+        if (fattn_status s = check(se, "row statistics (stats-mode forward)", err); s != FATTN_OK) return s;
     }
     switch (c.family) {
     case Family::MMA_NATIVE: return check(native_bwd(p, a, c.d_bucket, st), "backward (mma)", err);

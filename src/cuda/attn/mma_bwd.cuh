@@ -67,7 +67,10 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
         lse2[r] = -INFINITY;
         dl[r] = 0.f;
         if (qi < lq) {
-            lse2[r] = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] * kLog2e;
+            // -inf marks a fully masked row; a finite LSE whose log2 would overflow (a padding
+            // row at finfo.min) is clamped: such a row only meets read bias tiles, which use lse'.
+            const float l = row_lse(p, sr, h, qi);
+            lse2[r] = l == -INFINITY ? -INFINITY : fmaxf(l * kLog2e, -FLT_MAX);
             dl[r] = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi];
         }
     }
@@ -144,6 +147,9 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
                 key_range(p, qi, lq, lkv, &lo, &hi);
                 if (qi >= lq || lse2[r] == -INFINITY) hi = -1;  // no row, or a fully masked one
                 const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
+                // A read bias enters relative to the row's ceiling, against lse' (common.cuh).
+                float c = 0.f, l2 = lse2[r];
+                if (use_bias && hi >= 0) c = row_ceil(p, a, sr, h, qi), l2 = row_lse_rel(p, a, sr, h, qi) * kLog2e;
 #pragma unroll
                 for (int j = 0; j < NS; ++j) {
                     const int64_t kj0 = n0 + j * 8 + 2 * t4;
@@ -153,8 +159,8 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
                     for (int e = e0; e < e0 + 2; ++e) {
                         const int64_t kj = kj0 + (e & 1);
                         const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
-                        const float x = s[t][j][e] * sl2 + bv[e & 1] * kLog2e;
-                        const float pr = ok ? fast_exp2(x - lse2[r]) : 0.f;
+                        const float x = s[t][j][e] * sl2 + (bv[e & 1] - c) * kLog2e;
+                        const float pr = ok ? fast_exp2(x - l2) : 0.f;
                         s[t][j][e] = pr * (dp[t][j][e] - dl[r]);
                     }
                 }
@@ -339,10 +345,13 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
                     ok = kj[r] >= lo && kj[r] <= hi;
                 }
                 ok = ok && cL[c] != -INFINITY;
-                float x = st[j][e] * sl2;
-                if (ok && use_bias)
-                    x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[r]) * kLog2e;
-                const float pr = ok ? fast_exp2(x - cL[c] * kLog2e) : 0.f;
+                float x = st[j][e] * sl2, l2 = cL[c] * kLog2e;
+                if (ok && use_bias) {  // relative to the row's ceiling, against lse' (common.cuh)
+                    const float bv = load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[r]);
+                    x += (bv - row_ceil(p, a, sr, h, qi)) * kLog2e;
+                    l2 = row_lse_rel(p, a, sr, h, qi) * kLog2e;
+                }
+                const float pr = ok ? fast_exp2(x - l2) : 0.f;
                 st[j][e] = pr;
                 dpt[j][e] = pr * (dpt[j][e] - cD[c]);
             }

@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     const int64_t m0 = int64_t(blockIdx.x) * BM;
     if (m0 >= lq) return;
     const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
+    if (a.stats && !tile_needs_stats(p, a, sr, h, m0, m1)) return;
     const int64_t hk = h / p.group();
     const T *gQ = seq_q<T>(p, sr, h);
     const T *gK = seq_k<T>(p, sr, hk);
@@ -103,13 +104,16 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         // per element; the per-element mask and bias cost issue slots the mma pipe would get.
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
         const bool use_bias = p.bias && kt.state(n) == kBiasRead;
-        if (full && !use_bias) {
+        if (full && !use_bias) {  // no bias, or all zero: logit − ceiling (finite here, common.cuh)
 #pragma unroll
-            for (int t = 0; t < MT; ++t)
+            for (int r = 0; r < 2 * MT; ++r) {
+                const int t = r >> 1, e0 = 2 * (r & 1);
+                const float nc = p.bias ? -row_ceil(p, a, sr, h, row_of(r)) * kLog2e : 0.f;
 #pragma unroll
                 for (int j = 0; j < NS; ++j)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) s[t][j][e] *= sl2;
+                    for (int e = e0; e < e0 + 2; ++e) s[t][j][e] = fmaf(s[t][j][e], sl2, nc);
+            }
         } else {
 #pragma unroll
             for (int r = 0; r < 2 * MT; ++r) {
@@ -119,6 +123,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
                 key_range(p, qi, lq, lkv, &lo, &hi);
                 if (qi >= lq) hi = -1;  // a row past the sequence sees nothing
                 const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
+                const float c = qi < lq ? row_ceil(p, a, sr, h, qi) : 0.f;
 #pragma unroll
                 for (int j = 0; j < NS; ++j) {
                     const int64_t kj0 = n0 + j * 8 + 2 * t4;
@@ -128,7 +133,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
                     for (int e = e0; e < e0 + 2; ++e) {
                         const int64_t kj = kj0 + (e & 1);
                         const bool ok = full || (kj < lkv && kj >= lo && kj <= hi);
-                        const float x = s[t][j][e] * sl2 + bv[e & 1] * kLog2e;
+                        const float x = s[t][j][e] * sl2 + (bv[e & 1] - c) * kLog2e;
                         s[t][j][e] = ok ? x : -INFINITY;
                     }
                 }
@@ -194,6 +199,11 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int64_t qi = row_of(r);
         if (qi >= lq) continue;
+        const float lse_rel = l > 0.f ? (mrow[r] + log2f(l)) * kLn2 : -INFINITY;
+        if (a.stats) {  // stats mode: lse' only
+            if (t4 == 0) a.stats[stats_at(p, sr, h, qi)] = lse_rel;
+            continue;
+        }
         const float inv = l > 0.f ? 1.f / l : 0.f;
         T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + qi) * p.o_ss + h * p.o_sh;
 #pragma unroll
@@ -204,7 +214,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         }
         if (t4 == 0)
             p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] =
-                l > 0.f ? (mrow[r] + log2f(l)) * kLn2 : -INFINITY;
+                l > 0.f ? row_ceil(p, a, sr, h, qi) + lse_rel : -INFINITY;
     }
 }
 

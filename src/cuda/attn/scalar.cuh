@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
     const int64_t m0 = int64_t(blockIdx.x) * R;
     if (m0 >= lq) return;
     const int64_t m1 = m0 + R < lq ? m0 + R : lq;
+    if (a.stats && !tile_needs_stats(p, a, sr, h, m0, m1)) return;
     const int64_t hk = h / p.group();
     const T *gQ = seq_q<T>(p, sr, h);
     const T *gK = seq_k<T>(p, sr, hk);
@@ -53,6 +54,7 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
     const int64_t i = m0 + r;
     int64_t lo, hi;
     key_range(p, i, lq, lkv, &lo, &hi);
+    const float ceil = i < lq ? row_ceil(p, a, sr, h, i) : 0.f;  // bias ceiling (common.cuh)
     const KeyTiles kt(p, a, sr, h, m0, m1, C);
 
     float o[OC];
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
             for (int e = 0; e < p.d; ++e) acc = fmaf(sQ[r * ST + e], sKV[c * ST + e], acc);
             const bool ok = i < lq && j < lkv && j >= lo && j <= hi;
             float t = acc * p.scale;
-            if (ok && p.bias) t += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j);
+            if (ok && p.bias) t += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j) - ceil;
             x[k] = ok ? t * kLog2e : -INFINITY;
             mx = fmaxf(mx, x[k]);
         }
@@ -102,15 +104,17 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
             for (int u = 0; u < OC; ++u) o[u] = fmaf(pc, sKV[c * ST + l8 + 8 * u], o[u]);
         }
     }
-    if (i < lq) {
+    const float lse_rel = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    if (i < lq && a.stats) {  // stats mode: lse' only
+        if (l8 == 0) a.stats[stats_at(p, sr, h, i)] = lse_rel;
+    } else if (i < lq) {
         T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + i) * p.o_ss + h * p.o_sh;
         for (int u = 0; u < OC; ++u) {
             const int c = l8 + 8 * u;
             if (c < p.dim_v) gO[c] = from_f<T>(l > 0.f ? o[u] / l : 0.f);
         }
         if (l8 == 0)
-            p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] =
-                l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+            p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] = l > 0.f ? ceil + lse_rel : -INFINITY;
     }
 }
 
@@ -144,10 +148,12 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
     const int64_t i = m0 + r;
     int64_t lo, hi;
     key_range(p, i, lq, lkv, &lo, &hi);
-    float lse2 = -INFINITY, dl = 0.f;
+    // With a bias every key reads it, relative to the row's ceiling, against lse' (common.cuh).
+    float lse2 = -INFINITY, dl = 0.f, ceil = 0.f;
     if (i < lq) {
-        lse2 = p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e;
+        lse2 = row_lse_rel(p, a, sr, h, i) * kLog2e;
         dl = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i];
+        ceil = row_ceil(p, a, sr, h, i);
     }
     const KeyTiles kt(p, a, sr, h, m0, m1, C);
 
@@ -166,7 +172,7 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
             for (int e = 0; e < p.d; ++e) acc = fmaf(sQ[r * ST + e], sKV[c * ST + e], acc);
             const bool ok = i < lq && j < lkv && j >= lo && j <= hi && lse2 != -INFINITY;
             float t = acc * p.scale;
-            if (ok && p.bias) t += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j);
+            if (ok && p.bias) t += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j) - ceil;
             pr[k] = ok ? exp2f(t * kLog2e - lse2) : 0.f;
         }
         __syncthreads();
@@ -207,8 +213,9 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
     float *sdO = sQ + C * ST;   // [C, ST]
     float *sP = sdO + C * ST;   // [R, C]
     float *sdS = sP + R * C;    // [R, C]
-    float *sL = sdS + R * C;    // [C] lse·log2e of the tile's queries (-inf: none)
+    float *sL = sdS + R * C;    // [C] lse'·log2e of the tile's queries (-inf: none)
     float *sD = sL + C;         // [C] delta
+    float *sC = sD + C;         // [C] bias ceilings
 
     const int tid = threadIdx.x, r = tid / 8, l8 = tid % 8;
     const int64_t hk = blockIdx.y;
@@ -253,8 +260,9 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
             sc_load_rows<T, C, ST>(sdO, gdO + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);
             for (int c = tid; c < C; c += sc_threads()) {
                 const int64_t i = m0 + c;
-                sL[c] = i < lq ? p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] * kLog2e : -INFINITY;
+                sL[c] = i < lq ? row_lse_rel(p, a, sr, h, i) * kLog2e : -INFINITY;
                 sD[c] = i < lq ? a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i] : 0.f;
+                sC[c] = i < lq ? row_ceil(p, a, sr, h, i) : 0.f;
             }
             __syncthreads();
             for (int k = 0; k < KC; ++k) {
@@ -267,7 +275,7 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
                 for (int e = 0; e < p.dim_v; ++e) dp = fmaf(sV[r * ST + e], sdO[c * ST + e], dp);
                 const bool ok = i < lq && j < lkv && j >= lo && j <= hi && sL[c] != -INFINITY;
                 float x = s * p.scale;
-                if (ok && p.bias) x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j);
+                if (ok && p.bias) x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j) - sC[c];
                 const float pr = ok ? exp2f(x * kLog2e - sL[c]) : 0.f;
                 sP[r * C + c] = pr;
                 sdS[r * C + c] = pr * (dp - sD[c]);

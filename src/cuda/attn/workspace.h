@@ -3,7 +3,10 @@
 //                    [total_q, total_kv] plane: 0 = all -inf (skip), 1 = has values other than
 //                    0 and -inf (read the bias), 2 = all exactly 0 (no bias read; common.cuh).
 //                    Present only with a bias; filled by a pre-pass in fwd and again in bwd.
+//   [ceilings]       with a bias: each row's largest allowed bias, f32 [map_nb, map_nh, total_q]
+//                    (common.cuh: bias ceilings); filled by a pre-pass in fwd and again in bwd.
 //   [delta]          bwd only: rowsum(dO∘O) as f32 [B_view, Hq, total_q] (same indexing as lse).
+//   [lse_rel]        bwd with a bias: lse' = lse − ceiling, f32 [B_view, Hq, total_q].
 // Every region starts 256-byte aligned.
 #pragma once
 
@@ -19,7 +22,9 @@ constexpr int64_t kMapBlock = 64;  // granularity of the bias tile map (rows and
 struct Workspace {
     size_t map_off = 0, map_bytes = 0;
     int64_t map_nb = 0, map_nh = 0, map_nm = 0, map_nn = 0;  // dims of the map
+    size_t ceil_off = 0, ceil_bytes = 0;
     size_t delta_off = 0, delta_bytes = 0;
+    size_t lse_rel_off = 0, lse_rel_bytes = 0;
     size_t total = 0;
 
     static size_t align(size_t x) { return (x + 255) & ~size_t(255); }
@@ -37,10 +42,20 @@ struct Workspace {
         }
         w.map_off = 0;
         size_t off = align(w.map_bytes);
+        if (p.bias) {
+            w.ceil_off = off;
+            w.ceil_bytes = size_t(w.map_nb * w.map_nh) * size_t(p.total_q) * sizeof(float);
+            off += align(w.ceil_bytes);
+        }
         if (dir == FATTN_DIR_BWD) {
             w.delta_off = off;
             w.delta_bytes = size_t(bview) * size_t(p.hq) * size_t(p.total_q) * sizeof(float);
             off += align(w.delta_bytes);
+            if (p.bias) {
+                w.lse_rel_off = off;
+                w.lse_rel_bytes = w.delta_bytes;
+                off += align(w.lse_rel_bytes);
+            }
         }
         w.total = off;
         return w;

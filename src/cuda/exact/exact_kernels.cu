@@ -55,10 +55,27 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(SoftmaxArgs a
     int64_t lo, hi;
     key_range(a.mask, i, a.lq, a.lk, &lo, &hi);
 
+    // Pass 0 (with a bias): the row's bias ceiling c, its largest allowed bias (0 when none).
+    // The bias enters as (bias − c) and lse = c + log Σ: softmax is unchanged by the constant,
+    // and a padding row at finfo.min or -1e9 keeps its scores (the fused kernels do the same).
+    float c = 0.f;
+    if constexpr (!std::is_same<BiasT, NoBias>::value) {
+        float bm = -INFINITY;
+        for (int64_t j = lo + threadIdx.x; j <= hi; j += kRowThreads) bm = fmaxf(bm, ld(gB, j));
+        sM[threadIdx.x] = bm;
+        __syncthreads();
+        for (int w = kRowThreads / 2; w > 0; w >>= 1) {
+            if (threadIdx.x < w) sM[threadIdx.x] = fmaxf(sM[threadIdx.x], sM[threadIdx.x + w]);
+            __syncthreads();
+        }
+        c = sM[0] == -INFINITY ? 0.f : sM[0];
+        __syncthreads();
+    }
+
     // Pass 1: per-thread online (max, sum) over the allowed keys, then a fixed-order tree merge.
     float m = -INFINITY, s = 0.f;
     for (int64_t j = lo + threadIdx.x; j <= hi; j += kRowThreads) {
-        float x = gS[j] + ld(gB, j);
+        float x = gS[j] + (ld(gB, j) - c);
         if (x == -INFINITY) continue;  // a -inf bias entry masks this key
         if (x > m) {
             s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
@@ -82,13 +99,13 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(SoftmaxArgs a
     const float m_row = sM[0], s_row = sS[0];
     const bool empty = m_row == -INFINITY;  // fully masked: P = 0, lse = -inf
     const float inv = empty ? 0.f : 1.f / s_row;
-    if (threadIdx.x == 0) a.lse[h * a.lse_sh + i] = empty ? -INFINITY : m_row + logf(s_row);
+    if (threadIdx.x == 0) a.lse[h * a.lse_sh + i] = empty ? -INFINITY : c + (m_row + logf(s_row));
 
     // Pass 2: overwrite the whole row (masked keys too: the GEMM left scores there).
     LowT *gL = static_cast<LowT *>(a.p_low);
     for (int64_t j = threadIdx.x; j < a.lk; j += kRowThreads) {
         float pj = 0.f;
-        if (!empty && j >= lo && j <= hi) pj = expf(gS[j] + ld(gB, j) - m_row) * inv;
+        if (!empty && j >= lo && j <= hi) pj = expf(gS[j] + (ld(gB, j) - c) - m_row) * inv;
         gS[j] = pj;
         if constexpr (!std::is_same<LowT, float>::value) st(gL, row * a.lk + j, pj);
     }
