@@ -9,7 +9,7 @@
 // threads (when built with OpenBLAS) with the fused fwd+bwd rate as a fraction of it.
 //
 //   fattn-bench [--backend cpu|cuda] [--preset NAME|list] [--reps N] [--warmup N] [--threads N]
-//               [--arms fused,exact,cudnn] [--csv FILE] [--max-err E]
+//               [--arms fused,portable,exact,cudnn] [--csv FILE] [--max-err E]
 //   fattn-bench --shape B,Sq,Skv,Hq,Hkv,D [--dtype f32|f16|bf16] [--prec auto|f32|tf32|native]
 //               [--causal none|tl|br] [--band W] [--window W]     (one custom case)
 //   fattn-bench path ...                                          (the PaTH family's bench)
@@ -31,7 +31,7 @@ namespace {
 void usage() {
     std::printf(
         "usage: fattn-bench [--backend cpu|cuda] [--preset NAME|list] [--reps N] [--warmup N]\n"
-        "                   [--threads N] [--arms fused,exact,cudnn] [--csv FILE] [--max-err E]\n"
+        "                   [--threads N] [--arms fused,portable,exact,cudnn] [--csv FILE] [--max-err E]\n"
         "       fattn-bench --shape B,Sq,Skv,Hq,Hkv,D [--dtype f32|f16|bf16]\n"
         "                   [--prec auto|f32|tf32|native] [--causal none|tl|br] [--band W] [--window W]\n"
         "       fattn-bench path ...\n"
@@ -301,6 +301,8 @@ int main(int argc, char **argv) {
         HostData in = make_inputs(c, 1234 + ci);
         if (!cuda && sgemm_built()) cr.sgemm = sgemm_gflops(opt.threads, kSgemmN, 3);
         if (has_arm(opt, "fused")) cr.arms.push_back(run_fattn_arm(c, opt, FATTN_ALGO_FUSED, in));
+        if (cuda && has_arm(opt, "portable"))
+            cr.arms.push_back(run_fattn_arm(c, opt, FATTN_ALGO_FUSED, in, FATTN_CUDA_FAMILY_PORTABLE));
         if (has_arm(opt, "exact")) cr.arms.push_back(run_fattn_arm(c, opt, FATTN_ALGO_EXACT, in));
         if (cuda && has_arm(opt, "cudnn")) cr.arms.push_back(run_cudnn_arm(c, opt, in));
         const ArmResult *fu = cr.find("fused"), *ex = cr.find("exact"), *cd = cr.find("cudnn");

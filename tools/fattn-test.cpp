@@ -32,6 +32,7 @@ static void usage() {
         "  --bench               same as the perf mode\n"
         "  -p REGEX              only cases whose name matches\n"
         "  --threads N           CPU threads (default 2)\n"
+        "  --family auto|portable|sm90  CUDA kernel family (fattn_ctx_set_cuda_family; default auto)\n"
         "  -v                    verbose\n");
 }
 
@@ -90,6 +91,13 @@ static bool parse(int argc, char **argv, Options *o) {
             if (!v) return false;
             o->threads = std::atoi(v);
             if (o->threads < 1) return std::fprintf(stderr, "fattn-test: --threads must be >= 1\n"), false;
+        } else if (a == "--family") {
+            const char *v = next("--family");
+            if (!v) return false;
+            if (!std::strcmp(v, "auto")) o->family = FATTN_CUDA_FAMILY_AUTO;
+            else if (!std::strcmp(v, "portable")) o->family = FATTN_CUDA_FAMILY_PORTABLE;
+            else if (!std::strcmp(v, "sm90")) o->family = FATTN_CUDA_FAMILY_SM90;
+            else return std::fprintf(stderr, "fattn-test: unknown family '%s'\n", v), false;
         } else if (a == "-h" || a == "--help") {
             usage();
             std::exit(0);

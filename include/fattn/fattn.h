@@ -4,7 +4,7 @@
  * fattn: exact attention *training* kernels (forward + backward) whose memory grows linearly
  * with sequence length, bitwise deterministic, for C/C++ training engines first.
  *
- * Lifecycle of every op (see docs and ../shared/DESIGN.md §2):
+ * Lifecycle of every op (the contract: docs/CONTRACT.md of the repository):
  *   describe params -> fattn_*_supports() -> fattn_*_workspace_size() -> fattn_*_fwd / _bwd.
  * A library call never aborts, never exits, never prints. Errors come back as a fattn_status;
  * fattn_ctx_last_error() gives a message naming the argument and the rule.
@@ -79,7 +79,7 @@ typedef enum fattn_dtype {
 FATTN_API size_t fattn_dtype_size(fattn_dtype t);
 FATTN_API const char *fattn_dtype_name(fattn_dtype t);
 
-/* Arithmetic precision. AUTO resolves per backend and device (DESIGN §4):
+/* Arithmetic precision. AUTO resolves per backend and device (docs/CONTRACT.md §4):
  *   f32 inputs  -> TF32 on CUDA sm_80+, F32 elsewhere;
  *   f16/bf16    -> NATIVE on CUDA, F32 on the CPU.
  * Log fattn_resolve_prec()'s answer, never the requested value. */
@@ -126,6 +126,24 @@ FATTN_API fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads);
  * precision: the CPU rate differs several-fold between the paths. */
 FATTN_API const char *fattn_cpu_isa(void);
 FATTN_API fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream); /* CUDA only */
+
+/* Which CUDA kernel family a context may run (CUDA contexts only; the CPU accepts AUTO alone).
+ *   AUTO      the fastest family that serves the request on this device (default)
+ *   PORTABLE  the sm_80+ family only (mma.sync tensor cores, strict-f32 scalar kernels), also on
+ *             a Hopper GPU: for A/B runs and for testing that family where sm_90 is preferred
+ *   SM90      the sm_90a family (wgmma + TMA) only; a request it cannot run is UNSUPPORTED with
+ *             the reason, never served by another family. Today: FUSED, bf16/f16 at prec NATIVE,
+ *             D = Dv = 64 or 128, q/k/v (and dout) 16-byte aligned with strides in whole
+ *             8-element chunks. Under AUTO a dout that breaks the last rule runs the portable
+ *             backward (fattn_attn_supports() cannot see dout).
+ * The choice is part of what fattn_attn_supports() answers; the EXACT algorithm (cuBLAS) is not
+ * a kernel family and ignores it. */
+typedef enum fattn_cuda_family {
+    FATTN_CUDA_FAMILY_AUTO = 0,
+    FATTN_CUDA_FAMILY_PORTABLE = 1,
+    FATTN_CUDA_FAMILY_SM90 = 2
+} fattn_cuda_family;
+FATTN_API fattn_status fattn_ctx_set_cuda_family(fattn_ctx_t *ctx, fattn_cuda_family family);
 
 /* Message of the last failed call on ctx ("k: ne[3] (head dim) is 80 but q has 64").
  * ctx == NULL: the calling thread's last failure of a call that had no context (ctx init). */
@@ -252,7 +270,7 @@ FATTN_API fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params 
                                       const fattn_tensor *dk, const fattn_tensor *dv,
                                       void *workspace, size_t workspace_bytes);
 
-/* Memory model (DESIGN §8), bytes for one call with these shapes and p->algo.
+/* Memory model (docs/CONTRACT.md §6), bytes for one call with these shapes and p->algo.
  * Never under-predicts the measured peak. "inputs" = q, k, v (+ bias); "outputs" = o, lse. */
 typedef struct fattn_attn_memory_info {
     uint64_t inputs_bytes;        /* q, k, v, bias as described by the views (dense extents) */
@@ -276,12 +294,12 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
                                              int64_t *max_s);
 
 /* ------------------------------------------------------------------------------------------ */
-/* PaTH attention (../shared/PATH.md) — section owned by the PaTH family                       */
+/* PaTH attention (docs/PATH.md) — section owned by the PaTH family                            */
 /* ------------------------------------------------------------------------------------------ */
 /* FATTN_PATH_API_BEGIN */
 /*
  * PaTH attention: softmax attention whose score walks the query back through Householder-like
- * matrices H_t = I - beta_t w_t w_t^T (Yang et al. 2025; spec: ../shared/PATH.md):
+ * matrices H_t = I - beta_t w_t w_t^T (Yang et al. 2025; definition: docs/PATH.md):
  *   s_ij = q_i^T H_i H_{i-1} ... H_{j+1} k_j   (j <= i, causal; empty product = I)
  *   G_t  = sum_{u <= t} g_u                    (prefix sum done inside, restarting per sequence)
  *   l_ij = scale * (s_ij + G_i - G_j)          (the gate is multiplied by scale too, as FLA)
@@ -305,7 +323,7 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
  *   FATTN_PATH_CHECK_NONE: no check; the CPU backend then computes the definition above as is in
  *     f32 (results are exact to f32 rounding while the products stay moderate; nothing clamps).
  *
- * History (PATH.md §6): the backward keeps q_t walked back to every 512-token segment start.
+ * History (docs/PATH.md, Memory): the backward keeps q_t walked back to every 512-token segment start.
  *   PACKED (default): exactly sum_seq sum_{r=1}^{N-1} (L - r*512) token-snapshots x Hq x K x
  *     sizeof(q dtype) bytes (N = ceil(L / 512)); RECTANGULAR: T_total x max N snapshots (FLA's
  *     layout; debug baseline only). Both are part of the backward workspace.

@@ -1,31 +1,24 @@
-"""_attn.py — softmax attention as torch custom ops over the fattn C API.
+"""_attn.py — softmax attention's public Python API: fattn.attention and the query helpers
+(resolve_prec, supports, memory, max_seqlen).
 
-Two ops, both opaque to torch.compile and both with fake (meta) kernels:
-  fattn::attn_fwd(q, k, v, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>) -> (o, lse, saved)
-  fattn::attn_bwd(dout, q, k, v, o, lse, saved, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>)
-      -> (dq, dk, dv)
-`saved` is the library's auxiliary forward buffer (uint8): empty for algo "fused", the
-probabilities for "exact" (its size is data-dependent for the fake kernel, so it is an unbacked
-size there). fattn::attn_fwd's autograd formula calls fattn::attn_bwd. The user-facing
-attention() normalizes the keyword arguments into the ops' plain scalars.
-
-Every tensor the library writes (o, lse, saved, workspaces, grads) is allocated with torch on
-the inputs' device, so CUDA memory comes from torch's caching allocator, never cudaMalloc.
+attention() normalizes its keyword arguments (causal / window / alignment / scale / prec /
+algo, int64 cu_seqlens, bias broadcasting) into the plain scalars of the torch ops
+fattn::attn_fwd / fattn::attn_bwd (_ops.py), which call the C API. The query helpers build the
+same parameter struct and ask the library directly; they accept meta tensors.
 """
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
-from . import _lib
-from ._lib import check, lib, view, lse_view, ptr
+from . import _lib, _ops
+from ._lib import check, lib, view
 
 # ------------------------------------------------------------------------------- arguments
-_SCALARS = ("causal", "window_left", "window_right", "window_align", "scale",
-            "max_seqlen_q", "max_seqlen_k", "prec", "algo")
 
 
 def _causal_code(causal) -> int:
@@ -58,6 +51,38 @@ def _enum(table: dict, value: str, name: str) -> int:
         raise ValueError(f"fattn: {name} must be one of {sorted(table)}, got {value!r}") from None
 
 
+# The smallest positive float32 (subnormal). The library reads scale 0 as "1/sqrt(D)", so an
+# explicit scale 0 (every logit 0: uniform attention, as SDPA and FA2 compute it) is passed as
+# this: its logits round to 0 for any dot product below 2^149.
+_ZERO_SCALE = math.ldexp(1.0, -149)
+
+
+def scale_arg(scale, name: str = "scale") -> Optional[float]:
+    """None -> None (the library's 1/sqrt(D)); 0 -> the zero-scale stand-in; else a float."""
+    if scale is None:
+        return None
+    s = float(scale)
+    if not math.isfinite(s):
+        raise ValueError(f"fattn: {name} must be finite, got {scale!r}")
+    return _ZERO_SCALE if s == 0.0 else s
+
+
+def seqlens_arg(cu: Optional[Tensor], name: str) -> Optional[Tensor]:
+    """cu_seqlens as the library reads it: int32, 1-d, contiguous. int64 (what torch's cumsum
+    gives) is converted on the device without a sync; a value outside int32 becomes -1 or
+    INT32_MAX, which the library then rejects by name instead of reading a wrapped value."""
+    if cu is None:
+        return None
+    if cu.dim() != 1:
+        raise ValueError(f"fattn: {name} must be 1-d [num_seqs + 1], got shape {tuple(cu.shape)}")
+    if cu.dtype == torch.int64:
+        cu = cu.clamp(-1, 2**31 - 1).to(torch.int32)
+    elif cu.dtype != torch.int32:
+        raise TypeError(f"fattn: {name} has dtype {cu.dtype}; it must be int32 (or int64, "
+                        "converted)")
+    return cu.contiguous()
+
+
 def normalize(q: Tensor, *, causal=False, window=None, window_align=None, scale=None,
               cu_seqlens_q=None, max_seqlen_q=None, max_seqlen_k=None, cu_seqlens_k=None,
               prec="auto", algo="fused") -> tuple:
@@ -80,25 +105,13 @@ def normalize(q: Tensor, *, causal=False, window=None, window_align=None, scale=
             msq = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item())
         if msk == 0:
             msk = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item())
-    return (c, wl, wr, _align_code(window_align, c), float(scale or 0.0), msq, msk,
+    return (c, wl, wr, _align_code(window_align, c), scale_arg(scale) or 0.0, msq, msk,
             _enum(_lib.PREC, prec, "prec"), _enum(_lib.ALGO, algo, "algo"))
 
 
-def _params(bias, cu_q, cu_k, causal, wl, wr, walign, scale, msq, msk, prec, algo,
-            dummy_data: bool = False) -> _lib.AttnParams:
-    p = lib().fattn_attn_params_default()
-    p.scale = scale
-    if bias is not None:
-        p.bias = _view(bias, "bias", dummy_data)
-    p.causal = causal
-    p.window_left, p.window_right, p.window_align = wl, wr, walign
-    if cu_q is not None:
-        p.cu_seqlens_q = ptr(cu_q)
-        p.cu_seqlens_kv = ptr(cu_k)
-        p.num_seqs = cu_q.numel() - 1
-    p.max_seqlen_q, p.max_seqlen_kv = msq, msk
-    p.prec, p.algo = prec, algo
-    return p
+def _params(bias, cu_q, cu_k, *scalars, dummy_data: bool = False) -> _lib.AttnParams:
+    bv = None if bias is None else _view(bias, "bias", dummy_data)
+    return _ops.params(bias, cu_q, cu_k, *scalars, bias_view=bv)
 
 
 def _view(t, name, dummy_data=False):
@@ -120,135 +133,6 @@ def _same_device(q: Tensor, named: dict) -> None:
         if t is not None and t.device != q.device:
             raise ValueError(f"fattn: {name} is on {t.device} but q is on {q.device}: all "
                              "tensors of a call must be on one device")
-
-
-def _workspace(ctx, p, qv, kv, vv, direction, device) -> Tuple[Optional[Tensor], int]:
-    n = ctypes.c_size_t()
-    check(ctx, lib().fattn_attn_workspace_size(ctx, ctypes.byref(p), ctypes.byref(qv),
-                                               ctypes.byref(kv), ctypes.byref(vv), direction,
-                                               ctypes.byref(n)), "attn_workspace_size")
-    if n.value == 0:
-        return None, 0
-    return torch.empty(n.value, dtype=torch.uint8, device=device), n.value
-
-
-# ------------------------------------------------------------------------------- forward op
-@torch.library.custom_op("fattn::attn_fwd", mutates_args=())
-def attn_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
-             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-             causal: int, window_left: int, window_right: int, window_align: int, scale: float,
-             max_seqlen_q: int, max_seqlen_k: int, prec: int, algo: int
-             ) -> Tuple[Tensor, Tensor, Tensor]:
-    with _lib.device_guard(q.device):
-        return _attn_fwd_impl(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left,
-                              window_right, window_align, scale, max_seqlen_q, max_seqlen_k,
-                              prec, algo)
-
-
-def _attn_fwd_impl(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                   window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo):
-    _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
-                     "cu_seqlens_k": cu_seqlens_k})
-    ctx = _lib.context(q.device)
-    p = _params(bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo)
-    qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
-    L = lib()
-    n_saved = ctypes.c_size_t()
-    # saved_size validates every argument first: a bad call fails before anything is allocated.
-    check(ctx, L.fattn_attn_saved_size(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
-                                       ctypes.byref(vv), ctypes.byref(n_saved)), "attn_fwd")
-    B, Sq, Hq, _ = q.shape
-    o = torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device)
-    saved = torch.empty(n_saved.value, dtype=torch.uint8, device=q.device)
-    ws, ws_bytes = _workspace(ctx, p, qv, kv, vv, _lib.DIR_FWD, q.device)
-    ov, lv = view(o, "o"), lse_view(lse)
-    check(ctx, L.fattn_attn_fwd(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
-                                ctypes.byref(vv), ctypes.byref(ov), ctypes.byref(lv),
-                                ptr(saved), ptr(ws), ws_bytes), "attn_fwd")
-    return o, lse, saved
-
-
-@attn_fwd.register_fake
-def _attn_fwd_fake(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                   window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo):
-    B, Sq, Hq, _ = q.shape
-    o = q.new_empty((B, Sq, Hq, v.shape[3]))
-    lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
-    if algo == _lib.ALGO["exact"]:
-        # The probabilities' byte count is the backend's business: an unbacked size.
-        n = torch.library.get_ctx().new_dynamic_size()
-    else:
-        n = 0  # FUSED keeps nothing but o and lse (fattn.h: saved size 0)
-    return o, lse, q.new_empty((n,), dtype=torch.uint8)
-
-
-# ------------------------------------------------------------------------------- backward op
-@torch.library.custom_op("fattn::attn_bwd", mutates_args=())
-def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, saved: Tensor,
-             bias: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
-             cu_seqlens_k: Optional[Tensor], causal: int, window_left: int, window_right: int,
-             window_align: int, scale: float, max_seqlen_q: int, max_seqlen_k: int, prec: int,
-             algo: int) -> Tuple[Tensor, Tensor, Tensor]:
-    with _lib.device_guard(q.device):
-        return _attn_bwd_impl(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k,
-                              causal, window_left, window_right, window_align, scale,
-                              max_seqlen_q, max_seqlen_k, prec, algo)
-
-
-def _attn_bwd_impl(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, causal,
-                   window_left, window_right, window_align, scale, max_seqlen_q, max_seqlen_k,
-                   prec, algo):
-    _same_device(q, {"dout": dout, "k": k, "v": v, "o": o, "lse": lse, "bias": bias,
-                     "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k})
-    if dout.dim() == 4 and (dout.stride(3) != 1 or
-                            (algo == _lib.ALGO["exact"] and dout.is_cuda and dout.stride(1) < dout.shape[3])):
-        # Autograd hands over whatever layout the next op produced (e.g. an expanded scalar
-        # gradient with stride 0); the library needs unit innermost stride, and the CUDA exact
-        # arm (cuBLAS) a token stride >= Dv, checked only at call time. Inputs q/k/v are never
-        # copied: this is the incoming gradient only.
-        dout = dout.contiguous()
-    ctx = _lib.context(q.device)
-    p = _params(bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
-                window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo)
-    qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
-    ws, ws_bytes = _workspace(ctx, p, qv, kv, vv, _lib.DIR_BWD, q.device)
-    ov, lv, dov = view(o, "o"), lse_view(lse), view(dout, "dout")
-    dqv, dkv, dvv = view(dq, "dq"), view(dk, "dk"), view(dv, "dv")
-    check(ctx, lib().fattn_attn_bwd(ctx, ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv),
-                                    ctypes.byref(vv), ctypes.byref(ov), ctypes.byref(lv),
-                                    ptr(saved), ctypes.byref(dov), ctypes.byref(dqv),
-                                    ctypes.byref(dkv), ctypes.byref(dvv), ptr(ws), ws_bytes),
-          "attn_bwd")
-    return dq, dk, dv
-
-
-@attn_bwd.register_fake
-def _attn_bwd_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *scalars):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
-
-
-# ------------------------------------------------------------------------------- autograd
-def _setup_context(ctx, inputs, output):
-    q, k, v, bias, cu_q, cu_k = inputs[:6]
-    o, lse, saved = output
-    ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
-    ctx.scalars = inputs[6:]
-    # The library has no d(lse) term and no d(bias) (yet): say so instead of returning zeros.
-    ctx.mark_non_differentiable(lse, saved)
-
-
-def _backward(ctx, do, _dlse, _dsaved):
-    q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
-    dq, dk, dv = attn_bwd(do, q, k, v, o, lse, saved, bias, cu_q, cu_k, *ctx.scalars)
-    return (dq, dk, dv) + (None,) * (3 + len(_SCALARS))
-
-
-attn_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ------------------------------------------------------------------------------- public API
@@ -277,38 +161,83 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     # its fake kernel instead of failing.
     _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
                      "cu_seqlens_k": cu_seqlens_k})
+    if bias is not None and bias.requires_grad and torch.is_grad_enabled():
+        raise NotImplementedError("fattn: the gradient with respect to bias is not "
+                                  "implemented; pass bias.detach()")
     squeeze = cu_seqlens_q is not None and q.dim() == 3
-    if squeeze:
-        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    if bias is not None:
-        if bias.requires_grad and torch.is_grad_enabled():
-            raise NotImplementedError("fattn: the gradient with respect to bias is not "
-                                      "implemented; pass bias.detach()")
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
+    q, k, v, bias = _prepare(q, k, v, bias, cu_seqlens_q)
+    cu_seqlens_q = seqlens_arg(cu_seqlens_q, "cu_seqlens_q")
+    cu_seqlens_k = seqlens_arg(cu_seqlens_k, "cu_seqlens_k")
     scalars = normalize(q, causal=causal, window=window, window_align=window_align, scale=scale,
                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, prec=prec,
                         algo=algo)
-    o, lse, _ = attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, *scalars)
+    try:
+        o, lse, _ = _ops.attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, scalars)
+    except _lib.FattnError as e:
+        hint = None if cu_seqlens_q is not None else _layout_hint(q, k, v, bias)
+        if hint is None:
+            raise
+        raise _lib.FattnError(e.status, f"{e}\n{hint}") from None
     if squeeze:
         o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o
 
 
-def _query_args(q, k, v, bias, kw):
-    if kw.get("cu_seqlens_q") is not None and q.dim() == 3:
+def _prepare(q, k, v, bias, cu_seqlens_q):
+    """Varlen 3-d -> 4-d; bias to 4 dims with its size-1 query/key dims expanded (stride 0,
+    no copy: the library broadcasts by strides)."""
+    if cu_seqlens_q is not None and q.dim() == 3:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if bias is not None:
-        while bias.dim() < 4:
-            bias = bias.unsqueeze(0)
+        if bias.dim() < 4:
+            bias = bias[(None,) * (4 - bias.dim())]
+    if bias is not None and q.dim() == 4 and k.dim() == 4 and bias.dim() == 4:
+        sq = q.shape[1] if bias.shape[2] == 1 else bias.shape[2]
+        skv = k.shape[1] if bias.shape[3] == 1 else bias.shape[3]
+        bias = bias.expand(bias.shape[0], bias.shape[1], sq, skv)
+    return q, k, v, bias
+
+
+def _layout_hint(q, k, v, bias) -> Optional[str]:
+    """For a call the library rejected: a hint when the shapes, invalid read as [B, S, H, D],
+    are valid read as [B, H, S, D] (SDPA's layout). Only a hint on an error: when both
+    readings are valid (e.g. self-attention with equal head counts) no check can tell them
+    apart, so a call is never refused for its layout; the docs send SDPA users to fattn.sdpa."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or tuple(k.shape[:3]) != tuple(v.shape[:3]):
+        return None
+
+    def valid(sq, hq, skv, hkv):
+        if hkv == 0 or hq % hkv != 0:
+            return False
+        if bias is not None and bias.dim() == 4:
+            # a size-1 or stride-0 (expanded) bias dim broadcasts
+            want = (q.shape[0], hq, sq, skv)
+            return all(bias.shape[d] in (1, want[d]) or bias.stride(d) == 0 for d in range(4))
+        return True
+
+    if valid(q.shape[1], q.shape[2], k.shape[1], k.shape[2]) or \
+            not valid(q.shape[2], q.shape[1], k.shape[2], k.shape[1]):
+        return None
+    return (f"fattn.attention reads q {tuple(q.shape)} and k {tuple(k.shape)} as [B, S, H, D] "
+            "(FlashAttention's layout); these shapes fit [B, H, S, D] (SDPA's layout): for "
+            "that layout call fattn.sdpa(q, k, v, ...), or pass q.transpose(1, 2), "
+            "k.transpose(1, 2), v.transpose(1, 2) (views, no copy)")
+
+
+def _query_args(q, k, v, bias, kw):
     kw = dict(kw)
     device = kw.pop("device", None)
+    q, k, v, bias = _prepare(q, k, v, bias, kw.get("cu_seqlens_q"))
+    for name in ("cu_seqlens_q", "cu_seqlens_k"):
+        kw[name] = seqlens_arg(kw.get(name), name)
     cu_q, cu_k = kw.get("cu_seqlens_q"), kw.get("cu_seqlens_k")
     scalars = normalize(q, **kw)
     device = q.device if q.device.type != "meta" else torch.device(device or "cpu")
     ctx = _lib.context(device)
     p = _params(bias, cu_q, cu_k, *scalars, dummy_data=True)
+    # p holds raw pointers: keep the (possibly converted) tensors alive as long as p is
+    p.keep_alive = (bias, cu_q, cu_k)
     return ctx, p, _view(q, "q", True), _view(k, "k", True), _view(v, "v", True)
 
 
@@ -338,7 +267,7 @@ def supports(q: Tensor, k: Tensor, v: Tensor, *, bias=None, **kw) -> Tuple[bool,
 
 
 def memory(q: Tensor, k: Tensor, v: Tensor, *, bias=None, **kw) -> dict:
-    """fattn_attn_memory(): bytes for one call with these shapes and algo (DESIGN §8) as a dict
+    """fattn_attn_memory(): bytes for one call with these shapes and algo (docs/CONTRACT.md §6) as a dict
     (inputs, saved, fwd/bwd workspace, grads, fwd/bwd peak). Meta tensors work (pass device=)."""
     ctx, p, qv, kv, vv = _query_args(q, k, v, bias, kw)
     info = _lib.AttnMemoryInfo()

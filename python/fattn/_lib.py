@@ -18,7 +18,8 @@ import sys
 import threading
 from typing import Optional
 
-import torch  # imported first: loads the CUDA libraries (cuBLAS) torch ships, which libfattn links
+import torch  # imported first: loads the CUDA libraries torch ships (libfattn's CUDA exact arm
+              # dlopens the cuBLAS already loaded)
 
 # ------------------------------------------------------------------------------- enums (fattn.h)
 FATTN_OK = 0
@@ -214,28 +215,41 @@ def _init_error(status: int) -> FattnError:
     return FattnError(status, f"fattn: {L.fattn_status_string(status).decode()}: {msg}")
 
 
+def thread_state() -> threading.local:
+    """This thread's cache (contexts; the attention ops keep their plans here too)."""
+    return _tls
+
+
 def context(device: torch.device) -> ctypes.c_void_p:
     """The context for tensors on `device`: the CPU context (its thread count follows
     torch.get_num_threads(); results never depend on it), or the CUDA context of
     (device, torch.cuda.current_stream(device))."""
+    return context_entry(device).handle
+
+
+def context_entry(device: torch.device) -> "_Ctx":
+    """context() as its cache entry: .handle, and .key, which names the context and what its
+    size answers depend on (the CPU thread count; the CUDA device)."""
     cache = getattr(_tls, "ctxs", None)
     if cache is None:
         cache = _tls.ctxs = {}
-    L = lib()
     if device.type == "cpu":
         nthreads = torch.get_num_threads()
         ctx = cache.get("cpu")
         if ctx is None:
             out = ctypes.c_void_p()
+            L = lib()
             s = L.fattn_ctx_init_cpu(nthreads, ctypes.byref(out))
             if s != FATTN_OK:
                 raise _init_error(s)
             ctx = cache["cpu"] = _Ctx(out.value)
             ctx.nthreads = nthreads
+            ctx.key = ("cpu", nthreads)
         elif ctx.nthreads != nthreads:
-            check(ctx.handle, L.fattn_ctx_set_nthreads(ctx.handle, nthreads))
+            check(ctx.handle, lib().fattn_ctx_set_nthreads(ctx.handle, nthreads))
             ctx.nthreads = nthreads
-        return ctx.handle
+            ctx.key = ("cpu", nthreads)
+        return ctx
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         stream = torch.cuda.current_stream(index).cuda_stream
@@ -243,11 +257,13 @@ def context(device: torch.device) -> ctypes.c_void_p:
         ctx = cache.get(key)
         if ctx is None:
             out = ctypes.c_void_p()
+            L = lib()
             s = L.fattn_ctx_init_cuda(index, ctypes.c_void_p(stream), ctypes.byref(out))
             if s != FATTN_OK:
                 raise _init_error(s)
             ctx = cache[key] = _Ctx(out.value)
-        return ctx.handle
+            ctx.key = key
+        return ctx
     raise ValueError(f"fattn: tensors on device type '{device.type}' are not supported "
                      "(cpu and cuda only)")
 
@@ -297,10 +313,22 @@ def view(t: Optional[torch.Tensor], name: str = "tensor") -> Tensor:
     v = Tensor()
     v.data = t.data_ptr() or None
     v.dtype = dtype_code(t, name)
+    strides = t.stride() if t.numel() else _dense_strides(t.shape)
     for i in range(4):
         v.ne[i] = t.shape[i]
-        v.nb[i] = t.stride(i)
+        v.nb[i] = strides[i]
     return v
+
+
+def _dense_strides(shape) -> tuple:
+    """Row-major strides of `shape`. Used for tensors with no elements, whose torch strides
+    can be anything (an expanded empty gradient has stride 0 everywhere): no element is read
+    through them, so the contiguous ones are as true and pass the library's stride rules."""
+    out, acc = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(acc)
+        acc *= max(int(n), 1)
+    return tuple(reversed(out))
 
 
 def lse_view(lse: torch.Tensor) -> Tensor:
@@ -308,9 +336,10 @@ def lse_view(lse: torch.Tensor) -> Tensor:
     v = Tensor()
     v.data = lse.data_ptr() or None
     v.dtype = DTYPE[torch.float32]
+    strides = lse.stride() if lse.numel() else _dense_strides(lse.shape)
     for i in range(3):
         v.ne[i] = lse.shape[i]
-        v.nb[i] = lse.stride(i)
+        v.nb[i] = strides[i]
     v.ne[3], v.nb[3] = 1, 1
     return v
 

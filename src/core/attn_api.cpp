@@ -27,6 +27,7 @@ static cuda::DeviceInfo device_of(const fattn_ctx *ctx) {
     d.sm_minor = ctx->sm_minor;
     d.num_sms = ctx->num_sms;
     d.smem_optin = ctx->smem_optin;
+    d.family = ctx->cuda_family;
     return d;
 }
 #endif

@@ -150,6 +150,17 @@ fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream) {
     return FATTN_OK;
 }
 
+fattn_status fattn_ctx_set_cuda_family(fattn_ctx_t *ctx, fattn_cuda_family family) {
+    if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
+    const int f = static_cast<int>(family);
+    if (f < FATTN_CUDA_FAMILY_AUTO || f > FATTN_CUDA_FAMILY_SM90)
+        return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, "family: " + std::to_string(f) + " is not a fattn_cuda_family");
+    if (ctx->backend != FATTN_BACKEND_CUDA && f != FATTN_CUDA_FAMILY_AUTO)
+        return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, "family: only a CUDA context has kernel families");
+    ctx->cuda_family = f;
+    return FATTN_OK;
+}
+
 const char *fattn_ctx_last_error(const fattn_ctx_t *ctx) {
     return ctx ? ctx->last_error.c_str() : t_last_error.c_str();
 }

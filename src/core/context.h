@@ -15,6 +15,7 @@ struct fattn_ctx {
     void *stream = nullptr;    // CUDA: cudaStream_t
     int sm_major = 0, sm_minor = 0, num_sms = 0;  // CUDA: filled at init
     size_t smem_optin = 0;                       // CUDA: opt-in shared memory per block
+    int cuda_family = 0;                         // CUDA: fattn_cuda_family (0 = AUTO)
     fattn_alloc_fn alloc = nullptr;  // nullptr: the backend's default
     fattn_free_fn free_fn = nullptr;
     void *alloc_user = nullptr;

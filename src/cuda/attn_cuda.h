@@ -15,6 +15,7 @@ struct DeviceInfo {
     int device = 0;
     int sm_major = 0, sm_minor = 0, num_sms = 0;
     size_t smem_optin = 0;  // max dynamic shared memory per block (opt-in)
+    int family = 0;         // the context's fattn_cuda_family (0 = AUTO)
 };
 
 // Query the device; BACKEND_UNAVAILABLE with a message if it does not exist / no driver.

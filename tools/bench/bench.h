@@ -71,7 +71,9 @@ void list_presets();
 HostData make_inputs(const Case &c, uint64_t seed);
 
 // Runs one fattn arm (algo FUSED or EXACT) of a case.
-ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, const HostData &in);
+// family: the CUDA kernel family (arm "portable" = FUSED on the sm_80+ family, for A/B on Hopper).
+ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, const HostData &in,
+                        fattn_cuda_family family = FATTN_CUDA_FAMILY_AUTO);
 
 // cuDNN SDPA through cudnn-frontend (bench_cudnn.cpp). cudnn_built() is false when fattn-bench
 // was built without the frontend headers; run_cudnn_arm then reports "skipped: ...".

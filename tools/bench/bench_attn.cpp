@@ -116,9 +116,10 @@ std::string fmt_gib(double b) {
 
 }  // namespace
 
-ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, const HostData &in) {
+ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, const HostData &in,
+                        fattn_cuda_family family) {
     ArmResult r;
-    r.arm = algo == FATTN_ALGO_FUSED ? "fused" : "exact";
+    r.arm = algo == FATTN_ALGO_EXACT ? "exact" : family == FATTN_CUDA_FAMILY_PORTABLE ? "portable" : "fused";
     const fattn_backend be = opt.backend;
     fattn_ctx_t *ctx = nullptr;
     fattn_status st = be == FATTN_BACKEND_CPU ? fattn_ctx_init_cpu(opt.threads, &ctx)
@@ -131,6 +132,10 @@ ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, cons
         fattn_ctx_t *c;
         ~CtxGuard() { fattn_ctx_free(c); }
     } ctx_guard{ctx};
+    if (be == FATTN_BACKEND_CUDA && fattn_ctx_set_cuda_family(ctx, family) != FATTN_OK) {
+        r.status = std::string("error: family: ") + fattn_ctx_last_error(ctx);
+        return r;
+    }
     auto fail = [&](const char *what) {
         r.status = std::string("error: ") + what + ": " + fattn_ctx_last_error(ctx);
         return r;

@@ -187,7 +187,7 @@ int run_attn_family(const Options &o, Summary &s) {
     std::string why;
     std::unique_ptr<fattn_ctx_t, void (*)(fattn_ctx_t *)> ctx(nullptr, fattn_ctx_free);
     if (o.mode != Mode::GRAD) {
-        ctx.reset(make_ctx(o.backend, o.threads, &why));
+        ctx.reset(make_ctx(o.backend, o.threads, &why, o.family));
         if (!ctx) {
             // A missing backend is a failure, never a silent CPU run.
             record(s, Outcome::FAIL, "attn/context", "cannot create the requested backend: " + why);
@@ -277,7 +277,7 @@ int run_attn_family(const Options &o, Summary &s) {
                 std::string detail = cpu ? fmt("threads %d vs", o.threads) : "run twice";
                 bool same = true;
                 for (int nt : threads) {
-                    std::unique_ptr<fattn_ctx_t, void (*)(fattn_ctx_t *)> c2(make_ctx(o.backend, nt, &why), fattn_ctx_free);
+                    std::unique_ptr<fattn_ctx_t, void (*)(fattn_ctx_t *)> c2(make_ctx(o.backend, nt, &why, o.family), fattn_ctx_free);
                     if (!c2 || !run_lib(c2.get(), o.backend, in, algo, prec, &unsupported, &resolved, &msg)) {
                         ok = false;
                         break;

@@ -14,7 +14,7 @@
 
 namespace fattn_test {
 
-fattn_ctx_t *make_ctx(BackendKind b, int nthreads, std::string *why) {
+fattn_ctx_t *make_ctx(BackendKind b, int nthreads, std::string *why, fattn_cuda_family family) {
     fattn_ctx_t *ctx = nullptr;
     fattn_status st = b == BackendKind::CPU ? fattn_ctx_init_cpu(nthreads, &ctx)
                                             : fattn_ctx_init_cuda(0, nullptr, &ctx);
@@ -24,6 +24,11 @@ fattn_ctx_t *make_ctx(BackendKind b, int nthreads, std::string *why) {
     }
     if (fattn_ctx_backend(ctx) != (b == BackendKind::CPU ? FATTN_BACKEND_CPU : FATTN_BACKEND_CUDA)) {
         *why = "context reports a different backend than requested";
+        fattn_ctx_free(ctx);
+        return nullptr;
+    }
+    if (b == BackendKind::CUDA && fattn_ctx_set_cuda_family(ctx, family) != FATTN_OK) {
+        *why = std::string("cannot set the CUDA kernel family: ") + fattn_ctx_last_error(ctx);
         fattn_ctx_free(ctx);
         return nullptr;
     }

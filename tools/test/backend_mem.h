@@ -18,7 +18,9 @@ constexpr unsigned char kPoisonByte = 0xFF;
 
 // A context for the backend; on failure returns nullptr and the reason in *why
 // (a CUDA request without a CUDA build or device is such a failure, never a CPU context).
-fattn_ctx_t *make_ctx(BackendKind b, int nthreads, std::string *why);
+// family: the CUDA kernel family the context may run (fattn_ctx_set_cuda_family); CPU: AUTO.
+fattn_ctx_t *make_ctx(BackendKind b, int nthreads, std::string *why,
+                      fattn_cuda_family family = FATTN_CUDA_FAMILY_AUTO);
 
 class DevBuf {
 public:

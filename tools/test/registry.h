@@ -36,6 +36,7 @@ struct Options {
     bool quick = false;                 // --quick: a small subset (sanitizer builds, ctest -L quick)
     bool verbose = false;               // -v
     int threads = 2;                    // --threads N (CPU context)
+    fattn_cuda_family family = FATTN_CUDA_FAMILY_AUTO;  // --family auto|portable|sm90 (CUDA)
     std::string pattern;                // -p REGEX ("" = all); ECMAScript, searched in the name
 };
 

@@ -17,10 +17,12 @@ enum class Family {
     SCALAR_F32,   // strict IEEE fp32 FMA, any sm_75+, any head dim <= 256, any input dtype
     MMA_NATIVE,   // bf16/f16 mma.sync.m16n8k16, fp32 accumulation, sm_80+
     MMA_TF32,     // f32 inputs on mma.sync.m16n8k8 (tf32), sm_80+
+    SM90_NATIVE,  // bf16/f16 wgmma + TMA, warp-specialized (src/cuda/attn/sm90), sm_90a
 };
 
 struct Choice {
-    Family family = Family::SCALAR_F32;
+    Family family = Family::SCALAR_F32;      // the backward's family (and the forward's by default)
+    Family fwd_family = Family::SCALAR_F32;  // the forward's family (SM90_NATIVE where it applies)
     int d_bucket = 0;  // head dim the kernel is instantiated for (>= max(d, dv), padded loads masked)
 };
 

@@ -191,7 +191,10 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &, const Choice &c, vo
     KArgs a = prepare(p, c, FATTN_DIR_FWD, workspace, st, &e);
     if (e != cudaSuccess) return check(e, "bias tile map", err);
     a.vec = vec_ok(p, nullptr, 0, 0, 0);
-    switch (c.family) {
+    switch (c.fwd_family) {
+#ifdef FATTN_HAVE_SM90
+    case Family::SM90_NATIVE: return check(sm90_fwd(p, a, c.d_bucket, st), "forward (sm90)", err);
+#endif
     case Family::MMA_NATIVE: return check(native_fwd(p, a, c.d_bucket, st), "forward (mma)", err);
     case Family::MMA_TF32: return check(tf32_fwd(p, a, c.d_bucket, st), "forward (tf32)", err);
     case Family::SCALAR_F32: return check(scalar_fwd(p, a, c.d_bucket, st), "forward (f32)", err);
@@ -201,8 +204,26 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &, const Choice &c, vo
     return FATTN_ERR_UNSUPPORTED;
 }
 
-fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &, const Choice &c, void *workspace, std::string *err) {
+// The sm90 backward reads dout through TMA like q, k, v (select.cpp checks those): 16-byte
+// aligned, strides of dims with more than one index whole 16-byte chunks.
+bool sm90_dout_ok(const AttnBwdParams &p) {
+    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
+    auto st_ok = [](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % 8 == 0 && s < (int64_t(1) << 38)); };
+    return aligned16(p.dout) && st_ok(p.do_ss, p.total_q) && st_ok(p.do_sh, p.hq) && st_ok(p.do_sb, bview);
+}
+
+fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const Choice &chosen, void *workspace, std::string *err) {
     if (p.batch == 0 || p.hq == 0) return FATTN_OK;
+    Choice c = chosen;
+    if (c.family == Family::SM90_NATIVE && !sm90_dout_ok(p)) {
+        // AUTO serves such a dout with the portable backward (same results, same contract); a
+        // context pinned to SM90 gets the reason instead.
+        if (dev.family == FATTN_CUDA_FAMILY_SM90) {
+            if (err) *err = "cuda fused attn: sm90 backward: dout must be 16-byte aligned with strides in whole 8-element chunks (TMA)";
+            return FATTN_ERR_UNSUPPORTED;
+        }
+        c.family = Family::MMA_NATIVE;
+    }
     cudaStream_t st = static_cast<cudaStream_t>(p.stream);
     cudaError_t e;
     KArgs a = prepare(p, c, FATTN_DIR_BWD, workspace, st, &e);
@@ -228,6 +249,7 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &, const Choice &c, vo
         sa.stats = const_cast<float *>(a.lse_rel);
         cudaError_t se = cudaSuccess;
         switch (c.family) {
+        case Family::SM90_NATIVE:  // the sm90 forward has no stats mode; the portable one serves it
         case Family::MMA_NATIVE: se = native_fwd(p, sa, c.d_bucket, st); break;
         case Family::MMA_TF32: se = tf32_fwd(p, sa, c.d_bucket, st); break;
         case Family::SCALAR_F32: se = scalar_fwd(p, sa, c.d_bucket, st); break;
@@ -236,6 +258,9 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &, const Choice &c, vo
         if (fattn_status s = check(se, "row statistics (stats-mode forward)", err); s != FATTN_OK) return s;
     }
     switch (c.family) {
+#ifdef FATTN_HAVE_SM90
+    case Family::SM90_NATIVE: return check(sm90_bwd(p, a, c.d_bucket, st), "backward (sm90)", err);
+#endif
     case Family::MMA_NATIVE: return check(native_bwd(p, a, c.d_bucket, st), "backward (mma)", err);
     case Family::MMA_TF32: return check(tf32_bwd(p, a, c.d_bucket, st), "backward (tf32)", err);
     case Family::SCALAR_F32: return check(scalar_bwd(p, a, c.d_bucket, st), "backward (f32)", err);

@@ -17,6 +17,8 @@ cudaError_t tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_
 cudaError_t tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
+cudaError_t sm90_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/fwd.cu
+cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/bwd.cu
 
 // Opt in to more than 48 KiB of dynamic shared memory once per kernel, then launch.
 template <typename Kernel, typename Params>

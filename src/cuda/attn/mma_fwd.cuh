@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
     T *sK = sQ + BM * ST;                     // [2][BN, ST]
     T *sV = sK + 2 * BN * ST;                 // [2][BN, ST]
+    float *sC = reinterpret_cast<float *>(sV + 2 * BN * ST);  // [BM] bias ceilings of the rows
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
     const int64_t h = blockIdx.y;
@@ -32,7 +33,6 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     const int64_t m0 = int64_t(blockIdx.x) * BM;
     if (m0 >= lq) return;
     const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
-    if (a.stats && !tile_needs_stats(p, a, sr, h, m0, m1)) return;
     const int64_t hk = h / p.group();
     const T *gQ = seq_q<T>(p, sr, h);
     const T *gK = seq_k<T>(p, sr, hk);
@@ -46,6 +46,18 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         mma_load_tile<T, BN, DB, NT>(sK + buf * BN * ST, gK + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
         mma_load_tile<T, BN, DB, NT>(sV + buf * BN * ST, gV + n0 * p.v_ss, p.v_ss, lkv - n0, p.dim_v, a.vec);
     };
+    // Every row's bias ceiling is 0 (no bias, or a 0/-inf mask): unread tiles take the fast path;
+    // otherwise they go through the per-element path, which subtracts the ceiling (common.cuh).
+    // Stats mode (bwd): only tiles with a row whose ceiling is large run (common.cuh).
+    int nz = 0, big = 0;
+    for (int i = threadIdx.x; i < BM; i += NT) {
+        const float c = m0 + i < m1 ? row_ceil(p, a, sr, h, m0 + i) : 0.f;
+        sC[i] = c;
+        nz |= c != 0.f;
+        big |= !(fabsf(c) <= kCeilExact);
+    }
+    const bool ceil_zero = !__syncthreads_or(nz);  // also orders sC for every thread
+    if (a.stats && !__syncthreads_or(big)) return;
 
     mma_load_tile<T, BM, DB, NT>(sQ, gQ + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
     int n = kt.next(kt.first);
@@ -104,16 +116,13 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         // per element; the per-element mask and bias cost issue slots the mma pipe would get.
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
         const bool use_bias = p.bias && kt.state(n) == kBiasRead;
-        if (full && !use_bias) {  // no bias, or all zero: logit − ceiling (finite here, common.cuh)
+        if (full && !use_bias && ceil_zero) {
 #pragma unroll
-            for (int r = 0; r < 2 * MT; ++r) {
-                const int t = r >> 1, e0 = 2 * (r & 1);
-                const float nc = p.bias ? -row_ceil(p, a, sr, h, row_of(r)) * kLog2e : 0.f;
+            for (int t = 0; t < MT; ++t)
 #pragma unroll
                 for (int j = 0; j < NS; ++j)
 #pragma unroll
-                    for (int e = e0; e < e0 + 2; ++e) s[t][j][e] = fmaf(s[t][j][e], sl2, nc);
-            }
+                    for (int e = 0; e < 4; ++e) s[t][j][e] *= sl2;
         } else {
 #pragma unroll
             for (int r = 0; r < 2 * MT; ++r) {
@@ -123,7 +132,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
                 key_range(p, qi, lq, lkv, &lo, &hi);
                 if (qi >= lq) hi = -1;  // a row past the sequence sees nothing
                 const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
-                const float c = qi < lq ? row_ceil(p, a, sr, h, qi) : 0.f;
+                const float c = sC[qi - m0];
 #pragma unroll
                 for (int j = 0; j < NS; ++j) {
                     const int64_t kj0 = n0 + j * 8 + 2 * t4;
@@ -199,22 +208,21 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int64_t qi = row_of(r);
         if (qi >= lq) continue;
-        const float lse_rel = l > 0.f ? (mrow[r] + log2f(l)) * kLn2 : -INFINITY;
-        if (a.stats) {  // stats mode: lse' only
-            if (t4 == 0) a.stats[stats_at(p, sr, h, qi)] = lse_rel;
-            continue;
-        }
         const float inv = l > 0.f ? 1.f / l : 0.f;
-        T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + qi) * p.o_ss + h * p.o_sh;
+        if (!a.stats) {
+            T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + qi) * p.o_ss + h * p.o_sh;
 #pragma unroll
-        for (int d = 0; d < NO; ++d) {
-            const int c = d * 8 + 2 * t4;
-            if (c < p.dim_v) gO[c] = from_f<T>(o[t][d][2 * rr] * inv);
-            if (c + 1 < p.dim_v) gO[c + 1] = from_f<T>(o[t][d][2 * rr + 1] * inv);
+            for (int d = 0; d < NO; ++d) {
+                const int c = d * 8 + 2 * t4;
+                if (c < p.dim_v) gO[c] = from_f<T>(o[t][d][2 * rr] * inv);
+                if (c + 1 < p.dim_v) gO[c + 1] = from_f<T>(o[t][d][2 * rr + 1] * inv);
+            }
         }
-        if (t4 == 0)
-            p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] =
-                l > 0.f ? row_ceil(p, a, sr, h, qi) + lse_rel : -INFINITY;
+        if (t4 == 0) {  // LSE = ceiling + lse'; stats mode: lse' alone
+            const float lse_rel = l > 0.f ? (mrow[r] + log2f(l)) * kLn2 : -INFINITY;
+            if (a.stats) a.stats[stats_at(p, sr, h, qi)] = lse_rel;
+            else p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] = l > 0.f ? sC[qi - m0] + lse_rel : -INFINITY;
+        }
     }
 }
 

@@ -6,11 +6,52 @@
 //   F32    -> SCALAR_F32 (strict fp32 FMA; any sm_75+; head dims up to 256)
 //   NATIVE -> MMA_NATIVE (bf16/f16 mma.sync m16n8k16; sm_80+; head-dim buckets 64/128)
 //   TF32   -> MMA_TF32   (f32 mma.sync m16n8k8; sm_80+; head-dim buckets 64/128)
+//   NATIVE on an sm_90 device -> SM90_NATIVE (wgmma + TMA), forward and backward, where
+//   sm90_fwd_legal says so and the context's family allows it (fattn_ctx_set_cuda_family). The
+//   backward also needs dout TMA-legal, which only the call shows (launch.cu: sm90_dout_ok).
+#include <cstdint>
+
 #include "cuda/attn/attn_kernels.h"
 #include "cuda/attn/tiles.h"
 #include "cuda/attn/workspace.h"
 
 namespace fattn::cuda::attn {
+
+namespace {
+
+// Can the sm90 forward run p? Its TMA tensor maps need 16-byte aligned bases and strides, and the
+// kernel is instantiated for D = Dv = 64 or 128.
+bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *why) {
+    auto no = [&](const std::string &m) {
+        if (why) *why = "sm90 forward: " + m;
+        return false;
+    };
+#ifndef FATTN_HAVE_SM90
+    return no("this build has no sm_90a code (FATTN_CUDA_ARCHS lacks 90a)");
+#else
+    if (dev.sm_major != 9 || dev.sm_minor != 0)
+        return no("needs an sm_90 device, this one is sm_" + std::to_string(dev.sm_major * 10 + dev.sm_minor));
+    if (p.prec != FATTN_PREC_NATIVE || (p.dtype != FATTN_BF16 && p.dtype != FATTN_F16))
+        return no("bf16/f16 inputs at prec NATIVE only");
+    if (p.d != p.dim_v || (p.d != 64 && p.d != 128))
+        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv = 64 or 128)");
+    auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
+    if (!a16(p.q) || !a16(p.k) || !a16(p.v)) return no("q, k, v must be 16-byte aligned (TMA)");
+    // Strides of dims with more than one index must be whole 16-byte chunks (8 elements) and > 0.
+    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
+    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % 8 == 0 && s < (int64_t(1) << 38)); };
+    if (!st_ok(p.q_ss, p.total_q) || !st_ok(p.q_sh, p.hq) || !st_ok(p.q_sb, bview) || !st_ok(p.k_ss, p.total_kv) ||
+        !st_ok(p.k_sh, p.hkv) || !st_ok(p.k_sb, bview) || !st_ok(p.v_ss, p.total_kv) || !st_ok(p.v_sh, p.hkv) ||
+        !st_ok(p.v_sb, bview))
+        return no("q/k/v strides must be positive multiples of 8 elements (TMA)");
+    if (p.total_q >= (int64_t(1) << 31) || p.total_kv >= (int64_t(1) << 31))
+        return no("more than 2^31 rows (TMA coordinates are 32-bit)");
+    if (sm90_fwd_smem(int(p.d)) > dev.smem_optin) return no("needs more shared memory than the device allows");
+    return true;
+#endif
+}
+
+}  // namespace
 
 fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, std::string *why) {
     auto no = [&](const std::string &msg) {
@@ -34,7 +75,8 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
     };
     switch (p.prec) {
     case FATTN_PREC_F32:
-        c->family = Family::SCALAR_F32;
+        if (dev.family == FATTN_CUDA_FAMILY_SM90) return no("family SM90 has no strict-F32 kernels (prec F32)");
+        c->family = c->fwd_family = Family::SCALAR_F32;
         c->d_bucket = dmax <= 64 ? 64 : dmax <= 128 ? 128 : 256;
         if (!smem_ok(sc_dkdv_smem(c->d_bucket), "the f32 dK/dV kernel")) return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
@@ -46,11 +88,16 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         if (dmax > 128)
             return no("prec NATIVE: head dim " + std::to_string(dmax) +
                       " > 128 is not instantiated for tensor cores (use prec F32)");
-        c->family = Family::MMA_NATIVE;
+        c->family = c->fwd_family = Family::MMA_NATIVE;
         c->d_bucket = dmax <= 64 ? 64 : 128;
         if (!smem_ok(mma_fwd_smem(c->d_bucket, 2), "the tensor-core forward kernel") ||
             !smem_ok(mma_dq_smem(c->d_bucket, 2), "the tensor-core dQ kernel"))
             return FATTN_ERR_UNSUPPORTED;
+        if (dev.family != FATTN_CUDA_FAMILY_PORTABLE) {
+            std::string w;
+            if (sm90_fwd_legal(p, dev, &w)) c->fwd_family = c->family = Family::SM90_NATIVE;
+            else if (dev.family == FATTN_CUDA_FAMILY_SM90) return no(w + " (family SM90 was asked for)");
+        }
         return FATTN_OK;
     case FATTN_PREC_TF32:
         if (p.dtype != FATTN_F32) return no("prec TF32 needs f32 inputs");
@@ -58,7 +105,8 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         if (dmax > 128)
             return no("prec TF32: head dim " + std::to_string(dmax) +
                       " > 128 is not instantiated for tensor cores (use prec F32)");
-        c->family = Family::MMA_TF32;
+        if (dev.family == FATTN_CUDA_FAMILY_SM90) return no("family SM90 has no TF32 kernels yet");
+        c->family = c->fwd_family = Family::MMA_TF32;
         c->d_bucket = dmax <= 64 ? 64 : 128;
         if (!smem_ok(mma_fwd_smem(c->d_bucket, 4), "the tf32 forward kernel") ||
             !smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel"))

@@ -45,8 +45,9 @@ constexpr int mma_bwd_bm(int db, size_t es) { return db > 64 ? (es == 4 ? 16 : 3
 // load hit distinct banks (no conflicts, no swizzle). es = element size in bytes.
 constexpr int mma_stride(int db, size_t es) { return db + int(16 / es); }
 
-constexpr size_t mma_fwd_smem(int db, size_t es) {  // Q + double-buffered K and V
-    return size_t(mma_fwd_bm(db, es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es;
+constexpr size_t mma_fwd_smem(int db, size_t es) {  // Q + double-buffered K and V; bias ceilings
+    return size_t(mma_fwd_bm(db, es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es +
+           size_t(mma_fwd_bm(db, es)) * sizeof(float);
 }
 constexpr size_t mma_dq_smem(int db, size_t es) {  // Q, dO + double-buffered K and V
     return size_t(2 * mma_dq_bm(db, es) + 4 * mma_dq_bn(db, es)) * mma_stride(db, es) * es;
@@ -65,6 +66,17 @@ constexpr int sc_rows() { return 16; }
 constexpr int sc_cols(int db) { return db > 128 ? 16 : 32; }
 // +1 float: row-strided reads of 8 lanes fall in different banks.
 constexpr int sc_stride(int db) { return db + 1; }
+// ---- sm_90a forward (sm90/fwd_kernel.cuh) ----
+// 128 query rows (two consumer warpgroups of wgmma's M = 64) × 128 keys per step; Q once and a
+// 2-stage ring of K and V, each tile D/64 panels of 128-byte rows, + barriers + 1 KB of slack
+// to align the panels to the 1024-byte swizzle atom: 160 KB at D128, 81 KB at D64.
+constexpr int sm90_fwd_bm() { return 128; }
+constexpr int sm90_fwd_bn() { return 128; }
+constexpr int sm90_fwd_stages() { return 2; }
+constexpr size_t sm90_fwd_smem(int d) {
+    return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages() * sm90_fwd_bn()) * 128 * size_t(d / 64) + 128 + 1024;
+}
+
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P
     return (size_t(sc_rows() + sc_cols(db)) * sc_stride(db) + size_t(sc_rows()) * sc_cols(db)) * 4;
 }

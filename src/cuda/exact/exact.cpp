@@ -27,12 +27,13 @@
 // its own max_seqlen_q × max_seqlen_kv slot per head, packed with leading dimension len_kv.
 #include "cuda/exact/exact.h"
 
-#include <cublas_v2.h>
+#include <cublas_v2.h>  // types only: the functions come from cublas_api (dlopen)
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <vector>
 
+#include "cuda/exact/cublas_api.h"
 #include "cuda/exact/exact_kernels.h"
 
 namespace fattn::cuda::exact {
@@ -50,21 +51,21 @@ cudaDataType_t cuda_type(fattn_dtype t) {
 // One cuBLAS handle per (thread, device), created on first use and kept for the process: handle
 // creation costs milliseconds and allocates, far too much per call. Never destroyed on purpose
 // (destroying after the CUDA runtime shut down at exit would be worse than the leak).
-cublasHandle_t handle_for(int device, std::string *err) {
+cublasHandle_t handle_for(const CublasApi &api, int device, std::string *err) {
     thread_local std::vector<cublasHandle_t> handles;
     if (device < 0) device = 0;
     if (size_t(device) >= handles.size()) handles.resize(size_t(device) + 1, nullptr);
     if (!handles[size_t(device)]) {
         cublasHandle_t h = nullptr;
-        cublasStatus_t s = cublasCreate(&h);
+        cublasStatus_t s = api.create(&h);
         if (s != CUBLAS_STATUS_SUCCESS) {
-            if (err) *err = std::string("exact: cublasCreate failed: ") + cublasGetStatusString(s);
+            if (err) *err = std::string("exact: cublasCreate failed: ") + api.status_string(s);
             return nullptr;
         }
         // Default math: tensor cores only where the compute type asks for them (we pass it per
         // GEMM), so F32 stays strict fp32 and TF32 is explicit.
-        cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
-        cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST);
+        api.set_math_mode(h, CUBLAS_DEFAULT_MATH);
+        api.set_pointer_mode(h, CUBLAS_POINTER_MODE_HOST);
         handles[size_t(device)] = h;
     }
     return handles[size_t(device)];
@@ -98,6 +99,7 @@ cublasComputeType_t compute_type(const AttnFwdParams &p) {
 }
 
 struct Runner {
+    const CublasApi *api = nullptr;
     cublasHandle_t h = nullptr;
     cudaStream_t st = nullptr;
     cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
@@ -106,11 +108,13 @@ struct Runner {
     // The device's cuBLAS handle bound to the call's stream, the GEMM compute type of p's precision.
     fattn_status open(const AttnFwdParams &p, int device, std::string *e) {
         err = e;
-        h = handle_for(device, err);
+        api = cublas_api(err);
+        if (!api) return FATTN_ERR_BACKEND_UNAVAILABLE;  // select() said so already
+        h = handle_for(*api, device, err);
         if (!h) return FATTN_ERR_DEVICE;
         st = static_cast<cudaStream_t>(p.stream);
         compute = compute_type(p);
-        if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) {
+        if (api->set_stream(h, st) != CUBLAS_STATUS_SUCCESS) {
             if (err) *err = "exact: cublasSetStream failed";
             return FATTN_ERR_DEVICE;
         }
@@ -118,13 +122,13 @@ struct Runner {
     }
     fattn_status gemm(const GemmOp &g, const char *what) {
         if (g.m == 0 || g.n == 0 || g.batch == 0) return FATTN_OK;
-        cublasStatus_t s = cublasGemmStridedBatchedEx(
+        cublasStatus_t s = api->gemm_strided_batched_ex(
             h, g.ta, g.tb, int(g.m), int(g.n), int(g.k), &g.alpha, g.a, g.at, int(g.lda), g.sa, g.b,
             g.bt, int(g.ldb), g.sb, &g.beta, g.c, g.ct, int(g.ldc), g.sc, int(g.batch), compute,
             CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS) {
             if (err) *err = std::string("exact: cuBLAS GEMM (") + what + ") failed: " +
-                            cublasGetStatusString(s);
+                            api->status_string(s);
             return FATTN_ERR_DEVICE;
         }
         return FATTN_OK;
@@ -252,6 +256,10 @@ fattn_status select(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     if (p_bytes > (long double)(INT64_MAX / 2))
         return no("the probabilities [B, Hq, Sq, Skv] would take " + std::to_string(double(p_bytes)) +
                   " bytes; use FUSED");
+    // cuBLAS is opened on first use (cublas_api.h): a library that cannot be loaded makes the
+    // arm unsupported here, so supports() and the call agree.
+    std::string load_err;
+    if (!cublas_api(&load_err)) return no(load_err);
     // o (and dout/dq in the backward) are not part of a support query: checked when run.
     return FATTN_OK;
 }

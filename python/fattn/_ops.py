@@ -1,0 +1,370 @@
+"""_ops.py — the torch operators of softmax attention over the fattn C API, built for a small
+per-call host cost.
+
+  fattn::attn_fwd(q, k, v, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>) -> (o, lse, saved)
+  fattn::attn_bwd(dout, q, k, v, o, lse, saved, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>)
+      -> (dq, dk, dv)
+
+Registered with torch.library's low-level API (one schema, CPU and CUDA kernels, a fake kernel,
+an Autograd kernel, Autocast kernels), so both are opaque ops with fake kernels under
+torch.compile and pass torch.library.opcheck. `saved` is the library's auxiliary forward buffer
+(uint8): empty for algo "fused", the probabilities for "exact" (an unbacked size in the fake
+kernel). The <scalars> are _attn.normalize()'s: causal, window_left, window_right, window_align,
+scale, max_seqlen_q, max_seqlen_k, prec, algo.
+
+Host cost (issue 12; bench/bench_host.py measures it). What a call costs in Python is mostly
+fixed overhead, so:
+- a plan per (thread, context, shapes, strides, dtypes, scalars) caches the parameter struct,
+  the tensor views and the saved / workspace sizes: a repeated call makes ONE library call
+  (fattn_attn_fwd or _bwd, which validate everything themselves before writing anything) and
+  only re-points the views' data. Varlen calls are not cached (their sizes depend on the
+  cu_seqlens values), nor are first calls: those ask the size queries, which validate first.
+- the Autograd kernel is a plain autograd.Function instead of torch.library.register_autograd,
+  whose wrapper re-reads the 15-argument schema per call (~0.2 ms of the ~0.3 ms forward
+  measured at B1 S8 H1 D16 on the CPU).
+Every buffer the library writes (o, lse, saved, workspaces, grads) is a torch tensor on the
+inputs' device, so CUDA memory comes from torch's caching allocator, never cudaMalloc.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from ._lib import check, lib, lse_view, ptr, view
+
+_SCALARS = "int causal, int window_left, int window_right, int window_align, float scale, " \
+           "int max_seqlen_q, int max_seqlen_k, int prec, int algo"
+
+_def = torch.library.Library("fattn", "DEF")
+_def.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? cu_seqlens_q, "
+            f"Tensor? cu_seqlens_k, {_SCALARS}) -> (Tensor, Tensor, Tensor)",
+            tags=(torch.Tag.pt2_compliant_tag,))
+_def.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
+            "Tensor saved, Tensor? bias, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
+            f"{_SCALARS}) -> (Tensor, Tensor, Tensor)", tags=(torch.Tag.pt2_compliant_tag,))
+attn_fwd_op = torch.ops.fattn.attn_fwd.default
+attn_bwd_op = torch.ops.fattn.attn_bwd.default
+
+_PLAN_CAP = 256  # plans kept per thread (a training loop has a handful of shapes)
+
+
+def params(bias, cu_q, cu_k, causal, wl, wr, walign, scale, msq, msk, prec, algo,
+           bias_view=None) -> _lib.AttnParams:
+    p = lib().fattn_attn_params_default()
+    p.scale = scale
+    if bias is not None:
+        p.bias = bias_view if bias_view is not None else view(bias, "bias")
+    p.causal = causal
+    p.window_left, p.window_right, p.window_align = wl, wr, walign
+    if cu_q is not None:
+        p.cu_seqlens_q = ptr(cu_q)
+        p.cu_seqlens_kv = ptr(cu_k)
+        p.num_seqs = cu_q.numel() - 1
+    p.max_seqlen_q, p.max_seqlen_kv = msq, msk
+    p.prec, p.algo = prec, algo
+    return p
+
+
+def _same_device(q: Tensor, named) -> None:
+    dev = q.device
+    for name, t in named:
+        if t is not None and t.device != dev:
+            raise ValueError(f"fattn: {name} is on {t.device} but q is on {dev}: all "
+                             "tensors of a call must be on one device")
+
+
+def _four_dims(named) -> None:
+    for name, t in named:
+        if t.dim() != 4:
+            raise ValueError(f"fattn: {name} must have 4 dims, got shape {tuple(t.shape)}")
+
+
+def _meta(t: Optional[Tensor]):
+    return None if t is None else (t.shape, t.stride(), t.dtype)
+
+
+def _size(fn, ctx, args, what: str) -> int:
+    n = ctypes.c_size_t()
+    check(ctx, fn(ctx, *args, ctypes.byref(n)), what)
+    return n.value
+
+
+def _plans() -> dict:
+    tls = _lib.thread_state()
+    plans = getattr(tls, "attn_plans", None)
+    if plans is None:
+        plans = tls.attn_plans = {}
+    elif len(plans) >= _PLAN_CAP:
+        plans.clear()
+    return plans
+
+
+class _FwdPlan:
+    __slots__ = ("p", "qv", "kv", "vv", "ov", "lv", "n_saved", "ws_bytes")
+
+
+class _BwdPlan:
+    __slots__ = ("p", "qv", "kv", "vv", "ov", "lv", "dov", "dqv", "dkv", "dvv", "ws_bytes")
+
+
+_CPU_WS_KEEP = 256 << 20  # CPU workspaces up to this size are kept per thread between calls
+
+
+def _alloc_ws(n: int, device) -> Optional[Tensor]:
+    """The call's workspace. CPU calls are synchronous, so one per-thread buffer serves every
+    call (an allocation per call costs more than a tiny call's kernel, and re-faults the pages
+    of a large one); CUDA workspaces come from torch's stream-ordered caching allocator."""
+    if not n:
+        return None
+    if device.type != "cpu" or n > _CPU_WS_KEEP:
+        return torch.empty(n, dtype=torch.uint8, device=device)
+    tls = _lib.thread_state()
+    ws = getattr(tls, "cpu_ws", None)
+    if ws is None or ws.numel() < n:
+        ws = tls.cpu_ws = torch.empty(n, dtype=torch.uint8)
+    return ws
+
+
+# ------------------------------------------------------------------------------- forward
+def _fwd(q, k, v, bias, cu_q, cu_k, *scalars):
+    _same_device(q, (("k", k), ("v", v), ("bias", bias), ("cu_seqlens_q", cu_q),
+                     ("cu_seqlens_k", cu_k)))
+    _four_dims((("q", q), ("k", k), ("v", v)))
+    c = _lib.context_entry(q.device)
+    ctx, L, dev = c.handle, lib(), q.device
+    B, Sq, Hq, _ = q.shape
+    # empty_like is the cheapest allocation (~2 µs against ~8 µs for torch.empty(shape, ...))
+    o = (torch.empty_like(q, memory_format=torch.contiguous_format) if v.shape[3] == q.shape[3]
+         else torch.empty((B, Sq, Hq, v.shape[3]), dtype=q.dtype, device=dev))
+    lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=dev)
+    key = None if cu_q is not None else (
+        "f", c.key, q.shape, q.stride(), q.dtype, k.shape, k.stride(), v.shape, v.stride(),
+        _meta(bias)) + scalars
+    plan = None if key is None else _plans().get(key)
+    if plan is None:
+        plan = _FwdPlan()
+        plan.p = params(bias, cu_q, cu_k, *scalars)
+        plan.qv, plan.kv, plan.vv = view(q, "q"), view(k, "k"), view(v, "v")
+        args = (ctypes.byref(plan.p), ctypes.byref(plan.qv), ctypes.byref(plan.kv),
+                ctypes.byref(plan.vv))
+        # saved_size validates every argument first: a bad call fails before any allocation.
+        plan.n_saved = _size(L.fattn_attn_saved_size, ctx, args, "attn_fwd")
+        plan.ws_bytes = _size(L.fattn_attn_workspace_size, ctx, args + (_lib.DIR_FWD,),
+                              "attn_workspace_size")
+        plan.ov, plan.lv = view(o, "o"), lse_view(lse)
+        if key is not None:
+            _plans()[key] = plan
+    else:
+        if bias is not None:
+            plan.p.bias.data = bias.data_ptr() or None
+        plan.qv.data, plan.kv.data = q.data_ptr() or None, k.data_ptr() or None
+        plan.vv.data = v.data_ptr() or None
+        plan.ov.data, plan.lv.data = o.data_ptr() or None, lse.data_ptr() or None
+    saved = torch.empty(plan.n_saved, dtype=torch.uint8, device=dev)
+    ws = _alloc_ws(plan.ws_bytes, dev)
+    check(ctx, L.fattn_attn_fwd(ctx, plan.p, plan.qv, plan.kv, plan.vv, plan.ov, plan.lv,
+                                ptr(saved), ptr(ws), plan.ws_bytes), "attn_fwd")
+    return o, lse, saved
+
+
+def _fwd_kernel(*args):
+    if args[0].device.type == "cuda":
+        with torch.cuda.device(args[0].device):
+            return _fwd(*args)
+    return _fwd(*args)
+
+
+@torch.library.register_fake("fattn::attn_fwd")
+def _fwd_fake(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, window_right,
+              window_align, scale, max_seqlen_q, max_seqlen_k, prec, algo):
+    B, Sq, Hq, _ = q.shape
+    o = q.new_empty((B, Sq, Hq, v.shape[3]))
+    lse = q.new_empty((B, Hq, Sq), dtype=torch.float32)
+    if algo == _lib.ALGO["exact"]:
+        # The probabilities' byte count is the backend's business: an unbacked size.
+        n = torch.library.get_ctx().new_dynamic_size()
+    else:
+        n = 0  # FUSED keeps nothing but o and lse (fattn.h: saved size 0)
+    return o, lse, q.new_empty((n,), dtype=torch.uint8)
+
+
+# ------------------------------------------------------------------------------- backward
+def _bwd(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
+    _same_device(q, (("dout", dout), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                     ("bias", bias), ("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
+    if dout.dim() == 4 and (dout.stride(3) != 1 or (scalars[-1] == _lib.ALGO["exact"] and
+                                                    dout.is_cuda and dout.stride(1) < dout.shape[3])):
+        # Autograd hands over whatever layout the next op produced (e.g. an expanded scalar
+        # gradient with stride 0); the library needs unit innermost stride, and the CUDA exact
+        # arm (cuBLAS) a token stride >= Dv, checked only at call time. Inputs q/k/v are never
+        # copied: this is the incoming gradient only.
+        dout = dout.contiguous()
+    _four_dims((("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout)))
+    c = _lib.context_entry(q.device)
+    ctx, L, dev = c.handle, lib(), q.device
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    key = None if cu_q is not None else (
+        "b", c.key, q.shape, q.stride(), q.dtype, k.shape, k.stride(), v.shape, v.stride(),
+        _meta(bias), dout.shape, dout.stride(), o.stride(), lse.stride(), saved.numel()) + scalars
+    plan = None if key is None else _plans().get(key)
+    if plan is None:
+        plan = _BwdPlan()
+        plan.p = params(bias, cu_q, cu_k, *scalars)
+        plan.qv, plan.kv, plan.vv = view(q, "q"), view(k, "k"), view(v, "v")
+        plan.ws_bytes = _size(L.fattn_attn_workspace_size, ctx,
+                              (ctypes.byref(plan.p), ctypes.byref(plan.qv), ctypes.byref(plan.kv),
+                               ctypes.byref(plan.vv), _lib.DIR_BWD), "attn_workspace_size")
+        plan.ov, plan.lv, plan.dov = view(o, "o"), lse_view(lse), view(dout, "dout")
+        plan.dqv, plan.dkv, plan.dvv = view(dq, "dq"), view(dk, "dk"), view(dv, "dv")
+        if key is not None:
+            _plans()[key] = plan
+    else:
+        if bias is not None:
+            plan.p.bias.data = bias.data_ptr() or None
+        for vw, t in ((plan.qv, q), (plan.kv, k), (plan.vv, v), (plan.ov, o), (plan.lv, lse),
+                      (plan.dov, dout), (plan.dqv, dq), (plan.dkv, dk), (plan.dvv, dv)):
+            vw.data = t.data_ptr() or None
+    ws = _alloc_ws(plan.ws_bytes, dev)
+    check(ctx, L.fattn_attn_bwd(ctx, plan.p, plan.qv, plan.kv, plan.vv, plan.ov, plan.lv,
+                                ptr(saved), plan.dov, plan.dqv, plan.dkv, plan.dvv, ptr(ws),
+                                plan.ws_bytes), "attn_bwd")
+    return dq, dk, dv
+
+
+def _bwd_kernel(*args):
+    if args[1].device.type == "cuda":
+        with torch.cuda.device(args[1].device):
+            return _bwd(*args)
+    return _bwd(*args)
+
+
+@torch.library.register_fake("fattn::attn_bwd")
+def _bwd_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *scalars):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+for _name, _kernel in (("attn_fwd", _fwd_kernel), ("attn_bwd", _bwd_kernel)):
+    _def.impl(_name, _kernel, "CPU")
+    _def.impl(_name, _kernel, "CUDA")
+
+
+# ------------------------------------------------------------------------------- autograd
+# Below Autograd, plain CPU / CUDA tensors reach the backend kernel with nothing in between, so
+# for them the kernel is called directly instead of through a second Python redispatch (~20 µs);
+# anything else (fake tensors under torch.compile, functionalization, a Python dispatch mode)
+# goes through the dispatcher.
+_DIRECT = (torch._C.DispatchKey.CPU, torch._C.DispatchKey.CUDA)
+
+
+def _below_autograd(op, kernel, keyset, args):
+    ks = keyset & torch._C._after_autograd_keyset
+    with torch._C._AutoDispatchBelowAutograd():
+        if ks.highestPriorityTypeId() in _DIRECT:
+            return kernel(*args)
+        return op.redispatch(ks, *args)
+
+
+_BACKEND_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)  # "below autograd: plain"
+
+
+def eager_plain(device_type: str, tensors) -> bool:
+    """May an eager call skip the dispatcher? Only for plain tensors with nothing that
+    intercepts ops: no torch.compile tracing, no dispatch or function mode (FakeTensor,
+    FlopCounter, ...), no functorch transform, no autocast region, no profiler (which should
+    see the op). Then the dispatcher would route straight to this file's kernels, so calling
+    them is the same computation minus two Python round trips (~25 µs per direction)."""
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack()
+            or torch._C._is_torch_function_mode_enabled()
+            or torch._C._are_functorch_transforms_active()
+            or torch.is_autocast_enabled(device_type) or torch.autograd._profiler_enabled()):
+        return False
+    for t in tensors:
+        if t is not None and type(t) is not Tensor:
+            return False
+    return True
+
+
+def attn_fwd(q, k, v, bias, cu_q, cu_k, scalars):
+    """fattn::attn_fwd with autograd, for attention(): the op through the dispatcher, or its
+    kernels directly where eager_plain() allows."""
+    if q.device.type not in ("cpu", "cuda") or not eager_plain(q.device.type, (q, k, v, bias)):
+        return attn_fwd_op(q, k, v, bias, cu_q, cu_k, *scalars)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _AttnFn.apply(_BACKEND_KEYSET, scalars, q, k, v, bias, cu_q, cu_k)
+    return _fwd_kernel(q, k, v, bias, cu_q, cu_k, *scalars)
+
+
+class _AttnFn(torch.autograd.Function):
+    """fattn::attn_fwd's autograd formula: fattn::attn_bwd. No gradient to bias or through lse
+    (marked non-differentiable rather than returning zeros)."""
+
+    # The nine scalars travel as one tuple: autograd.Function.apply costs ~1.3 µs per argument.
+    @staticmethod
+    def forward(ctx, keyset, scalars, q, k, v, bias, cu_q, cu_k):
+        o, lse, saved = _below_autograd(attn_fwd_op, _fwd_kernel, keyset,
+                                        (q, k, v, bias, cu_q, cu_k) + scalars)
+        ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
+        ctx.scalars = scalars
+        ctx.mark_non_differentiable(lse, saved)
+        return o, lse, saved
+
+    @staticmethod
+    def backward(ctx, do, _dlse, _dsaved):
+        q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
+        args = (do, q, k, v, o, lse, saved, bias, cu_q, cu_k) + ctx.scalars
+        if not do.requires_grad and eager_plain(q.device.type, (do, q)):
+            dq, dk, dv = _bwd_kernel(*args)
+        else:
+            dq, dk, dv = attn_bwd_op(*args)
+        return None, None, dq, dk, dv, None, None, None
+
+
+def _fwd_autograd(keyset, *args):
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        return _AttnFn.apply(keyset, args[6:], *args[:6])
+    return _below_autograd(attn_fwd_op, _fwd_kernel, keyset, args)
+
+
+def _bwd_autograd(keyset, *args):
+    # No double backward: the gradients are computed below autograd and carry no graph.
+    return _below_autograd(attn_bwd_op, _bwd_kernel, keyset, args)
+
+
+_def.impl("attn_fwd", _fwd_autograd, "Autograd", with_keyset=True)
+_def.impl("attn_bwd", _bwd_autograd, "Autograd", with_keyset=True)
+
+
+# ------------------------------------------------------------------------------- autocast
+# SDPA's rule under autocast: its floating inputs (q, k, v and the mask; not float64) are cast
+# to the region's lower-precision dtype and the op runs in it, on the CPU as on CUDA.
+# torch.library.register_autocast casts to one dtype fixed at registration, so the kernel below
+# is its same mechanism (Autocast dispatch keys, autocast excluded inside) reading the region's
+# dtype per call: autocast(bfloat16) gives bf16, autocast(float16) f16. Only the forward is
+# registered: the backward runs on the tensors the forward saved, in their dtype.
+_AUTOCAST_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+                  | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
+
+
+def _autocast_kernel(device_type: str):
+    def kernel(_keyset, *args):
+        dt = torch.get_autocast_dtype(device_type)
+
+        def cast(a):
+            if (isinstance(a, Tensor) and a.is_floating_point() and a.dtype != torch.float64
+                    and a.device.type == device_type):
+                return a.to(dt)
+            return a
+
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
+            return attn_fwd_op(*(cast(a) for a in args))
+    return kernel
+
+
+for _dev, _key in (("cpu", "AutocastCPU"), ("cuda", "AutocastCUDA")):
+    _def.impl("attn_fwd", _autocast_kernel(_dev), _key, with_keyset=True)

@@ -1,0 +1,259 @@
+// bwd_dkdv_kernel.cuh — the sm_90a dK/dV kernel of the deterministic backward (bf16/f16, D 64/128).
+//
+// K/V-stationary, like the portable dK/dV kernel (mma_bwd.cuh): one CTA per (128-key tile, kv
+// head, sequence) owns those keys' dK and dV in f32 registers and loops over the query heads of
+// its GQA group, then over 64-row query tiles, in that fixed order (GQA reduced inside the
+// kernel; no atomics: bitwise deterministic). 3 warpgroups:
+//   WG0 (producer): warp 0 loads K and V once (TMA), then per work item the Q and dO tiles (TMA)
+//        into a 2-stage ring and the rows' lse / δ (and, with a bias, lse' and the ceilings) with
+//        plain loads into shared memory; the stage's full barrier counts the TMA bytes and the 32
+//        lanes' stores.
+//   WG1, WG2 (consumers): 64 keys each. Per item: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (m64n64k16, both
+//        operands K-major in shared memory), Pᵀ = exp(Sᵀ − lse) and dSᵀ = Pᵀ∘(dPᵀ − δ) on the
+//        registers (columns are queries), then dV += Pᵀ·dO and dK += dSᵀ·Q (m64nDk16, Pᵀ/dSᵀ as
+//        16-bit A fragments from registers, Q and dO read MN-major).
+// Masks, bias tiles and ceilings follow the portable kernel exactly (common.cuh).
+#pragma once
+
+#include "cuda/attn/sm90/fwd_kernel.cuh"
+
+namespace fattn::cuda::attn {
+
+namespace sm90bwd {
+constexpr int kBN = 128;       // keys per CTA (two consumer warpgroups × 64)
+constexpr int kBM = 64;        // query rows per work item
+constexpr int kStages = 2;
+constexpr int kThreads = 384;
+// Register split (128·P + 256·C <= 64K): the producer's item walk spills under 56 registers; at
+// D128 the consumers' dK + dV (128) + Sᵀ, dPᵀ (64) + fragments need more than 224 (ptxas -v).
+constexpr int producer_regs(int d) { return d > 64 ? 40 : 56; }
+constexpr int consumer_regs(int d) { return d > 64 ? 232 : 224; }
+constexpr size_t panel(int rows) { return size_t(rows) * 128; }
+// K, V [kBN, D]; per stage Q, dO [kBM, D]; per stage 4 row arrays of kBM floats; barriers; slack.
+constexpr size_t dkdv_smem(int d) {
+    return (2 * panel(kBN) + 2 * kStages * panel(kBM)) * size_t(d / 64) + size_t(kStages) * 4 * kBM * 4 + 128 + 1024;
+}
+}  // namespace sm90bwd
+
+template <typename T, int D>
+__global__ void __launch_bounds__(sm90bwd::kThreads, 1)
+    sm90_dkdv_kernel(const AttnBwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps,
+                     const __grid_constant__ CUtensorMap tm_do) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using namespace sm90bwd;
+    using namespace sm90;
+    constexpr int NP = D / 64, NO = D / 8, NQ = kBM / 8;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    T *sK = reinterpret_cast<T *>(base);                           // NP × [kBN, 64]
+    T *sV = reinterpret_cast<T *>(base + panel(kBN) * NP);         // NP × [kBN, 64]
+    T *sQ = reinterpret_cast<T *>(base + 2 * panel(kBN) * NP);     // kStages × NP × [kBM, 64]
+    T *sdO = reinterpret_cast<T *>(base + (2 * panel(kBN) + kStages * panel(kBM)) * NP);
+    float *sRow = reinterpret_cast<float *>(base + (2 * panel(kBN) + 2 * kStages * panel(kBM)) * NP);
+    // per stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * 4 * kBM);
+    uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages;
+    constexpr size_t kTileElems = size_t(kBM) * D;
+
+    const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
+    const int64_t hk = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t n0 = int64_t(blockIdx.x) * kBN;
+    if (n0 >= lkv) return;
+    const int64_t n1 = n0 + kBN < lkv ? n0 + kBN : lkv;
+    const int G = int(p.group());
+    const int64_t mb = p.bias_sb ? sr.batch_index : 0;
+
+    // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
+    int64_t i_lo, i_hi;
+    query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
+    const int64_t t_first = i_lo / kBM, t_last = i_hi >= i_lo ? i_hi / kBM : -1;
+    const int nt = t_last >= t_first ? int(t_last - t_first + 1) : 0;
+    auto item_state = [&](int idx) {
+        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
+        const int64_t m1 = m0 + kBM < lq ? m0 + kBM : lq;
+        return bias_tile_state(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
+                               sr.kv_begin + n1);
+    };
+    int i_first = 0, i_last = G * nt - 1;
+    if (p.bias) {
+        auto dead = [&](int c) { return item_state(c) == kBiasDead; };
+        i_first = first_live(i_first, i_last, dead);
+        i_last = last_live(i_first, i_last, dead);
+    }
+    auto next_item = [&](int idx) {
+        while (idx <= i_last && p.bias && item_state(idx) == kBiasDead) ++idx;
+        return idx;
+    };
+
+    if (tid == 0) {
+        mbar_init(barKV, 1);
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1 + 32);  // the TMA arrival + the producer lanes' row stores
+            mbar_init(&empty[s], 256);  // every consumer thread: each read the stage's row arrays
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---------------------------------------------------------------- producer
+        regs_dealloc<producer_regs(D)>();
+        if (warp != 0) return;
+        if (lane == 0) {
+            mbar_arrive_expect_tx(barKV, uint32_t(2 * kBN * D * sizeof(T)));
+            for (int pn = 0; pn < NP; ++pn) {
+                tma_load_4d(sK + pn * kBN * 64, &maps.k, barKV, pn * 64, int(sr.kv_begin + n0), int(hk), int(sr.batch_index));
+                tma_load_4d(sV + pn * kBN * 64, &maps.v, barKV, pn * 64, int(sr.kv_begin + n0), int(hk), int(sr.batch_index));
+            }
+        }
+        int it = 0;
+        for (int idx = next_item(i_first); idx <= i_last; idx = next_item(idx + 1), ++it) {
+            const int st = it % kStages;
+            if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
+            const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[st], uint32_t(2 * kBM * D * sizeof(T)));
+                for (int pn = 0; pn < NP; ++pn) {
+                    tma_load_4d(sQ + st * kTileElems + pn * kBM * 64, &maps.q, &full[st], pn * 64, int(sr.q_begin + m0),
+                                int(h), int(sr.batch_index));
+                    tma_load_4d(sdO + st * kTileElems + pn * kBM * 64, &tm_do, &full[st], pn * 64, int(sr.q_begin + m0),
+                                int(h), int(sr.batch_index));
+                }
+            }
+            float *rows = sRow + st * 4 * kBM;
+            for (int c = lane; c < kBM; c += 32) {
+                const int64_t i = m0 + c;
+                const bool ok = i < lq;
+                rows[c] = ok ? row_lse(p, sr, h, i) : -INFINITY;
+                rows[kBM + c] = ok ? a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i] : 0.f;
+                rows[2 * kBM + c] = ok && p.bias ? row_lse_rel(p, a, sr, h, i) : -INFINITY;
+                rows[3 * kBM + c] = ok ? row_ceil(p, a, sr, h, i) : 0.f;
+            }
+            mbar_arrive(&full[st]);  // release: the row stores above are visible to the waiters
+        }
+        return;
+    }
+
+    // -------------------------------------------------------------------------------- consumers
+    regs_alloc<consumer_regs(D)>();
+    const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
+    const int64_t k0w = n0 + 64 * cw;  // this warpgroup's first key
+    const int64_t kj[2] = {k0w + 16 * wl + g, k0w + 16 * wl + g + 8};
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+    const float sl2 = p.scale * kLog2e;
+    const uint32_t k_base = saddr(sK) + uint32_t(cw * 64 * 128), v_base = saddr(sV) + uint32_t(cw * 64 * 128);
+
+    mbar_wait(barKV, 0);
+    int it = 0;
+    for (int idx = next_item(i_first); idx <= i_last; idx = next_item(idx + 1), ++it) {
+        const int st = it % kStages;
+        mbar_wait(&full[st], (it / kStages) & 1);
+        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
+        const float *cL = sRow + st * 4 * kBM, *cD = cL + kBM, *cLr = cL + 2 * kBM, *cC = cL + 3 * kBM;
+        const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
+
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [64 keys, kBM queries]
+        float s[kBM / 2], dp[kBM / 2];
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t off = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
+            const uint32_t offq = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
+            Wgmma<T, kBM>::ss(s, desc_sw128(k_base + off, 16, 1024), desc_sw128(q_base + offq, 16, 1024), kk > 0);
+        }
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t off = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
+            const uint32_t offq = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
+            Wgmma<T, kBM>::ss(dp, desc_sw128(v_base + off, 16, 1024), desc_sw128(do_base + offq, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(s);
+        reg_fence(dp);
+
+        // Pᵀ into s, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dp. Element (j, e) of row half hf: key kj[hf],
+        // query column c = 8j + 2·t4 + (e & 1).
+        const bool full_tile = tile_full(p, m0, m0 + kBM, k0w, k0w + 64, lq, lkv);
+        const bool use_bias = p.bias && item_state(idx) == kBiasRead;
+        if (full_tile && !use_bias) {  // interior: every query row has keys, so lse is finite
+#pragma unroll
+            for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int c = j * 8 + 2 * t4 + (e & 1);
+                    const float pr = fast_exp2(s[4 * j + e] * sl2 - cL[c] * kLog2e);
+                    s[4 * j + e] = pr;
+                    dp[4 * j + e] = pr * (dp[4 * j + e] - cD[c]);
+                }
+        } else {
+            const int64_t bb = seq_bias(p, sr, h);
+#pragma unroll
+            for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int hf = e >> 1, c = j * 8 + 2 * t4 + (e & 1);
+                    const int64_t qi = m0 + c;
+                    bool ok = full_tile;
+                    if (!ok && qi < lq && kj[hf] < lkv) {
+                        int64_t lo, hi;
+                        key_range(p, qi, lq, lkv, &lo, &hi);
+                        ok = kj[hf] >= lo && kj[hf] <= hi;
+                    }
+                    ok = ok && cL[c] != -INFINITY;
+                    float x = s[4 * j + e] * sl2, l2 = cL[c] * kLog2e;
+                    if (ok && use_bias) {  // relative to the row's ceiling, against lse' (common.cuh)
+                        const float bv = load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[hf]);
+                        x += (bv - cC[c]) * kLog2e;
+                        l2 = cLr[c] * kLog2e;
+                    }
+                    const float pr = ok ? fast_exp2(x - l2) : 0.f;
+                    s[4 * j + e] = pr;
+                    dp[4 * j + e] = pr * (dp[4 * j + e] - cD[c]);
+                }
+        }
+        uint32_t pa[kBM / 16][4], sa[kBM / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+                sa[kk][r] = pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+            }
+
+        // dV += Pᵀ·dO, dK += dSᵀ·Q  [64 keys, D]; dO and Q read MN-major (queries = K).
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk)
+            Wgmma<T, D>::template rs<1>(dv, pa[kk], desc_sw128(do_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk)
+            Wgmma<T, D>::template rs<1>(dk, sa[kk], desc_sw128(q_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        mbar_arrive(&empty[st]);  // releases this thread's reads of the stage (the producer stores into it next)
+    }
+
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        if (kj[hf] >= lkv) continue;
+        T *gdK = static_cast<T *>(p.dk) + sr.batch_index * p.dk_sb + (sr.kv_begin + kj[hf]) * p.dk_ss + hk * p.dk_sh;
+        T *gdV = static_cast<T *>(p.dv) + sr.batch_index * p.dv_sb + (sr.kv_begin + kj[hf]) * p.dv_ss + hk * p.dv_sh;
+#pragma unroll
+        for (int j = 0; j < NO; ++j) {
+            const int c = j * 8 + 2 * t4;
+            gdK[c] = from_f<T>(dk[4 * j + 2 * hf] * p.scale);
+            gdK[c + 1] = from_f<T>(dk[4 * j + 2 * hf + 1] * p.scale);
+            gdV[c] = from_f<T>(dv[4 * j + 2 * hf]);
+            gdV[c + 1] = from_f<T>(dv[4 * j + 2 * hf + 1]);
+        }
+    }
+#endif
+}
+
+}  // namespace fattn::cuda::attn

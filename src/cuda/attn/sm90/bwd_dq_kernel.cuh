@@ -1,0 +1,221 @@
+// bwd_dq_kernel.cuh — the sm_90a dQ kernel of the deterministic backward (bf16/f16, D 64/128).
+//
+// Query-stationary, like the portable dQ kernel (mma_bwd.cuh): one CTA per (128-row query tile,
+// q head, sequence) loops over the key tiles in order and owns its rows' dQ (a fixed-order sum:
+// deterministic without atomics, at the price of recomputing S and dP — 7 products instead of 5).
+// The forward's warp roles (fwd_kernel.cuh): the producer loads Q and dO once and 64-key K/V
+// tiles into a 2-stage ring; each consumer warpgroup (64 rows) computes S = Q·Kᵀ and
+// dP = dO·Vᵀ (m64n64k16, K-major operands), P = exp(S − lse) and dS = P∘(dP − δ) per row in
+// registers, then dQ += dS·K (m64nDk16, dS as A fragments from registers, K read MN-major).
+#pragma once
+
+#include "cuda/attn/sm90/fwd_kernel.cuh"
+
+namespace fattn::cuda::attn {
+
+namespace sm90dq {
+constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups × 64)
+constexpr int kBN = 64;   // keys per step: S, dP and dQ stay in registers (32 + 32 + D/2)
+constexpr int kStages = 2;
+constexpr int kThreads = 384;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr size_t panel(int rows) { return size_t(rows) * 128; }
+constexpr size_t dq_smem(int d) {  // Q, dO [kBM, D]; per stage K, V [kBN, D]; barriers; slack
+    return (2 * panel(kBM) + 2 * kStages * panel(kBN)) * size_t(d / 64) + 128 + 1024;
+}
+}  // namespace sm90dq
+
+template <typename T, int D>
+__global__ void __launch_bounds__(sm90dq::kThreads, 1)
+    sm90_dq_kernel(const AttnBwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps,
+                   const __grid_constant__ CUtensorMap tm_do) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using namespace sm90dq;
+    using namespace sm90;
+    constexpr int NP = D / 64, NS = kBN / 8, NO = D / 8;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    T *sQ = reinterpret_cast<T *>(base);                        // NP × [kBM, 64]
+    T *sdO = reinterpret_cast<T *>(base + panel(kBM) * NP);     // NP × [kBM, 64]
+    T *sK = reinterpret_cast<T *>(base + 2 * panel(kBM) * NP);  // kStages × NP × [kBN, 64]
+    T *sV = reinterpret_cast<T *>(base + (2 * panel(kBM) + kStages * panel(kBN)) * NP);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(base + (2 * panel(kBM) + 2 * kStages * panel(kBN)) * NP);
+    uint64_t *barQ = bars, *fullK = bars + 1, *fullV = fullK + kStages, *empty = fullV + kStages;
+    constexpr size_t kStageElems = size_t(kBN) * D;
+
+    const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
+    const int64_t h = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t m0 = int64_t(blockIdx.x) * kBM;
+    if (m0 >= lq) return;
+    const int64_t m1 = m0 + kBM < lq ? m0 + kBM : lq;
+    const int64_t hk = h / p.group();
+
+    if (tid == 0) {
+        mbar_init(barQ, 1);
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&fullK[s], 1);
+            mbar_init(&fullV[s], 1);
+            mbar_init(&empty[s], 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---------------------------------------------------------------- producer
+        regs_dealloc<kProducerRegs>();
+        if (warp != 0) return;
+        const KeyTiles kt(p, a, sr, h, m0, m1, kBN);
+        if (lane == 0) {
+            mbar_arrive_expect_tx(barQ, uint32_t(2 * kBM * D * sizeof(T)));
+            for (int pn = 0; pn < NP; ++pn) {
+                tma_load_4d(sQ + pn * kBM * 64, &maps.q, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
+                tma_load_4d(sdO + pn * kBM * 64, &tm_do, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
+            }
+        }
+        int it = 0;
+        for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
+            const int st = it % kStages;
+            if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
+            if (lane == 0) {
+                const int row = int(sr.kv_begin + int64_t(n) * kBN);
+                mbar_arrive_expect_tx(&fullK[st], uint32_t(kBN * D * sizeof(T)));
+                for (int pn = 0; pn < NP; ++pn)
+                    tma_load_4d(sK + st * kStageElems + pn * kBN * 64, &maps.k, &fullK[st], pn * 64, row, int(hk),
+                                int(sr.batch_index));
+                mbar_arrive_expect_tx(&fullV[st], uint32_t(kBN * D * sizeof(T)));
+                for (int pn = 0; pn < NP; ++pn)
+                    tma_load_4d(sV + st * kStageElems + pn * kBN * 64, &maps.v, &fullV[st], pn * 64, row, int(hk),
+                                int(sr.batch_index));
+            }
+            __syncwarp();
+        }
+        return;
+    }
+
+    // -------------------------------------------------------------------------------- consumers
+    regs_alloc<kConsumerRegs>();
+    const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
+    const int64_t r0 = m0 + 64 * cw;
+    auto row_of = [&](int hf) { return r0 + 16 * wl + g + 8 * hf; };
+    const KeyTiles kt(p, a, sr, h, m0, m1, kBN);
+    const int64_t bb = seq_bias(p, sr, h);
+    // Per row: log2-domain LSE (public; clamped as in mma_bwd.cuh), lse' and ceiling, δ.
+    float lse2[2], lr2[2], cl[2], dl[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int64_t qi = row_of(hf);
+        lse2[hf] = -INFINITY, lr2[hf] = -INFINITY, cl[hf] = 0.f, dl[hf] = 0.f;
+        if (qi < lq) {
+            const float l = row_lse(p, sr, h, qi);
+            lse2[hf] = l == -INFINITY ? -INFINITY : fmaxf(l * kLog2e, -FLT_MAX);
+            lr2[hf] = row_lse_rel(p, a, sr, h, qi) * kLog2e;
+            cl[hf] = row_ceil(p, a, sr, h, qi);
+            dl[hf] = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi];
+        }
+    }
+    float dq[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
+    const float sl2 = p.scale * kLog2e;
+    const uint32_t q_base = saddr(sQ) + uint32_t(cw * 64 * 128), do_base = saddr(sdO) + uint32_t(cw * 64 * 128);
+
+    mbar_wait(barQ, 0);
+    int it = 0;
+    for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
+        const int st = it % kStages;
+        const uint32_t ph = (it / kStages) & 1;
+        const uint32_t k_base = saddr(sK + st * kStageElems), v_base = saddr(sV + st * kStageElems);
+        float s[kBN / 2], dp[kBN / 2];
+        mbar_wait(&fullK[st], ph);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t offa = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
+            const uint32_t offb = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
+            Wgmma<T, kBN>::ss(s, desc_sw128(q_base + offa, 16, 1024), desc_sw128(k_base + offb, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        mbar_wait(&fullV[st], ph);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t offa = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
+            const uint32_t offb = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
+            Wgmma<T, kBN>::ss(dp, desc_sw128(do_base + offa, 16, 1024), desc_sw128(v_base + offb, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(s);
+        reg_fence(dp);
+
+        // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked); dS in s.
+        const int64_t n0 = int64_t(n) * kBN;
+        const bool full = tile_full(p, r0, r0 + 64, n0, n0 + kBN, lq, lkv);
+        const bool use_bias = p.bias && kt.state(n) == kBiasRead;
+        if (full && !use_bias) {
+#pragma unroll
+            for (int i = 0; i < kBN / 2; ++i) {
+                const int hf = (i >> 1) & 1;
+                s[i] = fast_exp2(s[i] * sl2 - lse2[hf]) * (dp[i] - dl[hf]);
+            }
+        } else {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int64_t qi = row_of(hf);
+                int64_t lo, hi;
+                key_range(p, qi, lq, lkv, &lo, &hi);
+                if (qi >= lq || lse2[hf] == -INFINITY) hi = -1;
+                const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
+                const float c = use_bias ? cl[hf] : 0.f, l2 = use_bias ? lr2[hf] : lse2[hf];
+#pragma unroll
+                for (int j = 0; j < NS; ++j) {
+                    const int64_t kj0 = n0 + j * 8 + 2 * t4;
+                    float bv[2];
+                    load_bias_pair(p.bias, p.bias_dtype, a.bias_pair, use_bias && hi >= 0, rb, kj0, lkv, bv);
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int64_t kj = kj0 + e;
+                        const int i = 4 * j + 2 * hf + e;
+                        const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
+                        const float x = s[i] * sl2 + (bv[e] - c) * kLog2e;
+                        s[i] = ok ? fast_exp2(x - l2) * (dp[i] - dl[hf]) : 0.f;
+                    }
+                }
+            }
+        }
+        uint32_t sa[kBN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) sa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+
+        // dQ += dS·K  [64 rows, D]; K read MN-major (keys = K).
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+            Wgmma<T, D>::template rs<1>(dq, sa[kk], desc_sw128(k_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBN)), 1024), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(dq);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[st]);
+    }
+
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int64_t qi = row_of(hf);
+        if (qi >= lq) continue;
+        T *gdQ = static_cast<T *>(p.dq) + sr.batch_index * p.dq_sb + (sr.q_begin + qi) * p.dq_ss + h * p.dq_sh;
+#pragma unroll
+        for (int j = 0; j < NO; ++j) {
+            const int c = j * 8 + 2 * t4;
+            gdQ[c] = from_f<T>(dq[4 * j + 2 * hf] * p.scale);
+            gdQ[c + 1] = from_f<T>(dq[4 * j + 2 * hf + 1] * p.scale);
+        }
+    }
+#endif
+}
+
+}  // namespace fattn::cuda::attn

@@ -1,0 +1,253 @@
+// fwd_kernel.cuh — the sm_90a forward of softmax attention (bf16/f16, D 64 or 128): TMA loads,
+// a producer warp and two consumer warpgroups, wgmma with S kept in registers and P fed from
+// registers into the P·V wgmma: FlashAttention-3's structure (docs/CUDA-notes.md, "sm90"), first
+// version: no ping-pong between the consumer warpgroups and no intra-warpgroup overlap yet.
+//
+// One CTA per (128-row query tile, q head, sequence), 3 warpgroups:
+//   WG0 (producer): warp 0 issues every TMA load — the Q tile once, then K and V tiles of
+//        128 keys into a 2-stage ring (full/empty mbarriers) — in the key-tile order of the
+//        consumers (KeyTiles: the causal/window band, dead bias tiles skipped). Registers cut to 40.
+//   WG1, WG2 (consumers): 64 query rows each (m64 of wgmma). Per key tile: S = Q·Kᵀ
+//        (m64n128k16, both operands K-major in shared memory), mask/bias/online softmax on the
+//        S registers (the same per-element rules as the mma.sync forward), P converted to 16-bit
+//        A fragments in registers, O += P·V (m64nDk16, V read MN-major); then the stage is
+//        released. O and LSE are written once at the end.
+// Bias ceilings and LSE as in common.cuh. Row r of a consumer's accumulator tile: warp w of the
+// warpgroup holds rows 16w + g and 16w + g + 8 (g = lane / 4), columns 8j + 2(lane % 4) + {0, 1}
+// of each 8-column block j (the mma.sync C layout, repeated over N / 8 blocks).
+#pragma once
+
+#include "cuda/attn/common.cuh"
+#include "cuda/attn/mma.cuh"
+#include "cuda/attn/sm90/ptx.cuh"
+#include "cuda/attn/sm90/wgmma_ops.cuh"
+#include "cuda/attn/tiles.h"
+
+namespace fattn::cuda::attn {
+
+// TMA descriptors of one call (built on the host: sm90/fwd.cu), by value in parameter space.
+struct Sm90Maps {
+    CUtensorMap q, k, v;
+};
+
+namespace sm90cfg {  // tile shapes and their reasons: tiles.h (sm90_fwd_*)
+constexpr int kBM = sm90_fwd_bm(), kBN = sm90_fwd_bn(), kStages = sm90_fwd_stages();
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128·40 + 256·232 <= 64K registers
+constexpr size_t panel_bytes(int rows) { return size_t(rows) * 128; }
+constexpr size_t smem_bytes(int d) { return sm90_fwd_smem(d); }
+}  // namespace sm90cfg
+
+template <typename T, int D>
+__global__ void __launch_bounds__(sm90cfg::kThreads, 1)
+    sm90_fwd_kernel(const AttnFwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using namespace sm90cfg;
+    using namespace sm90;
+    constexpr int NP = D / 64;            // panels per tile row
+    constexpr int NS = kBN / 8;           // 8-column blocks of S
+    constexpr int NO = D / 8;             // 8-column blocks of O
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    T *sQ = reinterpret_cast<T *>(base);                                   // NP × [kBM, 64]
+    T *sK = reinterpret_cast<T *>(base + panel_bytes(kBM) * NP);           // kStages × NP × [kBN, 64]
+    T *sV = reinterpret_cast<T *>(base + (panel_bytes(kBM) + kStages * panel_bytes(kBN)) * NP);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(base + (panel_bytes(kBM) + 2 * kStages * panel_bytes(kBN)) * NP);
+    uint64_t *barQ = bars, *fullK = bars + 1, *fullV = fullK + kStages, *empty = fullV + kStages;
+    constexpr size_t kStageElems = size_t(kBN) * D;  // elements of one K (or V) stage
+
+    const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
+    const int64_t h = blockIdx.y;
+    const SeqRange sr = seq_range(p, blockIdx.z);
+    const int64_t lq = sr.q_len, lkv = sr.kv_len;
+    const int64_t m0 = int64_t(blockIdx.x) * kBM;
+    if (m0 >= lq) return;
+    const int64_t m1 = m0 + kBM < lq ? m0 + kBM : lq;
+    const int64_t hk = h / p.group();
+
+    if (tid == 0) {
+        mbar_init(barQ, 1);
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&fullK[s], 1);
+            mbar_init(&fullV[s], 1);
+            mbar_init(&empty[s], 8);  // one arrival per consumer warp
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // ---------------------------------------------------------------- producer
+        regs_dealloc<kProducerRegs>();
+        if (warp != 0) return;
+        const KeyTiles kt(p, a, sr, h, m0, m1, kBN);
+        if (lane == 0) {
+            tma_prefetch_desc(&maps.q);
+            tma_prefetch_desc(&maps.k);
+            tma_prefetch_desc(&maps.v);
+            mbar_arrive_expect_tx(barQ, uint32_t(kBM * D * sizeof(T)));
+            for (int pn = 0; pn < NP; ++pn)
+                tma_load_4d(sQ + pn * kBM * 64, &maps.q, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
+        }
+        int it = 0;
+        for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
+            const int st = it % kStages;
+            if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
+            if (lane == 0) {
+                const int row = int(sr.kv_begin + int64_t(n) * kBN);
+                mbar_arrive_expect_tx(&fullK[st], uint32_t(kBN * D * sizeof(T)));
+                for (int pn = 0; pn < NP; ++pn)
+                    tma_load_4d(sK + st * kStageElems + pn * kBN * 64, &maps.k, &fullK[st], pn * 64, row, int(hk),
+                                int(sr.batch_index));
+                mbar_arrive_expect_tx(&fullV[st], uint32_t(kBN * D * sizeof(T)));
+                for (int pn = 0; pn < NP; ++pn)
+                    tma_load_4d(sV + st * kStageElems + pn * kBN * 64, &maps.v, &fullV[st], pn * 64, row, int(hk),
+                                int(sr.batch_index));
+            }
+            __syncwarp();
+        }
+        return;
+    }
+
+    // -------------------------------------------------------------------------------- consumers
+    regs_alloc<kConsumerRegs>();
+    const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
+    const int64_t r0 = m0 + 64 * cw;  // this warpgroup's first row
+    auto row_of = [&](int hf) { return r0 + 16 * wl + g + 8 * hf; };
+    const KeyTiles kt(p, a, sr, h, m0, m1, kBN);
+    const int64_t bb = seq_bias(p, sr, h);
+    float cl[2];  // bias ceilings of this thread's two rows (common.cuh)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) cl[hf] = row_of(hf) < lq ? row_ceil(p, a, sr, h, row_of(hf)) : 0.f;
+    const bool ceil_zero = __all_sync(0xffffffffu, cl[0] == 0.f && cl[1] == 0.f);
+
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    const float sl2 = p.scale * kLog2e;
+    const uint32_t q_base = saddr(sQ) + uint32_t(cw * 64 * 128);  // this warpgroup's 64 rows of each panel
+
+    mbar_wait(barQ, 0);
+    int it = 0;
+    for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
+        const int st = it % kStages;
+        const uint32_t ph = (it / kStages) & 1;
+        mbar_wait(&fullK[st], ph);
+
+        // S = Q·Kᵀ  [64 rows, kBN keys]
+        float s[kBN / 2];
+        const uint32_t k_base = saddr(sK + st * kStageElems);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const uint32_t off = uint32_t((kk % 4) * 32);  // k-step inside the 128-byte panel row
+            const uint64_t da = desc_sw128(q_base + uint32_t(kk / 4) * uint32_t(panel_bytes(kBM)) + off, 16, 1024);
+            const uint64_t db = desc_sw128(k_base + uint32_t(kk / 4) * uint32_t(panel_bytes(kBN)) + off, 16, 1024);
+            Wgmma<T, kBN>::ss(s, da, db, kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(s);
+
+        // Logits in the log2 domain, masked to -inf; then the online softmax per row.
+        const int64_t n0 = int64_t(n) * kBN;
+        const bool full = tile_full(p, r0, r0 + 64, n0, n0 + kBN, lq, lkv);
+        const bool use_bias = p.bias && kt.state(n) == kBiasRead;
+        if (full && !use_bias && ceil_zero) {
+#pragma unroll
+            for (int i = 0; i < kBN / 2; ++i) s[i] *= sl2;
+        } else {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int64_t qi = row_of(hf);
+                int64_t lo, hi;
+                key_range(p, qi, lq, lkv, &lo, &hi);
+                if (qi >= lq) hi = -1;
+                const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
+#pragma unroll
+                for (int j = 0; j < NS; ++j) {
+                    const int64_t kj0 = n0 + j * 8 + 2 * t4;
+                    float bv[2];
+                    load_bias_pair(p.bias, p.bias_dtype, a.bias_pair, use_bias && qi < lq, rb, kj0, lkv, bv);
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int64_t kj = kj0 + e;
+                        const bool ok = full || (kj < lkv && kj >= lo && kj <= hi);
+                        const float x = s[4 * j + 2 * hf + e] * sl2 + (bv[e] - cl[hf]) * kLog2e;
+                        s[4 * j + 2 * hf + e] = ok ? x : -INFINITY;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < NS; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float mnew = fmaxf(mrow[hf], mx);
+            const float bse = mnew == -INFINITY ? 0.f : mnew;  // fully masked so far: p = 0, no NaN
+            const float alpha = fast_exp2(mrow[hf] - bse);
+            mrow[hf] = mnew;
+            float ps = 0.f;
+#pragma unroll
+            for (int j = 0; j < NS; ++j) {
+                s[4 * j + 2 * hf] = fast_exp2(s[4 * j + 2 * hf] - bse);
+                s[4 * j + 2 * hf + 1] = fast_exp2(s[4 * j + 2 * hf + 1] - bse);
+                ps += s[4 * j + 2 * hf] + s[4 * j + 2 * hf + 1];
+            }
+            lrow[hf] = lrow[hf] * alpha + ps;  // per-thread partial; the quad is summed at the end
+#pragma unroll
+            for (int j = 0; j < NO; ++j) {
+                o[4 * j + 2 * hf] *= alpha;
+                o[4 * j + 2 * hf + 1] *= alpha;
+            }
+        }
+        // P as 16-bit A fragments: k-step kk covers S blocks 2kk (a0, a1) and 2kk + 1 (a2, a3).
+        uint32_t pa[kBN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+
+        // O += P·V  [64 rows, D]; V is [kBN keys, D] in panels: MN-major B (keys = K).
+        mbar_wait(&fullV[st], ph);
+        const uint32_t v_base = saddr(sV + st * kStageElems);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+            const uint64_t db = desc_sw128(v_base + uint32_t(kk * 16 * 128), uint32_t(panel_bytes(kBN)), 1024);
+            Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(o);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[st]);
+    }
+
+    // O = acc / l and LSE = ceiling + lse', written once (rows past the sequence: nothing).
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        float l = lrow[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int64_t qi = row_of(hf);
+        if (qi >= lq) continue;
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + qi) * p.o_ss + h * p.o_sh;
+#pragma unroll
+        for (int j = 0; j < NO; ++j) {
+            const int c = j * 8 + 2 * t4;
+            gO[c] = from_f<T>(o[4 * j + 2 * hf] * inv);
+            gO[c + 1] = from_f<T>(o[4 * j + 2 * hf + 1] * inv);
+        }
+        if (t4 == 0)
+            p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] =
+                l > 0.f ? cl[hf] + (mrow[hf] + log2f(l)) * kLn2 : -INFINITY;
+    }
+#endif
+}
+
+}  // namespace fattn::cuda::attn

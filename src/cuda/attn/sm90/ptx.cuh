@@ -1,0 +1,98 @@
+// ptx.cuh — the Hopper (sm_90a) primitives of the sm90 kernel family, as thin inline-PTX
+// wrappers: mbarriers, bulk tensor (TMA) loads, wgmma fences/commit/wait, shared-memory matrix
+// descriptors for 128-byte swizzled tiles, and warpgroup register reallocation.
+//
+// Tile layout every sm90 kernel uses (what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and a
+// 64-element inner box): a [rows, D] 16-bit tile is stored as D/64 "panels" of [rows, 64]; a
+// panel row is 128 bytes, panels are rows·128 bytes apart, and every panel starts 1024-byte
+// aligned, so the swizzle pattern (16-byte chunk ^= row % 8) repeats per 8 rows.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a plain struct; no driver call is made from device code)
+
+#include <cstdint>
+
+namespace fattn::cuda::sm90 {
+
+__device__ __forceinline__ uint32_t saddr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers (CTA scope) ----
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(saddr(bar)), "r"(count) : "memory");
+}
+// Make the initialized barriers visible to the async (TMA) proxy before first use.
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(saddr(bar)) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint64_t *bar, uint32_t parity) {
+    uint32_t ok;
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(saddr(bar)), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+// Wait until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+}
+
+// ---- TMA: one box of a 4-D tensor map into shared memory, completing on an mbarrier ----
+__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                            int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];" ::"r"(saddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(saddr(bar))
+        : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// ---- wgmma ordering ----
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of accumulator registers across a wgmma wait/fence.
+template <int N> __device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// ---- shared-memory matrix descriptors, 128-byte swizzle ----
+// K-major operand (rows of K elements; Q and K of S = Q·Kᵀ): the 8-row groups of a panel are
+// 1024 bytes apart (SBO); LBO is unused with this swizzle. A k-step of 16 elements starts 32
+// bytes further into the panel row (the hardware applies the swizzle to the final address).
+// MN-major operand (V of O = P·V: rows are keys = K, the 64 elements of a panel row are N):
+// 8-key groups 1024 bytes apart (SBO), panels of 64 N-columns LBO bytes apart.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
+    return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+           (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+
+// ---- warpgroup register reallocation (needs a register cap at entry: __launch_bounds__(n, 1)) ----
+template <int R> __device__ __forceinline__ void regs_dealloc() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void regs_alloc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+
+}  // namespace fattn::cuda::sm90

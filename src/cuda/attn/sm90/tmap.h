@@ -1,0 +1,19 @@
+// tmap.h — TMA tensor maps of the sm_90a kernels (tmap.cu).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "fattn/fattn.h"
+
+namespace fattn::cuda::attn {
+
+// A [batch, rows, heads, d] view (element strides, innermost 1; 16-bit elements) as a 4-D tensor
+// map whose box is one 64-column panel of box_rows rows, 128-byte swizzled (sm90/ptx.cuh). Rows
+// past `rows` read as zeros. cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled.
+cudaError_t sm90_map(CUtensorMap *m, const void *data, fattn_dtype dt, int64_t d, int64_t rows, int64_t heads,
+                     int64_t batch, int64_t ss, int64_t sh, int64_t sb, int box_rows);
+
+}  // namespace fattn::cuda::attn
