@@ -116,8 +116,15 @@ FB="$BUILD/fattn-bench"
 # ---------------------------------------------------------------- parity
 if want parity; then
     if [ -x "$FT" ]; then
+        # Family AUTO: the sm90 kernels (wgmma/TMA) wherever they apply on this device.
         run_step parity 120 "$OUT/parity.log" "$FT" test --backend cuda --extra
         record parity "$(status_of $STEP_RC)" "$STEP_S" "$(test_line "$OUT/parity.log")"
+        [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
+        # The portable family (mma.sync) too: on a Hopper GPU AUTO no longer runs it for bf16/f16.
+        n0=$(wc -l <"$OUT/parity.log")
+        run_step portable 90 "$OUT/parity.log" "$FT" test --backend cuda --family portable --algo fused
+        pv=$(tail -n +"$((n0 + 1))" "$OUT/parity.log" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n1)
+        record portable "$(status_of $STEP_RC)" "$STEP_S" "${pv:-no verdict line}"
         [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
         # The --large cases (S >= 16k, a tensor over 2^31 elements) in a step of their own, so a
         # slow host-side setup cannot take the main parity verdict down with it.
@@ -146,8 +153,8 @@ fi
 
 # ---------------------------------------------------------------- sanitizers (small subset)
 if want sanitize; then
-    SAN_SEL=(--quick)
-    [ -n "${SAN_FILTER:-}" ] && SAN_SEL=(-p "$SAN_FILTER")
+    # The quick subset (bf16/f16 D64 cases run the sm90 kernels under AUTO) plus D128 sm90 cases.
+    SAN_SEL=(-p "${SAN_FILTER:-^(plain_s1|plain_s17|plain_d40|f16_s97|bf16_s97|cross_sq17_skv97|causal_tl_s97|causal_br_sq97_skv40|window_16_16_tl|bias_dense|bias_keypad|bias_rowcol|gqa_4_2_b2|varlen_basic|varlen_empty_len1|fused_qkv|bhsd|pad_fltmax|pad_1e9|pad_inf|lpad_fltmax_causal_tl|pad_1e9_bf16_rand|pad_bf16_min)\$}")
     for tool in memcheck racecheck; do
         log="$OUT/sanitize.log"
         if [ -x "$FT" ] && command -v compute-sanitizer >/dev/null 2>&1; then
@@ -175,7 +182,7 @@ if want bench; then
         [ "$cap" = "$entry" ] && cap=120
         if [ ! -x "$FB" ]; then record "bench" FAIL 0 "no $FB"; FAILED=1; break; fi
         run_step "bench:$preset" "$cap" "$OUT/bench.log" "$FB" --backend cuda --preset "$preset" \
-            --reps "${BENCH_REPS:-10}" --csv "$OUT/bench-$preset.csv"
+            --arms "${BENCH_ARMS:-fused,portable,exact,cudnn}" --reps "${BENCH_REPS:-10}" --csv "$OUT/bench-$preset.csv"
         if [ -f "$OUT/bench-$preset.csv" ]; then  # one CSV comes back (the device returns 8 files)
             if [ -f "$OUT/bench.csv" ]; then tail -n +2 "$OUT/bench-$preset.csv" >>"$OUT/bench.csv"
             else cp "$OUT/bench-$preset.csv" "$OUT/bench.csv"; fi

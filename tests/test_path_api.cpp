@@ -78,7 +78,7 @@ TEST(PathApi, Defaults) {
 
 TEST(PathApi, GqaHeads) {
     Views v;
-    v.tq.ne[2] = 3;
+    v.tq.ne[2] = v.tg.ne[2] = v.to.ne[2] = v.tl.ne[1] = 3;  // consistent query heads, 3 % 2 != 0
     EXPECT_FAILS(v.fwd(), FATTN_ERR_GQA_HEADS, "q: ");
 }
 
@@ -143,10 +143,10 @@ TEST(PathApi, Seqlens) {
     Views v;
     v.p.cu_seqlens = v.cu.data(), v.p.num_seqs = 2;
     v.cu[2] = 69;
-    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens: ");
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens[2] (last) is 69 but q has");
     v.cu = {0, 40, 30};
     v.p.cu_seqlens = v.cu.data();
-    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens: decreases");
+    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens[2] is 30 < cu_seqlens[1] = 40");
 }
 
 TEST(PathApi, BadValues) {

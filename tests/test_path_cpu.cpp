@@ -84,7 +84,10 @@ void make_inputs(Problem &pb, uint32_t seed, double w_norm_spread = 0.0) {
     std::vector<double> wr(size_t(c.K));
     for (int64_t r = 0; r < R * c.H; ++r) {
         double n = 0;
-        for (auto &x : wr) n += (x = nd(rng)) * x;
+        for (auto &x : wr) {  // assign, then use: (x = ..) * x is unsequenced (clang -Wunsequenced)
+            x = nd(rng);
+            n += x * x;
+        }
         const double target = uw(rng);
         for (int64_t d = 0; d < c.K; ++d) pb.w.set(r * c.K + d, wr[size_t(d)] / std::sqrt(n) * target);
         pb.beta.set(r, ub(rng));

@@ -277,20 +277,16 @@ TEST(Validate, OverlapOutputWithInput) {
 }
 
 TEST(Validate, OverlapByteMisalignedView) {
-    // A view shifted by 2 bytes shares bytes with its neighbour even though no element
-    // addresses coincide: must be reported.
+    // An f16 o shifted by 2 bytes into an f32 lse shares bytes with it even though no element
+    // addresses coincide: must be reported. (Views of one dtype cannot be shifted by less than an
+    // element any more: data must be aligned to the element size.)
     Prob P;
-    std::vector<float> buf(size_t(P.B * P.Sq * P.Hq * P.Dv) + 1);
-    P.o = fattn_tensor_contiguous(buf.data(), FATTN_F32, P.B, P.Sq, P.Hq, P.Dv);
-    P.lse = fattn_tensor_contiguous(reinterpret_cast<char *>(buf.data()) + 2, FATTN_F32, 1, 1, 1, 1);
-    P.B = 1;  // lse [1,1,1,1] needs B = Hq = Sq = 1 to be shape-valid
-    P.Sq = 1;
-    P.Hq = 1;
-    P.Hkv = 1;
-    P.q = Prob::make(P.bq, 1, 1, 1, P.D);
-    P.k = Prob::make(P.bk, 1, P.Skv, 1, P.D);
-    P.v = Prob::make(P.bv, 1, P.Skv, 1, P.Dv);
-    P.o = fattn_tensor_contiguous(buf.data(), FATTN_F32, 1, 1, 1, P.Dv);
+    P.B = P.Sq = P.Hq = P.Hkv = 1;  // lse [1,1,1,1] needs B = Hq = Sq = 1 to be shape-valid
+    P.build();
+    for (fattn_tensor *t : {&P.q, &P.k, &P.v, &P.o}) t->dtype = FATTN_F16;
+    std::vector<float> buf(size_t(P.Dv) + 2);
+    P.lse = fattn_tensor_contiguous(buf.data(), FATTN_F32, 1, 1, 1, 1);
+    P.o = fattn_tensor_contiguous(reinterpret_cast<char *>(buf.data()) + 2, FATTN_F16, 1, 1, 1, P.Dv);
     EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "overlaps output");
 }
 

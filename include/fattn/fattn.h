@@ -13,6 +13,20 @@
  * Layout: every tensor is a view with logical dims [B, S, H, D] and *element* strides.
  * Only the innermost stride (nb[3]) must be 1; any other stride (0 = broadcast, or a
  * non-contiguous view into a fused QKV buffer) is accepted and never copied.
+ * Rules every view obeys (both families, same status and message):
+ *   - data is aligned to its element size (f32: 4 bytes, f16/bf16: 2 bytes), as are cu_seqlens
+ *     (int32: 4) and EXACT's saved buffer (4); else FATTN_ERR_BAD_VALUE. Workspaces may start
+ *     anywhere (the library aligns inside the slack the size queries include).
+ *   - every tensor a call names or implies (o, lse, dq, ... of a size query too) holds less than
+ *     2^63 bytes; else FATTN_ERR_BAD_VALUE (no size product ever wraps).
+ *   - an output view never addresses one element twice: no stride 0 on a dim of size > 1 and
+ *     no self-overlap (o with nb[1] = 1 while Dv = 16); else FATTN_ERR_BAD_STRIDE. Inputs may.
+ *   - outputs share no byte with each other, with any input, or with the cu_seqlens arrays.
+ *
+ * Threads: calls on one context may run concurrently from several threads (each CPU call runs
+ * its own workers; CUDA calls are ordered on the context's stream), except the setters
+ * (fattn_ctx_set_*) and fattn_ctx_free, which must not overlap any other call on that context.
+ * A caller-set allocator must then be thread-safe. Error messages are kept per thread.
  */
 #ifndef FATTN_FATTN_H
 #define FATTN_FATTN_H
@@ -53,7 +67,8 @@ typedef enum fattn_status {
     FATTN_ERR_BAD_MASK = 8,              /* invalid causal/window combination or value */
     FATTN_ERR_BAD_SEQLENS = 9,           /* cu_seqlens: length, monotonicity, totals, B != 1 */
     FATTN_ERR_BAD_HEAD_DIM = 10,         /* D or Dv is 0, negative, or not run by this backend */
-    FATTN_ERR_BAD_VALUE = 11,            /* a scalar parameter out of range (scale NaN, enum value) */
+    FATTN_ERR_BAD_VALUE = 11,            /* a scalar out of range (scale NaN, enum value, nthreads),
+                                            a size product past 2^63 bytes, a misaligned pointer */
     FATTN_ERR_UNSUPPORTED = 12,          /* valid request this backend/build does not run */
     FATTN_ERR_BACKEND_UNAVAILABLE = 13,  /* backend not compiled in, or no device */
     FATTN_ERR_WORKSPACE_TOO_SMALL = 14,  /* caller-provided workspace smaller than required */
@@ -110,7 +125,8 @@ typedef enum fattn_backend {
     FATTN_BACKEND_CUDA = 1
 } fattn_backend;
 
-/* nthreads <= 0: use the hardware concurrency. Results never depend on nthreads. */
+/* nthreads <= 0: use the hardware concurrency (at most 1024). Results never depend on nthreads.
+ * nthreads > 1024: FATTN_ERR_BAD_VALUE (scratch is sized per thread). */
 FATTN_API fattn_status fattn_ctx_init_cpu(int nthreads, fattn_ctx_t **out_ctx);
 /* stream: a cudaStream_t (NULL = legacy default stream). FATTN_ERR_BACKEND_UNAVAILABLE when the
  * library was built without CUDA or the device does not exist. */
@@ -145,7 +161,10 @@ typedef enum fattn_cuda_family {
 } fattn_cuda_family;
 FATTN_API fattn_status fattn_ctx_set_cuda_family(fattn_ctx_t *ctx, fattn_cuda_family family);
 
-/* Message of the last failed call on ctx ("k: ne[3] (head dim) is 80 but q has 64").
+/* Message of the calling thread's last failed call on ctx ("k: ne[3] (head dim) is 80 but q
+ * has 64"); "" if this thread has not failed on ctx. Messages are per thread, so threads sharing
+ * a context never see (or race on) each other's; a thread keeps them for the 8 contexts it most
+ * recently failed on. The pointer is valid until this thread's next failing call.
  * ctx == NULL: the calling thread's last failure of a call that had no context (ctx init). */
 FATTN_API const char *fattn_ctx_last_error(const fattn_ctx_t *ctx);
 

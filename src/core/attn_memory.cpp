@@ -12,6 +12,7 @@
 
 #include "core/attn_dispatch.h"
 #include "core/attn_validate.h"
+#include "core/enum_raw.h"
 
 namespace {
 
@@ -122,6 +123,13 @@ fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_params *p,
             return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE,
                                     "B, Hq, Hkv: must be >= 1 (got " + std::to_string(B) + ", " +
                                         std::to_string(Hq) + ", " + std::to_string(Hkv) + ")");
+        // Enum arguments are read raw: a C caller may pass any int (loading it as the enum
+        // would be undefined); the first model() call reports bad params fields.
+        const int64_t rdt = fattn::raw_enum(dtype);
+        if (rdt != FATTN_F32 && rdt != FATTN_F16 && rdt != FATTN_BF16)
+            return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE,
+                                    "dtype: " + std::to_string(rdt) + " is not a fattn_dtype");
+        const bool exact = fattn::raw_enum(p->algo) == FATTN_ALGO_EXACT;
         // Self-attention at S, dense: the search ignores any varlen description in p.
         fattn_attn_params lp = *p;
         lp.cu_seqlens_q = lp.cu_seqlens_kv = nullptr;
@@ -131,7 +139,8 @@ fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_params *p,
         auto fits = [&](int64_t S) -> int {
             // EXACT keeps B·Hq·S² probabilities (4 bytes each on every backend); past 2^62 of
             // them no 64-bit budget holds them and the backend's size would wrap.
-            if (lp.algo == FATTN_ALGO_EXACT && i128(B) * Hq * S * S > (i128(1) << 62)) return 0;
+            // (long double: B and Hq are arbitrary int64, their product with S² overflows i128.)
+            if (exact && (long double)B * Hq * S * S > (long double)(i128(1) << 62)) return 0;
             fattn_tensor q = fattn_tensor_contiguous(nullptr, dtype, B, S, Hq, D);
             fattn_tensor k = fattn_tensor_contiguous(nullptr, dtype, B, S, Hkv, D);
             fattn_tensor v = fattn_tensor_contiguous(nullptr, dtype, B, S, Hkv, Dv);
@@ -140,15 +149,16 @@ fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_params *p,
                 const fattn_tensor &ub = p->bias;
                 int64_t n[4] = {ub.ne[0] == 1 ? 1 : B, ub.ne[1] == 1 ? 1 : Hq, S, S};
                 int64_t st[4];
-                int64_t run = 1;
+                i128 run = 1;  // a dense bias of B·Hq·S² elements may not be addressable at all
                 for (int d = 3; d >= 0; --d) {
                     bool bcast = (d < 3 && ub.nb[d] == 0) || n[d] == 1;
-                    st[d] = bcast ? 0 : run;
+                    st[d] = bcast ? 0 : int64_t(run);
                     if (!bcast) run *= n[d];
+                    if (run > i128(INT64_MAX)) return 0;  // does not fit any budget
                 }
                 st[3] = 1;
-                lp.bias = fattn_tensor_4d(ub.data, ub.dtype, n[0], n[1], n[2], n[3], st[0], st[1],
-                                          st[2], st[3]);
+                lp.bias = ub;  // a struct copy: the dtype bytes travel unloaded (model checks them)
+                for (int d = 0; d < 4; ++d) lp.bias.ne[d] = n[d], lp.bias.nb[d] = st[d];
             }
             fattn_attn_memory_info m;
             fattn_status s = model(ctx, &lp, &q, &k, &v, &m);

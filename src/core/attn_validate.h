@@ -54,11 +54,6 @@ fattn_status attn_check_buffers(AttnOp op, const AttnViews &views, const fattn_a
                                 const void *saved, size_t saved_bytes, const void *workspace,
                                 size_t workspace_bytes, std::string *why);
 
-// True when two non-empty views (rank 4, non-negative strides; a dim of size 1 is ignored) share
-// any byte. Exact for equal element sizes (disjoint interleaved views of one fused buffer are
-// "no"), conservative otherwise. Shared with the PaTH family's validation.
-bool tensors_overlap(const fattn_tensor &a, const fattn_tensor &b);
-
 // The precision a call would run (never AUTO); p and q are assumed non-null and valid.
 fattn_prec attn_resolve_prec(const fattn_ctx *ctx, fattn_prec requested, fattn_dtype dtype);
 

@@ -1,7 +1,8 @@
 // context.cpp — lifecycle of the opaque fattn_ctx (CPU and CUDA), its setters, the last-error
-// message (per context, or per thread for calls that had no context), and the workspace
-// allocator (caller-settable; defaults: 64-byte aligned host malloc / the CUDA backend's
-// stream-ordered device allocator).
+// messages (per thread, per context), and the workspace allocator (caller-settable; defaults:
+// 64-byte aligned host malloc / the CUDA backend's stream-ordered device allocator).
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <new>
 #include <string>
@@ -15,8 +16,26 @@
 
 namespace {
 
-// Failures of calls that had no context to record them in (ctx init, ctx == NULL).
-thread_local std::string t_last_error;
+// Last-error messages are kept per thread: several threads may share one context (fattn.h),
+// and one string per context was a data race (TSan) that could also hand a thread another
+// thread's message. Each thread keeps the messages of the kErrSlots contexts it most recently
+// failed on, keyed by context id (id 0: calls that had no context, e.g. ctx init).
+constexpr int kErrSlots = 8;
+struct ErrSlot {
+    uint64_t id = ~uint64_t(0);  // no context has this id
+    uint64_t stamp = 0;          // last write, for least-recently-written replacement
+    std::string msg;
+};
+thread_local ErrSlot t_err[kErrSlots];
+thread_local uint64_t t_err_clock = 0;
+
+std::atomic<uint64_t> g_next_ctx_id{1};
+
+ErrSlot *find_slot(uint64_t id) {
+    for (ErrSlot &e : t_err)
+        if (e.id == id) return &e;
+    return nullptr;
+}
 
 // 64 bytes: a cache line, and enough for any SIMD load the CPU kernels use.
 constexpr size_t kHostAlign = 64;
@@ -27,10 +46,17 @@ void *host_alloc(size_t bytes) {
     return std::aligned_alloc(kHostAlign, rounded);
 }
 
+// The thread count a request resolves to, or 0 when it is refused (more than kMaxThreads).
 int resolve_nthreads(int nthreads) {
+    if (nthreads > fattn::kMaxThreads) return 0;
     if (nthreads > 0) return nthreads;
     unsigned hc = std::thread::hardware_concurrency();
-    return hc > 0 ? int(hc) : 1;
+    return hc > 0 ? int(std::min<unsigned>(hc, unsigned(fattn::kMaxThreads))) : 1;
+}
+
+std::string too_many_threads(int nthreads) {
+    return "nthreads: " + std::to_string(nthreads) + " is more than the " +
+           std::to_string(fattn::kMaxThreads) + " threads a CPU context runs (0 = hardware concurrency)";
 }
 
 }  // namespace
@@ -39,11 +65,16 @@ namespace fattn {
 
 fattn_status set_error(fattn_ctx *ctx, fattn_status s, const std::string &msg) {
     try {
-        if (ctx) {
-            ctx->last_error = msg;
-        } else {
-            t_last_error = msg;
+        const uint64_t id = ctx ? ctx->id : 0;
+        ErrSlot *e = find_slot(id);
+        if (!e) {  // replace the least recently written slot
+            e = &t_err[0];
+            for (ErrSlot &x : t_err)
+                if (x.stamp < e->stamp) e = &x;
+            e->id = id;
         }
+        e->stamp = ++t_err_clock;
+        e->msg = msg;
     } catch (...) {
         // Out of memory while storing the message: the status still says what happened.
     }
@@ -83,10 +114,13 @@ extern "C" {
 fattn_status fattn_ctx_init_cpu(int nthreads, fattn_ctx_t **out_ctx) {
     if (!out_ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "out_ctx: is NULL");
     *out_ctx = nullptr;
+    const int nt = resolve_nthreads(nthreads);
+    if (nt == 0) return fattn::set_error(nullptr, FATTN_ERR_BAD_VALUE, too_many_threads(nthreads));
     fattn_ctx *ctx = new (std::nothrow) fattn_ctx();
     if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_OUT_OF_MEMORY, "ctx: allocation failed");
     ctx->backend = FATTN_BACKEND_CPU;
-    ctx->nthreads = resolve_nthreads(nthreads);
+    ctx->nthreads = nt;
+    ctx->id = g_next_ctx_id.fetch_add(1);
     *out_ctx = ctx;
     return FATTN_OK;
 }
@@ -103,6 +137,7 @@ fattn_status fattn_ctx_init_cuda(int device, void *stream, fattn_ctx_t **out_ctx
         fattn_ctx *ctx = new fattn_ctx();
         ctx->backend = FATTN_BACKEND_CUDA;
         ctx->nthreads = 1;
+        ctx->id = g_next_ctx_id.fetch_add(1);
         ctx->device = info.device;
         ctx->stream = stream;
         ctx->sm_major = info.sm_major;
@@ -138,7 +173,9 @@ fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads) {
     if (ctx->backend != FATTN_BACKEND_CPU)
         return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE,
                                 "nthreads: only a CPU context has a thread count");
-    ctx->nthreads = resolve_nthreads(nthreads);
+    const int nt = resolve_nthreads(nthreads);
+    if (nt == 0) return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, too_many_threads(nthreads));
+    ctx->nthreads = nt;
     return FATTN_OK;
 }
 
@@ -162,7 +199,8 @@ fattn_status fattn_ctx_set_cuda_family(fattn_ctx_t *ctx, fattn_cuda_family famil
 }
 
 const char *fattn_ctx_last_error(const fattn_ctx_t *ctx) {
-    return ctx ? ctx->last_error.c_str() : t_last_error.c_str();
+    const ErrSlot *e = find_slot(ctx ? ctx->id : 0);
+    return e ? e->msg.c_str() : "";
 }
 
 fattn_status fattn_ctx_set_allocator(fattn_ctx_t *ctx, fattn_alloc_fn alloc, fattn_free_fn free_fn,

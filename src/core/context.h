@@ -1,7 +1,9 @@
-// context.h — the opaque fattn_ctx behind the C API: backend, threads/stream, allocator,
-// the last error message. Only src/core and the backends' entry files include it.
+// context.h — the opaque fattn_ctx behind the C API: backend, threads/stream, allocator, and
+// the id under which each thread keeps the context's last error message (context.cpp).
+// Only src/core and the backends' entry files include it.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <new>
 #include <string>
@@ -19,10 +21,14 @@ struct fattn_ctx {
     fattn_alloc_fn alloc = nullptr;  // nullptr: the backend's default
     fattn_free_fn free_fn = nullptr;
     void *alloc_user = nullptr;
-    std::string last_error;
+    uint64_t id = 0;  // never reused: keys the per-thread last-error messages (0 = no context)
 };
 
 namespace fattn {
+
+// Most threads a CPU context takes (fattn_ctx_init_cpu / set_nthreads refuse more): per-thread
+// scratch and thread creation scale with it, and INT_MAX once meant 75 TB of scratch slots.
+constexpr int kMaxThreads = 1024;
 
 // Record msg as ctx's last error (or the thread's, when ctx is null) and return s.
 fattn_status set_error(fattn_ctx *ctx, fattn_status s, const std::string &msg);

@@ -9,16 +9,15 @@
 #include <new>
 #include <string>
 
-#include "core/attn_validate.h"
 #include "core/context.h"
+#include "core/enum_raw.h"
 #include "core/path_params.h"
+#include "core/size_math.h"
+#include "core/view_check.h"
 #include "cpu/path/path_cpu.h"
 
 namespace fattn {
 namespace {
-
-static_assert(sizeof(fattn_path_history) == sizeof(int) && sizeof(fattn_path_check) == sizeof(int),
-              "enums are read as int");
 
 using std::string;
 string S(int64_t x) { return std::to_string(x); }
@@ -32,7 +31,6 @@ struct PathViews {
 };
 
 bool given(const fattn_tensor *t) { return t && t->data; }
-bool valid_dtype(fattn_dtype t) { return t == FATTN_F32 || t == FATTN_F16 || t == FATTN_BF16; }
 
 struct Fail {
     fattn_status s;
@@ -44,162 +42,148 @@ struct Fail {
         if (cond) return Fail{status, msg};  \
     } while (0)
 
-// One view against its expected dims, dtype, and stride rules.
-Fail check_view(const char *name, const fattn_tensor *t, const int64_t (&want)[4], fattn_dtype dt,
-                bool output, bool need_data, int inner_dim) {
-    PATH_FAIL_IF(!t, FATTN_ERR_NULL_POINTER, string(name) + ": tensor pointer is NULL");
-    PATH_FAIL_IF(need_data && !t->data, FATTN_ERR_NULL_POINTER, string(name) + ": data is NULL");
-    PATH_FAIL_IF(t->dtype != dt, FATTN_ERR_DTYPE_MISMATCH,
-                 string(name) + ": dtype is " + fattn_dtype_name(t->dtype) + " but must be " +
-                     fattn_dtype_name(dt));
-    static const char *dims[4] = {"ne[0]", "ne[1]", "ne[2]", "ne[3]"};
-    for (int i = 0; i < 4; ++i)
-        PATH_FAIL_IF(t->ne[i] != want[i], FATTN_ERR_SHAPE_MISMATCH,
-                     string(name) + ": " + dims[i] + " is " + S(t->ne[i]) + " but must be " + S(want[i]));
-    for (int i = 0; i < 4; ++i) {
-        PATH_FAIL_IF(t->nb[i] < 0, FATTN_ERR_BAD_STRIDE, string(name) + ": nb[" + S(i) + "] is negative");
-        PATH_FAIL_IF(output && t->nb[i] == 0 && t->ne[i] > 1, FATTN_ERR_BAD_STRIDE,
-                     string(name) + ": nb[" + S(i) + "] is 0 (an output cannot broadcast)");
-    }
-    PATH_FAIL_IF(t->nb[inner_dim] != 1 && t->ne[inner_dim] > 1, FATTN_ERR_BAD_STRIDE,
-                 string(name) + ": nb[" + S(inner_dim) + "] (innermost) must be 1, is " + S(t->nb[inner_dim]));
-    return {FATTN_OK, ""};
-}
-
-// Byte extent [lo, hi) of a view's data (every element it can address); empty when a dim is 0.
-// Strides are validated non-negative before this is used.
-bool byte_span(const fattn_tensor *t, unsigned __int128 *lo, unsigned __int128 *hi) {
-    if (!t || !t->data) return false;
-    unsigned __int128 last = 0;
-    for (int i = 0; i < 4; ++i) {
-        if (t->ne[i] <= 0) return false;
-        last += (unsigned __int128)(t->ne[i] - 1) * (unsigned __int128)t->nb[i];
-    }
-    const unsigned __int128 es = fattn_dtype_size(t->dtype);
-    *lo = (unsigned __int128)reinterpret_cast<uintptr_t>(t->data);
-    *hi = *lo + (last + 1) * es;
-    return true;
-}
-
-// FATTN_ERR_OVERLAP (fattn.h: outputs may share no memory with each other or with an input):
-// every output against every other output and every input, with the softmax family's exact test
-// (tensors_overlap, attn_validate.h): disjoint interleaved views of one fused buffer are legal.
-Fail check_overlap(const fattn_tensor *const *outs, const char *const *onames, int nout,
-                   const fattn_tensor *const *ins, const char *const *inames, int nin) {
-    for (int i = 0; i < nout; ++i) {
-        unsigned __int128 a0, a1, b0, b1;
-        if (!byte_span(outs[i], &a0, &a1)) continue;
-        for (int j = 0; j < nout + nin; ++j) {
-            if (j < nout && j <= i) continue;  // each output pair once
-            const fattn_tensor *o = j < nout ? outs[j] : ins[j - nout];
-            if (!byte_span(o, &b0, &b1)) continue;
-            if (a1 <= b0 || b1 <= a0 || !tensors_overlap(*outs[i], *o)) continue;
-            return Fail{FATTN_ERR_OVERLAP, string(onames[i]) + ": overlaps " +
-                                               (j < nout ? "output " : "input ") +
-                                               (j < nout ? onames[j] : inames[j - nout])};
-        }
-    }
-    return {FATTN_OK, ""};
-}
+// A shared view check (view_check.h): its status and message become the Fail.
+#define PATH_CHECK(expr)                                  \
+    do {                                                  \
+        string why_;                                      \
+        const fattn_status s_ = (expr);                   \
+        if (s_ != FATTN_OK) return Fail{s_, why_};        \
+    } while (0)
 
 struct Resolved {
     PathBwdParams p{};
     bool empty = false;  // nothing to compute (a dim is 0)
 };
 
+// The rules and their order are the softmax family's (attn_validate.cpp), through the same
+// shared checks, so a view broken one way gets the same status and message in both families:
+// null pointers, enum values, dtypes, shapes, GQA heads, head dims, strides and sizes, data (NULL,
+// alignment), overlap, scalars, backend, cu_seqlens (overlap, then contents), selection.
 Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, const PathViews &vw,
               Resolved *out) {
     PATH_FAIL_IF(!pp, FATTN_ERR_NULL_POINTER, "params: pointer is NULL");
-    PATH_FAIL_IF(!vw.q || !vw.k || !vw.v || !vw.w || !vw.beta, FATTN_ERR_NULL_POINTER,
-                 string(!vw.q ? "q" : !vw.k ? "k" : !vw.v ? "v" : !vw.w ? "w" : "beta") +
-                     ": tensor pointer is NULL");
-    const fattn_tensor &q = *vw.q, &k = *vw.k, &v = *vw.v;
-    PATH_FAIL_IF(!valid_dtype(q.dtype), FATTN_ERR_DTYPE_MISMATCH, "q: unknown dtype");
-    const fattn_dtype dt = q.dtype;
-    const int64_t B = q.ne[0], T = q.ne[1], HQ = q.ne[2], K = q.ne[3];
-    const int64_t H = k.ne[2], V = v.ne[3];
-    for (int i = 0; i < 4; ++i)
-        PATH_FAIL_IF(q.ne[i] < 0, FATTN_ERR_SHAPE_MISMATCH, "q: ne[" + S(i) + "] is negative");
-    PATH_FAIL_IF(K <= 0, FATTN_ERR_BAD_HEAD_DIM, "q: ne[3] (head dim K) is " + S(K));
-    PATH_FAIL_IF(V <= 0, FATTN_ERR_BAD_HEAD_DIM, "v: ne[3] (head dim V) is " + S(V));
-    PATH_FAIL_IF(H <= 0 && HQ > 0, FATTN_ERR_SHAPE_MISMATCH, "k: ne[2] (kv heads) is " + S(H));
-    PATH_FAIL_IF(H > 0 && HQ % H != 0, FATTN_ERR_GQA_HEADS,
-                 "q: ne[2] (query heads) is " + S(HQ) + ", not a multiple of k's " + S(H) + " kv heads");
-    const bool data = op != PathOp::QUERY;
-    const bool has_g = vw.g && (vw.g->data || (op == PathOp::QUERY && vw.g->ne[0] + vw.g->ne[1] > 0));
-    Fail f{FATTN_OK, ""};
-#define CHECK(expr)                          \
-    do {                                     \
-        f = (expr);                          \
-        if (f.s != FATTN_OK) return f;       \
-    } while (0)
-    CHECK(check_view("q", vw.q, {B, T, HQ, K}, dt, false, data, 3));
-    CHECK(check_view("k", vw.k, {B, T, H, K}, dt, false, data, 3));
-    CHECK(check_view("v", vw.v, {B, T, H, V}, dt, false, data, 3));
-    CHECK(check_view("w", vw.w, {B, T, H, K}, FATTN_F32, false, data, 3));
-    CHECK(check_view("beta", vw.beta, {B, T, H, 1}, FATTN_F32, false, data, 3));
-    if (has_g) CHECK(check_view("g", vw.g, {B, T, HQ, 1}, FATTN_F32, false, data, 3));
+    const bool fwd = op == PathOp::FWD, bwd = op == PathOp::BWD;
+    // g is optional: "given" when it has data, or (size queries) describes a non-empty shape.
+    const fattn_tensor *g = vw.g;
+    const bool has_g = g && (g->data || (op == PathOp::QUERY &&
+                                         (g->ne[0] | g->ne[1] | g->ne[2] | g->ne[3]) != 0));
+    vc::View views[16];
+    int n = 0;
+    views[n++] = {"q", vw.q, false};
+    views[n++] = {"k", vw.k, false};
+    views[n++] = {"v", vw.v, false};
+    views[n++] = {"w", vw.w, false};
+    views[n++] = {"beta", vw.beta, false};
+    if (has_g) views[n++] = {"g", g, false};
     if (op != PathOp::QUERY) {
-        CHECK(check_view("o", vw.o, {B, T, HQ, V}, dt, op == PathOp::FWD, true, 3));
-        CHECK(check_view("lse", vw.lse, {B, HQ, T, 1}, FATTN_F32, op == PathOp::FWD, true, 2));
+        views[n++] = {"o", vw.o, fwd};
+        views[n++] = {"lse", vw.lse, fwd, 2};
     }
-    if (op == PathOp::BWD) {
-        CHECK(check_view("dout", vw.dout, {B, T, HQ, V}, dt, false, true, 3));
-        CHECK(check_view("dq", vw.dq, {B, T, HQ, K}, dt, true, true, 3));
-        CHECK(check_view("dk", vw.dk, {B, T, H, K}, dt, true, true, 3));
-        CHECK(check_view("dv", vw.dv, {B, T, H, V}, dt, true, true, 3));
-        CHECK(check_view("dw", vw.dw, {B, T, H, K}, FATTN_F32, true, true, 3));
-        CHECK(check_view("dbeta", vw.dbeta, {B, T, H, 1}, FATTN_F32, true, true, 3));
+    if (bwd) {
+        views[n++] = {"dout", vw.dout, false};
+        views[n++] = {"dq", vw.dq, true};
+        views[n++] = {"dk", vw.dk, true};
+        views[n++] = {"dv", vw.dv, true};
+        views[n++] = {"dw", vw.dw, true};
+        views[n++] = {"dbeta", vw.dbeta, true};
         PATH_FAIL_IF(has_g && !given(vw.dg), FATTN_ERR_NULL_POINTER, "dg: g was given, so dg is required");
         PATH_FAIL_IF(!has_g && given(vw.dg), FATTN_ERR_BAD_VALUE, "dg: given but g is not");
-        if (has_g) CHECK(check_view("dg", vw.dg, {B, T, HQ, 1}, FATTN_F32, true, true, 3));
-        // Outputs must not overlap each other or an input (byte extents).
-        const fattn_tensor *outs[] = {vw.dq, vw.dk, vw.dv, vw.dw, vw.dbeta, has_g ? vw.dg : nullptr};
-        const char *onames[] = {"dq", "dk", "dv", "dw", "dbeta", "dg"};
-        const fattn_tensor *ins[] = {vw.q, vw.k, vw.v, vw.w, vw.beta, has_g ? vw.g : nullptr, vw.o,
-                                     vw.lse, vw.dout};
-        const char *inames[] = {"q", "k", "v", "w", "beta", "g", "o", "lse", "dout"};
-        CHECK(check_overlap(outs, onames, 6, ins, inames, 9));
-    } else if (op == PathOp::FWD) {
-        const fattn_tensor *outs[] = {vw.o, vw.lse};
-        const char *onames[] = {"o", "lse"};
-        const fattn_tensor *ins[] = {vw.q, vw.k, vw.v, vw.w, vw.beta, has_g ? vw.g : nullptr};
-        const char *inames[] = {"q", "k", "v", "w", "beta", "g"};
-        CHECK(check_overlap(outs, onames, 2, ins, inames, 6));
+        if (has_g) views[n++] = {"dg", vw.dg, true};
     }
-#undef CHECK
-    PATH_FAIL_IF(!std::isfinite(pp->scale), FATTN_ERR_BAD_VALUE, "scale: not finite");
-    // Enums are read through their bytes: a C caller may store any int there, and loading an
-    // out-of-range value as the C++ enum type would itself be undefined behaviour.
-    int hist_raw = 0, check_raw = 0;
-    std::memcpy(&hist_raw, &pp->history, sizeof hist_raw);
-    std::memcpy(&check_raw, &pp->check, sizeof check_raw);
+    for (int i = 0; i < n; ++i)
+        PATH_FAIL_IF(!views[i].t, FATTN_ERR_NULL_POINTER, string(views[i].name) + ": tensor pointer is NULL");
+    const fattn_tensor &q = *vw.q, &k = *vw.k, &v = *vw.v;
+
+    // ---- enum values (read raw: loading an out-of-range value as the enum is undefined) ----
+    for (int i = 0; i < n; ++i) PATH_CHECK(vc::check_dtype_valid(views[i], &why_));
+    const int64_t hist_raw = raw_enum(pp->history), check_raw = raw_enum(pp->check);
     PATH_FAIL_IF(hist_raw != FATTN_PATH_HISTORY_PACKED && hist_raw != FATTN_PATH_HISTORY_RECTANGULAR,
-                 FATTN_ERR_BAD_VALUE, "history: unknown layout " + S(hist_raw));
+                 FATTN_ERR_BAD_VALUE, "history: " + S(hist_raw) + " is not a fattn_path_history");
     PATH_FAIL_IF(check_raw != FATTN_PATH_CHECK_STRICT && check_raw != FATTN_PATH_CHECK_NONE,
-                 FATTN_ERR_BAD_VALUE, "check: unknown mode " + S(check_raw));
+                 FATTN_ERR_BAD_VALUE, "check: " + S(check_raw) + " is not a fattn_path_check");
+
+    // ---- dtypes: q, k, v, o and their gradients share q's; the rest are f32 ----
+    for (int i = 0; i < n; ++i) {
+        const string nm = views[i].name;
+        const bool qs = nm == "q" || nm == "k" || nm == "v" || nm == "o" || nm == "dout" ||
+                        nm == "dq" || nm == "dk" || nm == "dv";
+        PATH_CHECK(qs ? vc::check_dtype_is(views[i], q.dtype, "q", &why_)
+                      : vc::check_dtype_is(views[i], FATTN_F32, nullptr, &why_));
+    }
+
+    // ---- shapes ----
+    const int64_t B = q.ne[0], T = q.ne[1], HQ = q.ne[2], K = q.ne[3];
+    const int64_t H = k.ne[2], V = v.ne[3];
+    {
+        const vc::Want free{0, nullptr};
+        const vc::Want wq[4] = {free, free, free, free};
+        const vc::Want wk[4] = {{B, "q"}, {T, "q"}, free, {K, "q"}};
+        const vc::Want wv[4] = {{B, "q"}, {T, "q"}, {H, "k"}, free};
+        const vc::Want ww[4] = {{B, "q"}, {T, "q"}, {H, "k"}, {K, "q"}};
+        const vc::Want wb[4] = {{B, "q"}, {T, "q"}, {H, "k"}, {1, ""}};
+        const vc::Want wg[4] = {{B, "q"}, {T, "q"}, {HQ, "q"}, {1, ""}};
+        const vc::Want wo[4] = {{B, "q"}, {T, "q"}, {HQ, "q"}, {V, "v"}};
+        const vc::Want wl[4] = {{B, "q"}, {HQ, "q"}, {T, "q"}, {1, ""}};
+        const vc::Want wdq[4] = {{B, "q"}, {T, "q"}, {HQ, "q"}, {K, "q"}};
+        for (int i = 0; i < n; ++i) {
+            const string nm = views[i].name;
+            const vc::Want(&w)[4] = nm == "q" ? wq : nm == "k" ? wk : nm == "v" || nm == "dv" ? wv
+                                  : nm == "dk" || nm == "w" || nm == "dw" ? ww
+                                  : nm == "beta" || nm == "dbeta" ? wb : nm == "g" || nm == "dg" ? wg
+                                  : nm == "o" || nm == "dout" ? wo : nm == "lse" ? wl : wdq;
+            PATH_CHECK(vc::check_shape(views[i], w, &why_));
+        }
+    }
+
+    // ---- GQA heads, head dims ----
+    PATH_FAIL_IF(H == 0 && HQ > 0, FATTN_ERR_GQA_HEADS, "k: ne[2] (heads) is 0 but q has " + S(HQ) + " heads");
+    PATH_FAIL_IF(H > 0 && HQ % H != 0, FATTN_ERR_GQA_HEADS,
+                 "q: ne[2] (heads) is " + S(HQ) + ", not a multiple of k's " + S(H) +
+                     " heads (Hq % Hkv must be 0)");
+    PATH_FAIL_IF(K == 0, FATTN_ERR_BAD_HEAD_DIM, "q: ne[3] (head dim) is 0, must be >= 1");
+    PATH_FAIL_IF(V == 0, FATTN_ERR_BAD_HEAD_DIM, "v: ne[3] (head dim) is 0, must be >= 1");
+
+    // ---- strides and sizes (also of the outputs a size query does not see) ----
+    for (int i = 0; i < n; ++i) PATH_CHECK(vc::check_strides(views[i], &why_));
+    PATH_CHECK(vc::check_implied_size("o: [B, T, Hq, V] =", {B, T, HQ, V}, fattn_dtype_size(q.dtype), &why_));
+    PATH_CHECK(vc::check_implied_size("lse: [B, Hq, T] =", {B, HQ, T}, 4, &why_));
+
+    // ---- data: NULL, alignment (size queries may describe shapes without memory) ----
+    if (op != PathOp::QUERY)
+        for (int i = 0; i < n; ++i) PATH_CHECK(vc::check_data(views[i], &why_));
+
+    // ---- overlap: outputs pairwise, and every output against every input ----
+    if (op != PathOp::QUERY) PATH_CHECK(vc::check_overlaps(views, n, &why_));
+
+    // ---- scalars ----
+    PATH_FAIL_IF(!std::isfinite(pp->scale), FATTN_ERR_BAD_VALUE,
+                 "scale: is " + std::to_string(pp->scale) + ", must be finite (0 = 1/sqrt(K))");
     PATH_FAIL_IF(!(pp->check_tol >= 0) || !std::isfinite(pp->check_tol), FATTN_ERR_BAD_VALUE,
                  "check_tol: must be finite and >= 0");
     // Before anything reads cu_seqlens or values: on a CUDA context they are device memory.
     PATH_FAIL_IF(ctx->backend != FATTN_BACKEND_CPU, FATTN_ERR_UNSUPPORTED,
                  "PaTH runs on the CPU backend only in this version");
+
+    // ---- varlen ----
     int64_t nseq = B;
     if (pp->cu_seqlens) {
-        const int32_t *cu = pp->cu_seqlens;
-        PATH_FAIL_IF(B != 1, FATTN_ERR_BAD_SEQLENS, "cu_seqlens: requires B == 1, q has B = " + S(B));
-        PATH_FAIL_IF(pp->num_seqs < 1, FATTN_ERR_BAD_SEQLENS, "cu_seqlens: num_seqs is " + S(pp->num_seqs));
-        PATH_FAIL_IF(cu[0] != 0, FATTN_ERR_BAD_SEQLENS, "cu_seqlens: [0] is " + S(cu[0]) + ", must be 0");
-        for (int64_t s = 0; s < pp->num_seqs; ++s)
-            PATH_FAIL_IF(cu[s + 1] < cu[s], FATTN_ERR_BAD_SEQLENS,
-                         "cu_seqlens: decreases at index " + S(s + 1));
-        PATH_FAIL_IF(cu[pp->num_seqs] != T, FATTN_ERR_BAD_SEQLENS,
-                     "cu_seqlens: [num_seqs] is " + S(cu[pp->num_seqs]) + " but q has T = " + S(T));
+        PATH_FAIL_IF(pp->num_seqs < 1 || pp->num_seqs > INT32_MAX, FATTN_ERR_BAD_SEQLENS,
+                     "num_seqs: is " + S(pp->num_seqs) + ", must be >= 1 (and < 2^31) with cu_seqlens");
+        PATH_FAIL_IF(B != 1, FATTN_ERR_BAD_SEQLENS,
+                     "q: ne[0] (batch) is " + S(B) + " but varlen (cu_seqlens) requires B = 1");
+        PATH_FAIL_IF(T > INT32_MAX, FATTN_ERR_BAD_SEQLENS,
+                     "cu_seqlens: int32 offsets cannot index " + S(T) + " tokens");
+        // The kernels read cu_seqlens while they write the outputs: no byte may be shared.
+        PATH_CHECK(vc::check_int32_array("cu_seqlens", pp->cu_seqlens, pp->num_seqs + 1, views,
+                                         op == PathOp::QUERY ? 0 : n, &why_));
+        int64_t max_len = 0;
+        PATH_CHECK(vc::check_cu_seqlens("cu_seqlens", pp->cu_seqlens, pp->num_seqs, T, "q", &max_len, &why_));
         nseq = pp->num_seqs;
     }
 
     PathBwdParams &p = out->p;
     p = PathBwdParams{};
-    p.B = B, p.T = T, p.hq = HQ, p.h = H, p.dk = K, p.dv = V, p.dtype = dt;
+    p.B = B, p.T = T, p.hq = HQ, p.h = H, p.dk = K, p.dv = V, p.dtype = q.dtype;
     p.scale = pp->scale != 0.f ? pp->scale : float(1.0 / std::sqrt(double(K)));
     p.history = pp->history;
     p.q = q.data, p.q_sb = q.nb[0], p.q_ss = q.nb[1], p.q_sh = q.nb[2];
@@ -209,7 +193,7 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
     p.beta = static_cast<const float *>(vw.beta->data);
     p.beta_sb = vw.beta->nb[0], p.beta_ss = vw.beta->nb[1], p.beta_sh = vw.beta->nb[2];
     if (has_g)
-        p.g = static_cast<const float *>(vw.g->data), p.g_sb = vw.g->nb[0], p.g_ss = vw.g->nb[1], p.g_sh = vw.g->nb[2];
+        p.g = static_cast<const float *>(g->data), p.g_sb = g->nb[0], p.g_ss = g->nb[1], p.g_sh = g->nb[2];
     if (vw.o) p.o = vw.o->data, p.o_sb = vw.o->nb[0], p.o_ss = vw.o->nb[1], p.o_sh = vw.o->nb[2];
     if (vw.lse) p.lse = static_cast<float *>(vw.lse->data), p.lse_sb = vw.lse->nb[0], p.lse_sh = vw.lse->nb[1];
     if (op == PathOp::BWD) {
@@ -312,9 +296,10 @@ uint64_t host_allowance(int nthreads, int64_t num_seqs) {
     return 16384 + 1024 * uint64_t(std::max(nthreads, 1)) + 64 * uint64_t(std::max<int64_t>(num_seqs, 0));
 }
 
+// Bytes of the [B, T, H, D] extent a view describes (validated: fits in 2^63).
 uint64_t dense_bytes(const fattn_tensor *t) {
     if (!t) return 0;
-    return uint64_t(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]) * fattn_dtype_size(t->dtype);
+    return sat_prod({t->ne[0], t->ne[1], t->ne[2], t->ne[3], int64_t(fattn_dtype_size(t->dtype))});
 }
 
 }  // namespace
@@ -358,11 +343,12 @@ fattn_status fattn_path_workspace_size(fattn_ctx_t *ctx, const fattn_path_params
         Resolved r;
         Fail f = validate(ctx, p, PathOp::QUERY, inputs(q, k, v, w, beta, g), &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
-        if (dir != FATTN_DIR_FWD && dir != FATTN_DIR_BWD)
-            return set_error(ctx, FATTN_ERR_BAD_VALUE, "dir: unknown direction");
+        const int64_t rdir = raw_enum(dir);  // a C caller may pass any int
+        if (rdir != FATTN_DIR_FWD && rdir != FATTN_DIR_BWD)
+            return set_error(ctx, FATTN_ERR_BAD_VALUE, "dir: " + S(rdir) + " is not a fattn_dir");
         *out = {0, 0};
         if (r.empty) return FATTN_OK;
-        PathLayout lay = path_layout(r.p);
+        PathLayout lay = path_layout(r.p, /*bases=*/false);
         PathWorkspace ws = path_workspace(r.p, lay, dir);
         out->total_bytes = ws.total;
         out->history_bytes = ws.history_bytes;
@@ -383,7 +369,7 @@ fattn_status fattn_path_fwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         if (r.empty) return FATTN_OK;
         f = check_w_beta(p, r.p);
         if (f.s != FATTN_OK) return fail(ctx, f);
-        PathLayout lay = path_layout(r.p);
+        PathLayout lay = path_layout(r.p, /*bases=*/false);
         const size_t need = path_workspace(r.p, lay, FATTN_DIR_FWD).total;
         return with_workspace(ctx, need, workspace, workspace_bytes, [&](void *ws) {
             string err;
@@ -410,7 +396,7 @@ fattn_status fattn_path_bwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         if (r.empty) return FATTN_OK;
         f = check_w_beta(p, r.p);
         if (f.s != FATTN_OK) return fail(ctx, f);
-        PathLayout lay = path_layout(r.p);
+        PathLayout lay = path_layout(r.p, /*bases=*/false);
         const size_t need = path_workspace(r.p, lay, FATTN_DIR_BWD).total;
         return with_workspace(ctx, need, workspace, workspace_bytes, [&](void *ws) {
             string err;
@@ -430,31 +416,34 @@ fattn_status fattn_path_memory(fattn_ctx_t *ctx, const fattn_path_params *p, con
         Fail f = validate(ctx, p, PathOp::QUERY, inputs(q, k, v, w, beta, g), &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
         std::memset(out, 0, sizeof *out);
-        const bool has_g = g && (g->data || g->ne[0] + g->ne[1] > 0);
-        const uint64_t elem = fattn_dtype_size(q->dtype);
-        const uint64_t rows = uint64_t(q->ne[0] * q->ne[1]), HQ = uint64_t(q->ne[2]);
-        const uint64_t V = uint64_t(v->ne[3]);
-        out->inputs_bytes = dense_bytes(q) + dense_bytes(k) + dense_bytes(v) + dense_bytes(w) +
-                            dense_bytes(beta) + (has_g ? dense_bytes(g) : 0);
-        const uint64_t o_bytes = rows * HQ * V * elem, lse_bytes = rows * HQ * 4;
-        out->saved_bytes = o_bytes + lse_bytes;
-        out->grads_bytes = o_bytes /* dout */ + dense_bytes(q) + dense_bytes(k) + dense_bytes(v) +
-                           dense_bytes(w) + dense_bytes(beta) + (has_g ? dense_bytes(g) : 0);
+        const bool has_g = r.p.g != nullptr || (g && (g->ne[0] | g->ne[1] | g->ne[2] | g->ne[3]) != 0);
+        const fattn_tensor none = fattn_tensor_none();
+        const fattn_tensor *gg = has_g ? g : &none;
+        // Sums saturate (size_math.h): the model may over-predict, never wrap below the truth.
+        const uint64_t o_bytes = sat_prod({q->ne[0], q->ne[1], q->ne[2], v->ne[3],
+                                           int64_t(fattn_dtype_size(q->dtype))});
+        const uint64_t lse_bytes = sat_prod({q->ne[0], q->ne[1], q->ne[2], 4});
+        uint64_t in = 0;
+        for (const fattn_tensor *t : {q, k, v, w, beta, gg}) in = sat_add(in, dense_bytes(t));
+        out->inputs_bytes = in;
+        out->saved_bytes = sat_add(o_bytes, lse_bytes);
+        out->grads_bytes = sat_add(o_bytes /* dout */, in);  // dq, dk, dv, dw, dbeta, dg: like inputs
         if (!r.empty) {
             PathFwdParams pp = r.p;
-            PathLayout lay = path_layout(pp);
+            PathLayout lay = path_layout(pp, false);
             // The workspace (fattn_path_workspace_size: buffers, per-thread scratch slots, alignment
             // slack) plus the small host heap the call takes itself.
             const uint64_t host = host_allowance(pp.nthreads, pp.num_seqs);
-            out->fwd_workspace_bytes = path_workspace(pp, lay, FATTN_DIR_FWD).total + host;
-            out->bwd_workspace_bytes = path_workspace(pp, lay, FATTN_DIR_BWD).total + host;
+            out->fwd_workspace_bytes = sat_add(path_workspace(pp, lay, FATTN_DIR_FWD).total, host);
+            out->bwd_workspace_bytes = sat_add(path_workspace(pp, lay, FATTN_DIR_BWD).total, host);
             pp.history = FATTN_PATH_HISTORY_PACKED;
-            out->history_packed_bytes = path_workspace(pp, path_layout(pp), FATTN_DIR_BWD).history_bytes;
+            out->history_packed_bytes = path_workspace(pp, path_layout(pp, false), FATTN_DIR_BWD).history_bytes;
             pp.history = FATTN_PATH_HISTORY_RECTANGULAR;
-            out->history_rectangular_bytes = path_workspace(pp, path_layout(pp), FATTN_DIR_BWD).history_bytes;
+            out->history_rectangular_bytes = path_workspace(pp, path_layout(pp, false), FATTN_DIR_BWD).history_bytes;
         }
-        out->fwd_peak_bytes = out->inputs_bytes + out->saved_bytes + out->fwd_workspace_bytes;
-        out->bwd_peak_bytes = out->inputs_bytes + out->saved_bytes + out->grads_bytes + out->bwd_workspace_bytes;
+        out->fwd_peak_bytes = sat_add(sat_add(out->inputs_bytes, out->saved_bytes), out->fwd_workspace_bytes);
+        out->bwd_peak_bytes = sat_add(sat_add(sat_add(out->inputs_bytes, out->saved_bytes), out->grads_bytes),
+                                      out->bwd_workspace_bytes);
         return FATTN_OK;
     });
 }

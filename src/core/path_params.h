@@ -87,9 +87,12 @@ struct PathLayout {
     int64_t hist_cells = 0;          // cells in the chosen layout
     int64_t max_len = 0;             // longest sequence (bounds the per-thread scratch)
     int64_t total_chunks = 0;        // 64-token chunks over all sequences
+    int64_t segments = 0;            // 512-token segments over all sequences
 };
 
-PathLayout path_layout(const PathFwdParams &p);
+// bases = false: totals only (size queries); the per-sequence vectors stay empty for dense
+// calls. Totals saturate at INT64_MAX instead of wrapping (size_math.h).
+PathLayout path_layout(const PathFwdParams &p, bool bases = true);
 
 // Cell index of (sequence s, token t of it, column r) in the chosen layout (1 <= r <= t / S).
 inline int64_t path_hist_cell(const PathFwdParams &p, const PathLayout &lay, int64_t s,

@@ -1,5 +1,7 @@
 // status.cpp — the small, state-free part of the C API: status strings, the version, enum names,
 // dtype sizes and the tensor-view constructors. Nothing here touches a context.
+#include <cstring>
+
 #include "core/enum_raw.h"
 #include "fattn/fattn.h"
 
@@ -78,7 +80,9 @@ fattn_tensor fattn_tensor_4d(void *data, fattn_dtype dtype, int64_t n0, int64_t 
                              int64_t n3, int64_t s0, int64_t s1, int64_t s2, int64_t s3) {
     fattn_tensor t;
     t.data = data;
-    t.dtype = dtype;
+    // Copied as bytes: a C caller may pass any int, and loading an out-of-range value as the
+    // enum type is undefined in C++; the validators report it (BAD_VALUE) when the view is used.
+    std::memcpy(&t.dtype, &dtype, sizeof t.dtype);
     t.ne[0] = n0; t.ne[1] = n1; t.ne[2] = n2; t.ne[3] = n3;
     t.nb[0] = s0; t.nb[1] = s1; t.nb[2] = s2; t.nb[3] = s3;
     return t;
@@ -86,8 +90,13 @@ fattn_tensor fattn_tensor_4d(void *data, fattn_dtype dtype, int64_t n0, int64_t 
 
 fattn_tensor fattn_tensor_contiguous(void *data, fattn_dtype dtype, int64_t n0, int64_t n1,
                                      int64_t n2, int64_t n3) {
-    // Row-major over [n0, n1, n2, n3]; strides in elements.
-    return fattn_tensor_4d(data, dtype, n0, n1, n2, n3, n1 * n2 * n3, n2 * n3, n3, 1);
+    // Row-major over [n0, n1, n2, n3]; strides in elements. The products wrap (unsigned, so
+    // defined) for absurd dims; such a view is refused by the validators' size checks.
+    const uint64_t s2 = uint64_t(n3), s1 = s2 * uint64_t(n2), s0 = s1 * uint64_t(n1);
+    fattn_tensor t = fattn_tensor_4d(data, FATTN_F32, n0, n1, n2, n3, int64_t(s0), int64_t(s1),
+                                     int64_t(s2), 1);
+    std::memcpy(&t.dtype, &dtype, sizeof t.dtype);  // as bytes: see fattn_tensor_4d
+    return t;
 }
 
 fattn_tensor fattn_tensor_none(void) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/attn_params.h"
+#include "core/size_math.h"
 
 namespace fattn::cpu::detail {
 
@@ -212,12 +213,13 @@ class SlotPool {
 };
 
 // Carves float arrays out of one scratch slot, 64-byte aligned; with p == nullptr it only counts.
+// Counts saturate (size_math.h): a slot too large to exist sizes as SIZE_MAX, never wraps.
 struct Arena {
     char *p;
     size_t used = 0;
-    float *floats(int64_t n) {
+    float *floats(size_t n) {
         float *r = p ? reinterpret_cast<float *>(p + used) : nullptr;
-        used += (size_t(n) * 4 + 63) / 64 * 64;
+        used = sat_add(used, sat_round(sat_mul(n, 4), 64));
         return r;
     }
     TileRows *rows() { return reinterpret_cast<TileRows *>(floats(sizeof(TileRows) / 4)); }

@@ -222,7 +222,7 @@ FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     f.shift = a.floats(kBQ);
     f.alpha = a.floats(kBQ);
     f.sum = a.floats(kBQ);
-    f.blk = p.algo == FATTN_ALGO_EXACT ? a.floats(kBQ * p.seqlen_kv) : nullptr;
+    f.blk = p.algo == FATTN_ALGO_EXACT ? a.floats(sat_prod({kBQ, p.seqlen_kv})) : nullptr;
     f.tr = a.rows();
     f.bytes = a.used;
     return f;
@@ -257,12 +257,26 @@ int64_t bwd_chunks(const AttnFwdParams &p) {
     return std::max<int64_t>(1, std::min({want, kMaxKvChunks, nkt}));
 }
 
+// Upper bound of the tasks of any phase that takes a scratch slot (fused / exact forward: Hq x
+// query tiles per sequence; backward: kv heads x chunks per sequence). parallel_for runs at most
+// min(nthreads, tasks) of them at once, so no more slots can be busy: a context with many
+// threads (or INT_MAX requested) costs a small problem no more than it can use.
+int64_t max_slot_tasks(const AttnFwdParams &p, fattn_dir dir) {
+    auto sat64 = [](size_t x) { return x > size_t(INT64_MAX) ? INT64_MAX : int64_t(x); };
+    if (dir == FATTN_DIR_BWD) return sat64(sat_prod({p.batch, p.hkv, bwd_chunks(p)}));
+    if (p.cu_seqlens_q)  // sum over sequences of ceil(len / kBQ) <= ceil(total / kBQ) + num_seqs
+        return sat64(sat_prod({p.hq, sat64(sat_add(size_t(cdiv(p.total_q, kBQ)), size_t(p.batch)))}));
+    return sat64(sat_prod({p.hq, p.batch, cdiv(p.seqlen_q, kBQ)}));
+}
+
 size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Workspace *ws) {
+    // Sizes saturate (size_math.h): a huge broadcast view's scratch reads SIZE_MAX instead of
+    // wrapping to a small number that a kernel would then overrun.
     char *b = static_cast<char *>(base);
     size_t off = 0;
     auto take = [&](size_t bytes) {
         char *r = b ? b + off : nullptr;
-        off += (bytes + 63) / 64 * 64;
+        off = sat_add(off, sat_round(bytes, 64));
         return r;
     };
     bool varlen = p.cu_seqlens_q != nullptr;
@@ -273,8 +287,10 @@ size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Works
         m.per_batch = !varlen && p.bias_sb != 0 && p.batch > 1;
         int64_t slices = (m.per_batch ? p.batch : 1) * m.nbh;
         int64_t *seq_off = nullptr;
+        size_t map_bytes = 0;
         if (varlen) {
-            seq_off = reinterpret_cast<int64_t *>(take(size_t(p.batch + 1) * 8));
+            // Sum of per-sequence tile pairs <= (total_q / kBQ + n)(total_kv / kBK + n): int32 totals.
+            seq_off = reinterpret_cast<int64_t *>(take(sat_prod({p.batch + 1, 8})));
             int64_t acc = 0;
             for (int64_t s = 0; s < p.batch; ++s) {
                 if (seq_off) seq_off[s] = acc;
@@ -283,31 +299,35 @@ size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Works
             }
             if (seq_off) seq_off[p.batch] = acc;
             m.slice_pairs = acc;
+            map_bytes = sat_prod({slices, acc});
         } else {
-            m.slice_pairs = cdiv(p.seqlen_q, kBQ) * cdiv(p.seqlen_kv, kBK);
+            // Dense: Sq and Skv of broadcast size-query views can each be ~2^62.
+            const size_t pairs = sat_prod({cdiv(p.seqlen_q, kBQ), cdiv(p.seqlen_kv, kBK)});
+            m.slice_pairs = pairs > size_t(INT64_MAX) ? INT64_MAX : int64_t(pairs);
+            map_bytes = sat_mul(size_t(slices), pairs);
         }
         m.seq_off = seq_off;
         // Never nullptr on the real carve, even for zero pairs: "no bias" is act == nullptr.
-        m.act = reinterpret_cast<const uint8_t *>(take(size_t(slices * m.slice_pairs) + 1));
-        w.ceil = reinterpret_cast<float *>(take(size_t(slices * p.total_q) * 4));
+        m.act = reinterpret_cast<const uint8_t *>(take(sat_add(map_bytes, 1)));
+        w.ceil = reinterpret_cast<float *>(take(sat_prod({slices, p.total_q, 4})));
     }
     if (dir == FATTN_DIR_BWD) {
         w.nchunks = bwd_chunks(p);
         const int64_t nb = varlen ? 1 : p.batch;  // dense: each batch has its own rows
-        w.delta = reinterpret_cast<float *>(take(size_t(nb * p.hq * p.total_q) * 4));
-        if (p.bias) w.lse_rel = reinterpret_cast<float *>(take(size_t(nb * p.hq * p.total_q) * 4));
+        w.delta = reinterpret_cast<float *>(take(sat_prod({nb, p.hq, p.total_q, 4})));
+        if (p.bias) w.lse_rel = reinterpret_cast<float *>(take(sat_prod({nb, p.hq, p.total_q, 4})));
         w.dq_part = reinterpret_cast<float *>(
-            take(size_t(w.nchunks * nb * p.hq * p.total_q * pad_n(p.d)) * 4));
+            take(sat_prod({w.nchunks, nb, p.hq, p.total_q, pad_n(p.d), 4})));
         // The backward may run the fused forward's tasks to recompute row statistics (bias rows
         // with a large ceiling), so a slot holds either scratch.
         w.slot_bytes = std::max(carve_bwd(p, nullptr).bytes, p.bias ? carve_fwd(p, nullptr).bytes : 0);
     } else {
         w.slot_bytes = carve_fwd(p, nullptr).bytes;
     }
-    w.nslots = std::max(p.nthreads, 1);
-    w.slots = take(w.slot_bytes * size_t(w.nslots));
+    w.nslots = int(std::max<int64_t>(1, std::min<int64_t>(std::max(p.nthreads, 1), max_slot_tasks(p, dir))));
+    w.slots = take(sat_mul(w.slot_bytes, size_t(w.nslots)));
     if (ws) *ws = w;
-    return off + 64;  // + 64: room to align a caller's base that is not 64-byte aligned
+    return sat_add(off, 64);  // + 64: room to align a caller's base that is not 64-byte aligned
 }
 
 void build_bias_map(const AttnFwdParams &p, Workspace *ws) {

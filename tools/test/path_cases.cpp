@@ -82,7 +82,10 @@ struct Run {
         std::vector<double> x(size_t(c.K));
         for (int64_t r = 0; r < R * c.H; ++r) {
             double n = 0;
-            for (auto &e : x) n += (e = nd(rng)) * e;
+            for (auto &e : x) {  // assign, then use: (e = ..) * e is unsequenced (clang -Wunsequenced)
+                e = nd(rng);
+                n += e * e;
+            }
             for (int64_t d = 0; d < c.K; ++d) w.set(r * c.K + d, x[size_t(d)] / std::sqrt(n));
             beta.set(r, ub(rng));
         }

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "core/attn_params.h"
+#include "core/size_math.h"
 
 namespace fattn::cuda::attn {
 
@@ -38,23 +39,25 @@ struct Workspace {
             w.map_nh = p.bias_sh == 0 ? 1 : p.hq;
             w.map_nm = (p.total_q + kMapBlock - 1) / kMapBlock;
             w.map_nn = (p.total_kv + kMapBlock - 1) / kMapBlock;
-            w.map_bytes = size_t(w.map_nb * w.map_nh * w.map_nm * w.map_nn);
+            // Saturating (size_math.h): Sq/64 x Skv/64 of a huge broadcast size query exceeds
+            // 64 bits; the size must read SIZE_MAX then, never wrap to a small number.
+            w.map_bytes = sat_prod({w.map_nb, w.map_nh, w.map_nm, w.map_nn});
         }
         w.map_off = 0;
-        size_t off = align(w.map_bytes);
+        size_t off = sat_round(w.map_bytes, 256);
         if (p.bias) {
             w.ceil_off = off;
-            w.ceil_bytes = size_t(w.map_nb * w.map_nh) * size_t(p.total_q) * sizeof(float);
-            off += align(w.ceil_bytes);
+            w.ceil_bytes = sat_prod({w.map_nb, w.map_nh, p.total_q, int64_t(sizeof(float))});
+            off = sat_add(off, sat_round(w.ceil_bytes, 256));
         }
         if (dir == FATTN_DIR_BWD) {
             w.delta_off = off;
-            w.delta_bytes = size_t(bview) * size_t(p.hq) * size_t(p.total_q) * sizeof(float);
-            off += align(w.delta_bytes);
+            w.delta_bytes = sat_prod({bview, p.hq, p.total_q, int64_t(sizeof(float))});
+            off = sat_add(off, sat_round(w.delta_bytes, 256));
             if (p.bias) {
                 w.lse_rel_off = off;
                 w.lse_rel_bytes = w.delta_bytes;
-                off += align(w.lse_rel_bytes);
+                off = sat_add(off, sat_round(w.lse_rel_bytes, 256));
             }
         }
         w.total = off;

@@ -29,8 +29,8 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     Sm90Maps m;
     CUtensorMap tm_do;
     cudaError_t e;
-    {  // dK/dV: 128-key CTAs, 64-row query items
-        if ((e = maps_of(p, sm90bwd::kBM, sm90bwd::kBN, &m, &tm_do)) != cudaSuccess) return e;
+    {  // dK/dV: 128-key CTAs, 64-row (D128) or 128-row (D64) query items
+        if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::kBN, &m, &tm_do)) != cudaSuccess) return e;
         const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::kBN), unsigned(p.hkv), unsigned(p.batch));
         const size_t smem = sm90bwd::dkdv_smem(D);
         auto k = sm90_dkdv_kernel<T, D>;
@@ -40,8 +40,8 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
             if ((e = cudaGetLastError()) != cudaSuccess) return e;
         }
     }
-    {  // dQ: 128-row CTAs, 64-key steps
-        if ((e = maps_of(p, sm90dq::kBM, sm90dq::kBN, &m, &tm_do)) != cudaSuccess) return e;
+    {  // dQ: 128-row CTAs, 64-key (D128) or 128-key (D64) steps
+        if ((e = maps_of(p, sm90dq::kBM, sm90dq::bn(D), &m, &tm_do)) != cudaSuccess) return e;
         const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(p.hq), unsigned(p.batch));
         const size_t smem = sm90dq::dq_smem(D);
         auto k = sm90_dq_kernel<T, D>;

@@ -21,7 +21,9 @@ namespace fattn::cuda::attn {
 
 namespace sm90bwd {
 constexpr int kBN = 128;       // keys per CTA (two consumer warpgroups × 64)
-constexpr int kBM = 64;        // query rows per work item
+// Query rows per work item: 64 (at D64, 128 rows spilled ~250 B: Sᵀ, dPᵀ and their fragments
+// double while dK + dV only halve).
+constexpr int bm(int) { return 64; }
 constexpr int kStages = 2;
 constexpr int kThreads = 384;
 // Register split (128·P + 256·C <= 64K): the producer's item walk spills under 56 registers; at
@@ -29,9 +31,9 @@ constexpr int kThreads = 384;
 constexpr int producer_regs(int d) { return d > 64 ? 40 : 56; }
 constexpr int consumer_regs(int d) { return d > 64 ? 232 : 224; }
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
-// K, V [kBN, D]; per stage Q, dO [kBM, D]; per stage 4 row arrays of kBM floats; barriers; slack.
+// K, V [kBN, D]; per stage Q, dO [bm, D]; per stage 4 row arrays of bm floats; barriers; slack.
 constexpr size_t dkdv_smem(int d) {
-    return (2 * panel(kBN) + 2 * kStages * panel(kBM)) * size_t(d / 64) + size_t(kStages) * 4 * kBM * 4 + 128 + 1024;
+    return (2 * panel(kBN) + 2 * kStages * panel(bm(d))) * size_t(d / 64) + size_t(kStages) * 4 * bm(d) * 4 + 128 + 1024;
 }
 }  // namespace sm90bwd
 
@@ -42,6 +44,7 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using namespace sm90bwd;
     using namespace sm90;
+    constexpr int kBM = bm(D);
     constexpr int NP = D / 64, NO = D / 8, NQ = kBM / 8;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));

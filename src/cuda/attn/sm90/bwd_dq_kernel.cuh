@@ -15,13 +15,14 @@ namespace fattn::cuda::attn {
 
 namespace sm90dq {
 constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups × 64)
-constexpr int kBN = 64;   // keys per step: S, dP and dQ stay in registers (32 + 32 + D/2)
+// Keys per step: S, dP and dQ stay in registers (2·bn/2 + D/2): 64 at D128, 128 at D64.
+constexpr int bn(int d) { return d > 64 ? 64 : 128; }
 constexpr int kStages = 2;
 constexpr int kThreads = 384;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
-constexpr size_t dq_smem(int d) {  // Q, dO [kBM, D]; per stage K, V [kBN, D]; barriers; slack
-    return (2 * panel(kBM) + 2 * kStages * panel(kBN)) * size_t(d / 64) + 128 + 1024;
+constexpr size_t dq_smem(int d) {  // Q, dO [kBM, D]; per stage K, V [bn, D]; barriers; slack
+    return (2 * panel(kBM) + 2 * kStages * panel(bn(d))) * size_t(d / 64) + 128 + 1024;
 }
 }  // namespace sm90dq
 
@@ -32,6 +33,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using namespace sm90dq;
     using namespace sm90;
+    constexpr int kBN = bn(D);
     constexpr int NP = D / 64, NS = kBN / 8, NO = D / 8;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
