@@ -6,7 +6,7 @@
 #                        baseline (and, on an AVX-512 host, the AVX2) kernels run on every host.
 find_package(Python3 COMPONENTS Interpreter QUIET)
 find_program(FATTN_OBJDUMP objdump)
-if(Python3_Interpreter_FOUND AND FATTN_OBJDUMP AND NOT FATTN_SANITIZE
+if(Python3_Interpreter_FOUND AND FATTN_OBJDUMP AND NOT FATTN_SANITIZE AND NOT FATTN_FUZZ
    AND CMAKE_BUILD_TYPE MATCHES "^(Release|RelWithDebInfo|MinSizeRel)$"
    AND CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   add_test(NAME cpu-gemm-spills
