@@ -4,7 +4,9 @@
 // fwd and fwd+bwd (CUDA events with an L2 flush before each rep; steady clock on the CPU), FLOP
 // rate (fwd 4·B·Hq·Sq·Skv·D, halved for causal; bwd 2.5× fwd), the bytes kept for the backward
 // (fattn_attn_memory saved_bytes), the modelled vs measured peak memory, the resolved precision,
-// and a parity line (max rel err of each arm against the exact arm).
+// and a parity line (max rel err of each arm against the exact arm). On the CPU it also prints the
+// ISA path the kernels run (fattn_cpu_isa) and, before each case, OpenBLAS SGEMM 2048³ on the same
+// threads (when built with OpenBLAS) with the fused fwd+bwd rate as a fraction of it.
 //
 //   fattn-bench [--backend cpu|cuda] [--preset NAME|list] [--reps N] [--warmup N] [--threads N]
 //               [--arms fused,portable,exact,cudnn] [--csv FILE] [--max-err E]
@@ -71,6 +73,7 @@ struct CaseResult {
     Case c;
     std::vector<ArmResult> arms;
     double err_fused = -1, err_cudnn = -1;
+    double sgemm = -1;  // CPU: SGEMM GFLOP/s measured right before this case (< 0: none)
     const ArmResult *find(const char *name) const {
         for (const ArmResult &a : arms)
             if (a.arm == name) return &a;
@@ -110,6 +113,11 @@ void print_case(const CaseResult &cr, const Options &opt) {
     if (fu && cd && fu->ok() && cd->ok())
         std::printf("  fused/cudnn: time fwd %.2fx, fwd+bwd %.2fx\n", fu->fwd_ms / cd->fwd_ms,
                     fu->fwdbwd_ms / cd->fwdbwd_ms);
+    if (!cuda && cr.sgemm > 0) {
+        double rb = fu && fu->ok() ? 3.5 * ff / (fu->fwdbwd_ms * 1e-3) / unit : -1;
+        std::printf("  SGEMM %d^3 (same run, just before this case): %.1f GFLOP/s; fused fwd+bwd = %s of it\n",
+                    kSgemmN, cr.sgemm, rb > 0 ? fmt(100.0 * rb / cr.sgemm, "%.0f%%").c_str() : "-");
+    }
     if (!c.peer.empty()) std::printf("  peers (TARGETS.md, fwd+bwd, other process): %s\n", c.peer.c_str());
     std::fflush(stdout);
 }
@@ -120,8 +128,9 @@ void print_summary(const std::vector<CaseResult> &all, const Options &opt) {
     std::printf("\n== summary (%s, preset %s): fwd+bwd medians, same process, same inputs\n",
                 cuda ? "cuda" : "cpu", opt.preset.c_str());
     std::printf("| case | prec | fused ms | %s | exact ms | fused/exact time | cudnn ms | fused/cudnn | "
-                "saved fused/exact MiB | max rel err |\n|---|---|---|---|---|---|---|---|---|---|\n",
-                cuda ? "fused TFLOP/s" : "fused GFLOP/s");
+                "saved fused/exact MiB | max rel err |%s\n|---|---|---|---|---|---|---|---|---|---|%s\n",
+                cuda ? "fused TFLOP/s" : "fused GFLOP/s", cuda ? "" : " SGEMM GFLOP/s | fused/SGEMM |",
+                cuda ? "" : "---|---|");
     for (const CaseResult &cr : all) {
         const ArmResult *fu = cr.find("fused"), *ex = cr.find("exact"), *cd = cr.find("cudnn");
         auto ms = [](const ArmResult *a) { return a && a->ok() ? fmt(a->fwdbwd_ms, "%.3f") : std::string(a ? "n/a" : "-"); };
@@ -131,10 +140,14 @@ void print_summary(const std::vector<CaseResult> &all, const Options &opt) {
         std::string saved = fu && ex && fu->saved_bytes && ex->saved_bytes
                                 ? fmt(mib(double(fu->saved_bytes)), "%.1f") + " / " + fmt(mib(double(ex->saved_bytes)), "%.1f")
                                 : "-";
-        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cr.c.name.c_str(),
+        std::printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", cr.c.name.c_str(),
                     fu ? fu->prec.c_str() : "-", ms(fu).c_str(), fmt(rate, "%.1f").c_str(), ms(ex).c_str(),
                     fmt(r_ex, "%.2fx").c_str(), ms(cd).c_str(), fmt(r_cd, "%.2fx").c_str(), saved.c_str(),
                     fmt(cr.err_fused, "%.1e").c_str());
+        if (!cuda)
+            std::printf(" %s | %s |", fmt(cr.sgemm, "%.1f").c_str(),
+                        fmt(rate > 0 && cr.sgemm > 0 ? rate / cr.sgemm : -1, "%.2f").c_str());
+        std::printf("\n");
     }
 }
 
@@ -268,6 +281,9 @@ int main(int argc, char **argv) {
                      : ("threads " + (opt.threads > 0 ? std::to_string(opt.threads) : std::string("hw"))).c_str(),
                 opt.preset.c_str(), cases.size(), opt.arms.c_str(),
                 cuda && has_arm(opt, "cudnn") && !cudnn_built() ? " (cudnn: not built)" : "");
+    if (!cuda)
+        std::printf("cpu isa: %s (fattn_cpu_isa; FATTN_CPU_ISA caps it) | SGEMM ceiling: %s\n", fattn_cpu_isa(),
+                    sgemm_name().c_str());
     std::printf("FLOPs: fwd 4·B·Hq·Sq·Skv·D (halved for causal), fwd+bwd 3.5x fwd; medians; "
                 "%s\n", cuda ? "CUDA events, L2 flushed before each rep" : "steady clock");
     std::vector<CaseResult> all;
@@ -283,6 +299,7 @@ int main(int argc, char **argv) {
         CaseResult cr;
         cr.c = c;
         HostData in = make_inputs(c, 1234 + ci);
+        if (!cuda && sgemm_built()) cr.sgemm = sgemm_gflops(opt.threads, kSgemmN, 3);
         if (has_arm(opt, "fused")) cr.arms.push_back(run_fattn_arm(c, opt, FATTN_ALGO_FUSED, in));
         if (cuda && has_arm(opt, "portable"))
             cr.arms.push_back(run_fattn_arm(c, opt, FATTN_ALGO_FUSED, in, FATTN_CUDA_FAMILY_PORTABLE));

@@ -115,8 +115,10 @@ int main(int argc, char **argv) {
         usage();
         return 2;
     }
-    std::printf("fattn-test %s: backend %s, %d famil%s\n", mode_name(o.mode),
-                o.backend == BackendKind::CPU ? "cpu" : "cuda", family_count(),
+    // The CPU ISA path is named so a CI log says which kernels were checked (FATTN_CPU_ISA caps it).
+    std::printf("fattn-test %s: backend %s%s%s, %d famil%s\n", mode_name(o.mode),
+                o.backend == BackendKind::CPU ? "cpu" : "cuda", o.backend == BackendKind::CPU ? ", cpu isa " : "",
+                o.backend == BackendKind::CPU ? fattn_cpu_isa() : "", family_count(),
                 family_count() == 1 ? "y" : "ies");
     Summary s;
     int rc = 0;

@@ -136,6 +136,11 @@ FATTN_API void fattn_ctx_free(fattn_ctx_t *ctx);
 FATTN_API fattn_backend fattn_ctx_backend(const fattn_ctx_t *ctx);
 FATTN_API int fattn_ctx_nthreads(const fattn_ctx_t *ctx);          /* CPU: resolved thread count */
 FATTN_API fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads);
+/* The instruction set the CPU kernels run on this machine: "avx512", "avx2" or "base" (x86-64
+ * SSE2; also every non-x86 build). Picked once from the CPU's features; the environment variable
+ * FATTN_CPU_ISA=avx2|base caps it (never above what the CPU has). Log it beside the resolved
+ * precision: the CPU rate differs several-fold between the paths. */
+FATTN_API const char *fattn_cpu_isa(void);
 FATTN_API fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream); /* CUDA only */
 
 /* Which CUDA kernel family a context may run (CUDA contexts only; the CPU accepts AUTO alone).

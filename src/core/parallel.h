@@ -1,19 +1,28 @@
-// parallel.h — a deterministic parallel-for for the CPU backend.
+// parallel.h — a deterministic parallel-for for the CPU backend, on persistent worker threads.
 //
 // parallel_for(n, nthreads, fn) calls fn(i) exactly once for every i in [0, n), spread over up to
 // nthreads threads (the caller's thread included). Work items are independent by contract: each
 // writes its own outputs with a fixed internal order, so results never depend on nthreads or on
 // which thread ran which item. Exceptions must not escape fn (the library never throws across the
 // C API); fn returns nothing.
+//
+// The threads come from a process-wide cache of pools (parallel.cpp): a call borrows an idle pool
+// (or makes one), grows it to nthreads - 1 workers if it can, and gives it back, so steady-state
+// calls create no threads. A thread that cannot be created only lowers the speed of that call.
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <thread>
-#include <vector>
+#include <type_traits>
 
 namespace fattn {
+
+namespace detail {
+using TaskFn = void (*)(void *ctx, int64_t i);
+// Runs fn(ctx, i) for i in [0, n) on the caller and up to nt - 1 pool workers; returns when all
+// n items are done. nt >= 2, n >= 1.
+void parallel_run(int64_t n, int nt, TaskFn fn, void *ctx);
+}  // namespace detail
 
 template <class Fn>
 void parallel_for(int64_t n, int nthreads, Fn &&fn) {
@@ -23,20 +32,9 @@ void parallel_for(int64_t n, int nthreads, Fn &&fn) {
         for (int64_t i = 0; i < n; ++i) fn(i);
         return;
     }
-    std::atomic<int64_t> next{0};  // dynamic scheduling: only *which thread* varies, never the math
-    auto worker = [&]() {
-        for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
-    };
-    // A thread that cannot be created (resource limits) must not abort the process: run with the
-    // threads we got. Results do not depend on the thread count, so this changes only the speed.
-    std::vector<std::thread> pool;
-    try {
-        pool.reserve(size_t(nt - 1));
-        for (int t = 1; t < nt; ++t) pool.emplace_back(worker);
-    } catch (...) {
-    }
-    worker();
-    for (auto &th : pool) th.join();
+    using F = std::remove_reference_t<Fn>;
+    detail::parallel_run(n, nt, [](void *c, int64_t i) { (*static_cast<F *>(c))(i); },
+                         const_cast<void *>(static_cast<const void *>(&fn)));
 }
 
 }  // namespace fattn

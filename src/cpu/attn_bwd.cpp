@@ -117,6 +117,26 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     if (!kExact && p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
                     load_tile(elem(p.q, p.dtype, qrow), p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, dp);
                     load_tile(elem(p.dout, p.dtype, drow), p.dtype, p.do_ss, rows, int(hdv), 1.0f, sc.dout, dvp);
+                    // The next q tile of this kv tile (same head, or the group's next head) is
+                    // fetched while this pair computes (see TilePrefetch): Q during the first
+                    // GEMM, dO during dP, its dQ partial rows (a contiguous block the dQ GEMM
+                    // reads and writes, from L3 at long S) during dK.
+                    TilePrefetch pf_q, pf_do, pf_dq;
+                    {
+                        int64_t g1 = g, qt1 = qt + 1;
+                        if (qt1 == nqt) g1 = g + 1, qt1 = 0;
+                        const int64_t i1 = qt1 * kBQ;
+                        const int rows1 = int(std::min<int64_t>(kBQ, r.q_len - i1));
+                        if (g1 < group && tile_may_touch(p, r, i1, rows1, j0, bk)) {
+                            const int64_t h1 = hk * group + g1;
+                            pf_q = tile_prefetch(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i1) * p.q_ss + h1 * p.q_sh),
+                                                 p.dtype, p.q_ss, rows1, int(p.d));
+                            pf_do = tile_prefetch(elem(p.dout, p.dtype, r.batch_index * p.do_sb + (r.q_begin + i1) * p.do_ss + h1 * p.do_sh),
+                                                  p.dtype, p.do_ss, rows1, int(hdv));
+                            pf_dq = tile_prefetch(ws.dq_part + (((c * nb + r.batch_index) * p.hq + h1) * p.total_q + r.q_begin + i1) * dp,
+                                                  FATTN_F32, dp, rows1, int(dp));
+                        }
+                    }
                     // lse' (relative to the bias ceilings) with a bias, else the saved lse.
                     const float *lse = p.bias ? ws.lse_rel + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0
                                               : p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
@@ -129,7 +149,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                         transpose(pcol, p.seqlen_q, bk, rows, sc.pm, kBK);
                         for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * kBK + bk, sc.pm + i * kBK + n, 0.0f);
                     } else {
-                        gemm(rows, n, int(p.d), sc.qs, dp, sc.kt, kBK, sc.pm, kBK, false);
+                        gemm(rows, n, int(p.d), sc.qs, dp, sc.kt, kBK, sc.pm, kBK, false, &pf_q);
                         for (int i = 0; i < rows; ++i) {
                             float *pr = sc.pm + i * kBK;
                             int a = sc.tr->a[i], b = sc.tr->b[i];
@@ -144,12 +164,12 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                         }
                     }
                     // dP = dO Vᵀ, then dS = P ∘ (dP − delta) in place   [rows, n]
-                    gemm(rows, n, int(hdv), sc.dout, dvp, sc.vt, kBK, sc.dp, kBK, false);
+                    gemm(rows, n, int(hdv), sc.dout, dvp, sc.vt, kBK, sc.dp, kBK, false, &pf_do);
                     for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * kBK, sc.pm + i * kBK, delta[i], n);
 
                     // dV += Pᵀ dO,  dK += dSᵀ (scale·Q)  (A read transposed),  dQ_c += dS K
-                    gemm_tn(bk, int(dvp), rows, sc.pm, kBK, sc.dout, dvp, sc.dv, dvp, true);
-                    gemm_tn(bk, int(dp), rows, sc.dp, kBK, sc.qs, dp, sc.dk, dp, true);
+                    gemm_tn(bk, int(dvp), rows, sc.pm, kBK, sc.dout, dvp, sc.dv, dvp, true, kExact ? &pf_q : nullptr);
+                    gemm_tn(bk, int(dp), rows, sc.dp, kBK, sc.qs, dp, sc.dk, dp, true, &pf_dq);
                     float *dq = ws.dq_part + (((c * nb + r.batch_index) * p.hq + h) * p.total_q + r.q_begin + i0) * dp;
                     gemm(rows, int(dp), bk, sc.dp, kBK, sc.kr, dp, dq, dp, true);
                 }

@@ -72,9 +72,19 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
                       p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
             load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
                       p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, dvp);
+            // The next kv tile's K and V arrive while this one computes (see TilePrefetch).
+            TilePrefetch pf_k, pf_v;
+            if (kt + 1 < kt_end) {
+                const int64_t j1 = j0 + kBK;
+                const int bk1 = int(std::min<int64_t>(kBK, r.kv_len - j1));
+                pf_k = tile_prefetch(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j1) * p.k_ss + hk * p.k_sh),
+                                     p.dtype, p.k_ss, bk1, int(p.d));
+                pf_v = tile_prefetch(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j1) * p.v_ss + hk * p.v_sh),
+                                     p.dtype, p.v_ss, bk1, int(p.dim_v));
+            }
             if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
             // Sᵀ = K (scale · Q)ᵀ   [bk, nq]
-            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, sc.st, kBQ, false);
+            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, sc.st, kBQ, false, &pf_k);
             for (int i = 0; i < rows; ++i) {  // bias, then -inf outside each query's window
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)
@@ -99,7 +109,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
                 sc.l[i] += sc.sum[i];
             }
             // acc += P V with P read from Pᵀ   [rows, dvp]
-            gemm_tn(rows, int(dvp), bk, sc.st, kBQ, sc.v, dvp, sc.acc, dvp, true);
+            gemm_tn(rows, int(dvp), bk, sc.st, kBQ, sc.v, dvp, sc.acc, dvp, true, &pf_v);
         }
 
         // O = acc / l, LSE = ceiling + m + log l; a row that saw no key: O = 0, LSE = -inf.

@@ -26,8 +26,8 @@ namespace fattn::cpu::detail {
 // the backward (D <= 128) stay inside a 1-2 MiB L2 while each packed tile is reused 64 times.
 constexpr int kBQ = 64;
 constexpr int kBK = 64;
-// Microkernel column width (one AVX-512 register, two AVX2 ones): every packed row is padded to
-// a multiple of it with zeros so the GEMM never needs a column tail.
+// Packed-row granule: every packed row is padded to a multiple of kNR floats with zeros, so the
+// GEMM of every ISA (vectors of 4, 8 or 16 floats) never needs a column tail.
 constexpr int kNR = 16;
 // Backward: kv tiles of one (sequence, kv head) are split over this many interleaved chunks when
 // there are fewer (sequence, kv head) pairs than kBwdTargetTasks, so a few threads find work.
@@ -41,13 +41,26 @@ inline int64_t pad_n(int64_t n) { return cdiv(n, kNR) * kNR; }
 
 // ---- math (attn_math.cpp) ----
 
+// A strided tile (rows of `bytes` bytes, `stride` bytes apart) that the next step will load,
+// prefetched by a GEMM while it computes. Its rows are short runs a whole token (H·D elements)
+// apart, which the hardware prefetchers do not follow; without it every load_tile row waits for
+// L3/DRAM (~28% of the time at S 4096 D128 on AVX2). The GEMM spreads the prefetches over its
+// register blocks: AMD Zen 3 drops most of a burst of hundreds issued at once.
+struct TilePrefetch {
+    const char *base = nullptr;  // nullptr: nothing to prefetch
+    int64_t stride = 0, bytes = 0;
+    int rows = 0;
+};
+TilePrefetch tile_prefetch(const void *src, fattn_dtype t, int64_t rs, int rows, int cols);
+
 // C[M, N] (+)= A[M, K] · B[K, N], all row-major f32 with leading dims lda/ldb/ldc; N % kNR == 0.
-// Every C element sums k = 0..K-1 in order (after its previous value when accumulate).
+// Every C element sums k = 0..K-1 in order (after its previous value when accumulate). pf: a tile
+// to prefetch meanwhile (never read for the result).
 void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-          int64_t ldc, bool accumulate);
+          int64_t ldc, bool accumulate, const TilePrefetch *pf = nullptr);
 // Same with A stored transposed: A(r, k) = At[k * lda + r].
 void gemm_tn(int M, int N, int K, const float *At, int64_t lda, const float *B, int64_t ldb,
-             float *C, int64_t ldc, bool accumulate);
+             float *C, int64_t ldc, bool accumulate, const TilePrefetch *pf = nullptr);
 // y[j] = exp(x[j] - shift) for j < n; exactly 0 where x - shift < -87 (so -inf gives 0).
 void exp_shift(const float *x, float shift, float *y, int n);
 void scale_row(float *x, float a, int n);   // x *= a
@@ -62,6 +75,8 @@ void col_max(const float *x, int64_t ld, int nj, int n, float *mx);
 void col_exp_sum(const float *x, int64_t ld, int nj, int n, const float *shift, float *y,
                  int64_t ldy, float *sum);
 void col_scale(float *x, int64_t ld, int nj, int n, const float *a);
+// Name of the ISA path the math runs on ("avx512", "avx2", "base"); see attn_math.cpp.
+const char *isa_name();
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols
 void transpose(const float *src, int64_t lds, int rows, int cols, float *dst, int64_t ldd);
 

@@ -80,6 +80,13 @@ ArmResult run_fattn_arm(const Case &c, const Options &opt, fattn_algo algo, cons
 bool cudnn_built();
 ArmResult run_cudnn_arm(const Case &c, const Options &opt, const HostData &in);
 
+// The CPU ceiling (bench_sgemm.cpp): OpenBLAS SGEMM n³ on `threads` threads (0 = hardware),
+// median of reps, in GFLOP/s; < 0 when fattn-bench was built without OpenBLAS.
+bool sgemm_built();
+std::string sgemm_name();  // OpenBLAS's build config and core, or why there is none
+double sgemm_gflops(int threads, int n, int reps);
+constexpr int kSgemmN = 2048;  // TARGETS.md's CPU ceiling is SGEMM 2048³
+
 // max over o, dq, dk, dv (and lse where finite) of max|a − b| / max|b|; < 0 if not comparable.
 double max_rel_err(const ArmResult &a, const ArmResult &b, bool with_lse);
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""bench_cpu_sdpa.py — the CPU comparison of issue 12 in one run: PyTorch's CPU SDPA with
+autograd, fattn's fused f32 fwd+bwd (fattn-bench) and OpenBLAS SGEMM (printed by fattn-bench),
+interleaved per shape so every ratio pairs numbers measured seconds apart on the same machine.
+
+Shapes: f32, B1 H4, S 1024/2048/4096, D 64/128, no mask (fattn-bench's cpu-scaling preset).
+torch arm: q, k, v [B, H, S, D] (torch's contiguous layout, its fastest) with requires_grad,
+F.scaled_dot_product_attention(q, k, v) then .backward(dO) — the dispatcher picks its CPU
+kernel (the flash CPU kernel for f32); median wall time of --reps after one warm-up.
+fattn arm: `fattn-bench --backend cpu --shape 1,S,S,4,4,D --arms fused --threads T` in a
+subprocess; its fused fwd+bwd median and the SGEMM 2048³ it measures just before the case.
+Rates by FlashAttention's convention: fwd+bwd = 3.5 × 4·B·H·S²·D.
+
+  python3 bench/bench_cpu_sdpa.py --fattn-bench build-cpu/fattn-bench           # all shapes
+  python3 bench/bench_cpu_sdpa.py --fattn-bench build-cpu/fattn-bench --shapes 1024x64
+  python3 bench/bench_cpu_sdpa.py                       # torch only
+  python3 bench/bench_cpu_sdpa.py --fattn-bench new/fattn-bench --baseline old/fattn-bench
+                                  # also an older build's fused time, same shapes, same run
+"""
+import argparse
+import re
+import statistics
+import subprocess
+import time
+
+import torch
+import torch.nn.functional as F
+
+
+def torch_fwdbwd_ms(S, D, H, reps, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.rand(1, H, S, D, generator=g) * 2 - 1 for _ in range(4))
+    for t in (q, k, v):
+        t.requires_grad_(True)
+
+    def once():
+        for t in (q, k, v):
+            t.grad = None
+        F.scaled_dot_product_attention(q, k, v).backward(do)
+
+    once()  # warm-up
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        once()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def fattn_bench(path, S, D, H, threads, reps):
+    cmd = [path, "--backend", "cpu", "--shape", f"1,{S},{S},{H},{H},{D}", "--arms", "fused",
+           "--threads", str(threads), "--reps", str(reps)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    fused = re.search(r"^\s+fused\s+\S+\s+([\d.]+)\s+([\d.]+)", out, re.M)
+    sgemm = re.search(r"SGEMM \d+\^3 \(same run[^)]*\): ([\d.]+) GFLOP/s", out)
+    isa = re.search(r"cpu isa: (\S+)", out)
+    return (float(fused.group(2)) if fused else None, float(sgemm.group(1)) if sgemm else None,
+            isa.group(1) if isa else "?")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fattn-bench", help="path of fattn-bench (omit: torch only)")
+    ap.add_argument("--baseline", help="another build's fattn-bench, timed too (before/after)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--shapes", default="1024x64,2048x64,4096x64,1024x128,2048x128,4096x128",
+                    help="comma-separated SxD")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads; fattn-bench {a.fattn_bench or '(not run)'}")
+    base_hdr = " baseline fused ms (GFLOP/s) |" if a.baseline else ""
+    print("| S | D | torch SDPA fwd+bwd ms (GFLOP/s) | fattn fused ms (GFLOP/s) | fattn/torch time "
+          "| SGEMM GFLOP/s | fattn/SGEMM | isa |" + base_hdr)
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if a.baseline else ""))
+    for sd in a.shapes.split(","):
+        S, D = (int(x) for x in sd.split("x"))
+        flop = 3.5 * 4 * a.heads * S * S * D
+        t_ms = torch_fwdbwd_ms(S, D, a.heads, a.reps)
+        f_ms = sg = None
+        isa = "-"
+        if a.fattn_bench:
+            f_ms, sg, isa = fattn_bench(a.fattn_bench, S, D, a.heads, a.threads, a.reps)
+        rate = lambda ms: flop / (ms * 1e-3) / 1e9  # noqa: E731
+        base_cell = ""
+        if a.baseline:
+            b_ms = fattn_bench(a.baseline, S, D, a.heads, a.threads, a.reps)[0]
+            base_cell = f" {b_ms:.1f} ({rate(b_ms):.1f}) |" if b_ms else " - |"
+        f_cell = f"{f_ms:.1f} ({rate(f_ms):.1f})" if f_ms else "-"
+        ratio = f"{f_ms / t_ms:.2f}" if f_ms else "-"
+        sg_cell = f"{sg:.1f}" if sg else "-"
+        of_sg = f"{rate(f_ms) / sg:.2f}" if f_ms and sg else "-"
+        print(f"| {S} | {D} | {t_ms:.1f} ({rate(t_ms):.1f}) | {f_cell} | {ratio} | {sg_cell} | {of_sg} | {isa} |"
+              + base_cell, flush=True)
+
+
+if __name__ == "__main__":
+    main()
