@@ -127,11 +127,6 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     const float sl2 = p.scale * kLog2e;
     const uint32_t q_base = saddr(sQ) + uint32_t(cw * 64 * 128);  // this warpgroup's 64 rows of each panel
 
-    // Ping-pong (FlashAttention-3's warp scheduling): the two consumer warpgroups take turns to
-    // issue their S GEMM, so one's GEMM runs on the tensor cores while the other does its
-    // softmax. Turn barriers 1 + cw (256 threads: the waiting group syncs, the other arrives);
-    // warpgroup 0 goes first, and waits once more at the end so every arrival is matched.
-    if (cw == 1) named_arrive(1, 256);
     mbar_wait(barQ, 0);
     int it = 0;
     for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
@@ -142,7 +137,6 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         // S = Q·Kᵀ  [64 rows, kBN keys]
         float s[kBN / 2];
         const uint32_t k_base = saddr(sK + st * kStageElems);
-        named_sync(1 + cw, 256);  // my turn to issue
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -152,7 +146,6 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             Wgmma<T, kBN>::ss(s, da, db, kk > 0 ? 1 : 0);
         }
         wgmma_commit();
-        named_arrive(2 - cw, 256);  // the other warpgroup's turn
         wgmma_wait<0>();
         reg_fence(s);
 
@@ -234,7 +227,6 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         if (lane == 0) mbar_arrive(&empty[st]);
     }
 
-    if (cw == 0) named_sync(1, 256);  // matches warpgroup 1's last arrival
     // O = acc / l and LSE = ceiling + lse', written once (rows past the sequence: nothing).
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {

@@ -87,16 +87,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t
            (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
 
-// ---- named barriers (ids 1..15; 0 is __syncthreads) ----
-// sync: wait until `count` threads have arrived (this warp's threads included); arrive: count
-// this warp's threads without waiting. Used to order the consumer warpgroups' GEMM issue.
-__device__ __forceinline__ void named_sync(int id, int count) {
-    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int count) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
 // ---- warpgroup register reallocation (needs a register cap at entry: __launch_bounds__(n, 1)) ----
 template <int R> __device__ __forceinline__ void regs_dealloc() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
