@@ -60,3 +60,6 @@ int fattn_test_enum_abuse(fattn_ctx_t *ctx, int out[15]) {
     out[14] = fattn_resolve_prec(ctx, &p, &q) != FATTN_PREC_AUTO;
     return 15;
 }
+
+/* fattn_ctx_set_cuda_family with family 7 (out of range): its status. */
+int fattn_test_bad_cuda_family(fattn_ctx_t *ctx) { return fattn_ctx_set_cuda_family(ctx, (fattn_cuda_family)7); }

@@ -17,6 +17,7 @@
 #include "fattn/fattn.h"
 
 extern "C" int fattn_test_enum_abuse(fattn_ctx_t *ctx, int out[15]);  // robust_enums.c
+extern "C" int fattn_test_bad_cuda_family(fattn_ctx_t *ctx);            // robust_enums.c
 
 namespace {
 
@@ -461,3 +462,17 @@ TEST(Robust, ViewOverlapMatchesBruteForce) {
 }
 
 }  // namespace
+
+// fattn_ctx_set_cuda_family: a CPU context takes AUTO only; NULL and out-of-range values are named
+// errors (the value is read as raw bytes, never loaded as the enum: the UBSan build checks it).
+TEST(Robust, CudaFamilyRules) {
+    fattn_ctx_t *ctx = nullptr;
+    ASSERT_EQ(fattn_ctx_init_cpu(1, &ctx), FATTN_OK);
+    EXPECT_EQ(fattn_ctx_set_cuda_family(ctx, FATTN_CUDA_FAMILY_AUTO), FATTN_OK);
+    EXPECT_EQ(fattn_ctx_set_cuda_family(ctx, FATTN_CUDA_FAMILY_PORTABLE), FATTN_ERR_BAD_VALUE);
+    EXPECT_NE(std::string(fattn_ctx_last_error(ctx)).find("family: only a CUDA context"), std::string::npos);
+    EXPECT_EQ(fattn_test_bad_cuda_family(ctx), FATTN_ERR_BAD_VALUE);
+    EXPECT_NE(std::string(fattn_ctx_last_error(ctx)).find("family: 7 is not a fattn_cuda_family"), std::string::npos);
+    EXPECT_EQ(fattn_ctx_set_cuda_family(nullptr, FATTN_CUDA_FAMILY_AUTO), FATTN_ERR_NULL_POINTER);
+    fattn_ctx_free(ctx);
+}

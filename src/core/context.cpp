@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/context.h"
+#include "core/enum_raw.h"
 
 #ifdef FATTN_WITH_CUDA
 #include "cuda/attn_cuda.h"
@@ -189,12 +190,12 @@ fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream) {
 
 fattn_status fattn_ctx_set_cuda_family(fattn_ctx_t *ctx, fattn_cuda_family family) {
     if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
-    const int f = static_cast<int>(family);
+    const int64_t f = fattn::raw_enum(family);  // a C caller may pass any int
     if (f < FATTN_CUDA_FAMILY_AUTO || f > FATTN_CUDA_FAMILY_SM90)
         return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, "family: " + std::to_string(f) + " is not a fattn_cuda_family");
     if (ctx->backend != FATTN_BACKEND_CUDA && f != FATTN_CUDA_FAMILY_AUTO)
         return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, "family: only a CUDA context has kernel families");
-    ctx->cuda_family = f;
+    ctx->cuda_family = int(f);
     return FATTN_OK;
 }
 
