@@ -330,24 +330,36 @@ size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Works
     return sat_add(off, 64);  // + 64: room to align a caller's base that is not 64-byte aligned
 }
 
+namespace {
+
+// One task per (bias slice, map sequence, q tile of kBQ rows) — the grid the tile map and the
+// ceilings share: a dense bias shared by the batches has one geometry (every batch has the same
+// lengths). fn(slice, bias head, sequence index, q tile, sequence range).
+template <class Fn>
+void for_each_slice_tile(const AttnFwdParams &p, const BiasMap &m, Fn &&fn) {
+    const int64_t nseq = m.seq_off ? p.batch : 1, nb = m.per_batch ? p.batch : 1;
+    TaskIndex ti;
+    ti.off.assign(size_t(nseq) + 1, 0);
+    for (int64_t s = 0; s < nseq; ++s) ti.off[size_t(s) + 1] = ti.off[size_t(s)] + cdiv(seq_range(p, s).q_len, kBQ);
+    const int64_t per_slice = ti.total();
+    parallel_for(nb * m.nbh * per_slice, p.nthreads, [&](int64_t t) {
+        int64_t slice = t / per_slice, s, qt;
+        ti.locate(t % per_slice, &s, &qt);
+        const int64_t bb = slice / m.nbh, bh = slice % m.nbh;
+        SeqRange r = seq_range(p, m.per_batch ? bb : s);
+        if (m.per_batch) r.batch_index = bb;
+        fn(slice, bh, s, qt, r);
+    });
+}
+
+}  // namespace
+
 void build_bias_map(const AttnFwdParams &p, Workspace *ws) {
     BiasMap &m = ws->map;
     if (!p.bias) return;
     uint8_t *act = const_cast<uint8_t *>(m.act);
-    int64_t nseq_map = m.seq_off ? p.batch : 1;  // dense: every batch has the same tile grid
-    int64_t nb = m.per_batch ? p.batch : 1;
-    // One task per (bias slice, map sequence, q tile); it classifies that q tile's row of pairs.
-    TaskIndex ti;
-    ti.off.assign(size_t(nseq_map) + 1, 0);
-    for (int64_t s = 0; s < nseq_map; ++s)
-        ti.off[size_t(s) + 1] = ti.off[size_t(s)] + cdiv(seq_range(p, s).q_len, kBQ);
-    int64_t per_slice = ti.total();
-    parallel_for(nb * m.nbh * per_slice, p.nthreads, [&](int64_t t) {
-        int64_t slice = t / per_slice, s, qt;
-        ti.locate(t % per_slice, &s, &qt);
-        int64_t bb = slice / m.nbh, bh = slice % m.nbh;
-        SeqRange r = seq_range(p, m.per_batch ? bb : s);
-        if (m.per_batch) r.batch_index = bb;
+    // Each task classifies its q tile's row of pairs.
+    for_each_slice_tile(p, m, [&](int64_t slice, int64_t bh, int64_t s, int64_t qt, const SeqRange &r) {
         int64_t nkt = cdiv(r.kv_len, kBK);
         int64_t i0 = qt * kBQ;
         int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
@@ -374,21 +386,8 @@ void build_bias_map(const AttnFwdParams &p, Workspace *ws) {
 }
 
 void build_bias_ceiling(const AttnFwdParams &p, Workspace *ws) {
-    const BiasMap &m = ws->map;
     if (!p.bias) return;
-    // One task per (bias slice, map sequence, block of kBQ rows), as the map: a dense bias shared
-    // by the batches has one geometry (every batch has the same lengths).
-    int64_t nseq = m.seq_off ? p.batch : 1, nb = m.per_batch ? p.batch : 1;
-    TaskIndex ti;
-    ti.off.assign(size_t(nseq) + 1, 0);
-    for (int64_t s = 0; s < nseq; ++s) ti.off[size_t(s) + 1] = ti.off[size_t(s)] + cdiv(seq_range(p, s).q_len, kBQ);
-    int64_t per_slice = ti.total();
-    parallel_for(nb * m.nbh * per_slice, p.nthreads, [&](int64_t t) {
-        int64_t slice = t / per_slice, s, qt;
-        ti.locate(t % per_slice, &s, &qt);
-        int64_t bb = slice / m.nbh, bh = slice % m.nbh;
-        SeqRange r = seq_range(p, m.per_batch ? bb : s);
-        if (m.per_batch) r.batch_index = bb;
+    for_each_slice_tile(p, ws->map, [&](int64_t slice, int64_t bh, int64_t, int64_t qt, const SeqRange &r) {
         float *out = ws->ceil + slice * p.total_q + r.q_begin;
         for (int64_t i = qt * kBQ; i < std::min(r.q_len, (qt + 1) * kBQ); ++i) {
             int64_t lo, hi;

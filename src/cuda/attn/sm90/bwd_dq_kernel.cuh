@@ -76,23 +76,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                 tma_load_4d(sdO + pn * kBM * 64, &tm_do, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
             }
         }
-        int it = 0;
-        for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
-            const int st = it % kStages;
-            if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
-            if (lane == 0) {
-                const int row = int(sr.kv_begin + int64_t(n) * kBN);
-                mbar_arrive_expect_tx(&fullK[st], uint32_t(kBN * D * sizeof(T)));
-                for (int pn = 0; pn < NP; ++pn)
-                    tma_load_4d(sK + st * kStageElems + pn * kBN * 64, &maps.k, &fullK[st], pn * 64, row, int(hk),
-                                int(sr.batch_index));
-                mbar_arrive_expect_tx(&fullV[st], uint32_t(kBN * D * sizeof(T)));
-                for (int pn = 0; pn < NP; ++pn)
-                    tma_load_4d(sV + st * kStageElems + pn * kBN * 64, &maps.v, &fullV[st], pn * 64, row, int(hk),
-                                int(sr.batch_index));
-            }
-            __syncwarp();
-        }
+        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, empty, lane);
         return;
     }
 

@@ -38,6 +38,34 @@ constexpr size_t panel_bytes(int rows) { return size_t(rows) * 128; }
 constexpr size_t smem_bytes(int d) { return sm90_fwd_smem(d); }
 }  // namespace sm90cfg
 
+// The producer side of a query-stationary kernel (the forward, dQ): warp 0 of warpgroup 0 loads
+// the K and V tiles (BN keys, D/64 panels each) that kt walks into a Stages-deep ring, waiting
+// on a stage's empty barrier before it is refilled; consumers wait on fullK/fullV.
+template <typename T, int D, int BN, int Stages>
+__device__ __forceinline__ void sm90_produce_kv(const KeyTiles &kt, const SeqRange &sr, int64_t hk, const Sm90Maps &maps,
+                                                T *sK, T *sV, uint64_t *fullK, uint64_t *fullV, uint64_t *empty,
+                                                int lane) {
+    using namespace sm90;
+    constexpr size_t kStageElems = size_t(BN) * D;
+    int it = 0;
+    for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
+        const int st = it % Stages;
+        if (it >= Stages) mbar_wait(&empty[st], ((it / Stages) - 1) & 1);
+        if (lane == 0) {
+            const int row = int(sr.kv_begin + int64_t(n) * BN);
+            mbar_arrive_expect_tx(&fullK[st], uint32_t(BN * D * sizeof(T)));
+            for (int pn = 0; pn < D / 64; ++pn)
+                tma_load_4d(sK + st * kStageElems + pn * BN * 64, &maps.k, &fullK[st], pn * 64, row, int(hk),
+                            int(sr.batch_index));
+            mbar_arrive_expect_tx(&fullV[st], uint32_t(BN * D * sizeof(T)));
+            for (int pn = 0; pn < D / 64; ++pn)
+                tma_load_4d(sV + st * kStageElems + pn * BN * 64, &maps.v, &fullV[st], pn * 64, row, int(hk),
+                            int(sr.batch_index));
+        }
+        __syncwarp();
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     sm90_fwd_kernel(const AttnFwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps) {
@@ -88,23 +116,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             for (int pn = 0; pn < NP; ++pn)
                 tma_load_4d(sQ + pn * kBM * 64, &maps.q, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
         }
-        int it = 0;
-        for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
-            const int st = it % kStages;
-            if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
-            if (lane == 0) {
-                const int row = int(sr.kv_begin + int64_t(n) * kBN);
-                mbar_arrive_expect_tx(&fullK[st], uint32_t(kBN * D * sizeof(T)));
-                for (int pn = 0; pn < NP; ++pn)
-                    tma_load_4d(sK + st * kStageElems + pn * kBN * 64, &maps.k, &fullK[st], pn * 64, row, int(hk),
-                                int(sr.batch_index));
-                mbar_arrive_expect_tx(&fullV[st], uint32_t(kBN * D * sizeof(T)));
-                for (int pn = 0; pn < NP; ++pn)
-                    tma_load_4d(sV + st * kStageElems + pn * kBN * 64, &maps.v, &fullV[st], pn * 64, row, int(hk),
-                                int(sr.batch_index));
-            }
-            __syncwarp();
-        }
+        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, empty, lane);
         return;
     }
 
