@@ -373,6 +373,20 @@ TEST(Robust, MisalignedDataRefused) {
     }
 }
 
+// §1: scale = FLT_MAX made every score of a row NaN or ±inf and the forward returned a fully
+// masked row's o = 0, lse = -inf. The kernels fold log2(e) into the scale, so a scale past 2^126
+// is refused by name (overflowing scores of finite inputs are the nonfinite_* cases of fattn-test).
+TEST(Robust, HugeScaleRefused) {
+    Attn P;
+    for (float s : {3.4028235e38f, -1e38f, 0x1.000002p126f}) {
+        P.p.scale = s;
+        EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "scale: |scale|", P);
+        EXPECT_FAIL(P.bwd(), FATTN_ERR_BAD_VALUE, "scale: |scale|", P);
+    }
+    P.p.scale = 0x1p126f;  // the largest accepted
+    EXPECT_EQ(P.fwd(), FATTN_OK) << P.err();
+}
+
 }  // namespace
 
 namespace {

@@ -208,7 +208,9 @@ FATTN_API fattn_tensor fattn_tensor_none(void); /* data NULL: "not given" (e.g. 
  * (j = i + Skv - Sq, FlashAttention's convention). Causal allows j <= diagonal; a window
  * (left, right) allows diagonal - left <= j <= diagonal + right, -1 = unbounded. Combined with
  * causal, window_right must be -1 or 0, and window_align must equal the causal alignment.
- * A query row with no allowed key: o = 0, lse = -inf, its gradients 0. Never NaN from finite inputs.
+ * A query row with no allowed key: o = 0, lse = -inf, its gradients 0. Never NaN from finite inputs
+ * with finite scores; a row with a +inf or NaN score gets o = NaN, lse = NaN or +inf, and NaN/inf
+ * gradients; a -inf score is a masked key (docs/CONTRACT.md §3, "Overflow and NaN").
  * Varlen: cu_seqlens_q / cu_seqlens_kv (int32, num_seqs + 1 entries, in the context's memory
  * space); tensors then have B = 1 and S = total tokens; masks use each sequence's own lengths;
  * a bias is indexed by packed (global) token positions: [1, Hq|1, total_q, total_kv].
@@ -226,7 +228,7 @@ typedef enum fattn_align {
 } fattn_align;
 
 typedef struct fattn_attn_params {
-    float scale;               /* 0 (default) means 1/sqrt(D) */
+    float scale;               /* 0 (default) means 1/sqrt(D); finite, |scale| <= 2^126 */
     fattn_tensor bias;         /* optional additive bias (data NULL = none); f32/f16/bf16; may hold -inf */
     fattn_causal causal;
     int64_t window_left;       /* -1 = unbounded */

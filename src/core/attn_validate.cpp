@@ -295,6 +295,10 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     // ---- scale ----
     FATTN_RETURN_IF(!std::isfinite(p.scale), FATTN_ERR_BAD_VALUE,
                     "scale: is " + std::to_string(p.scale) + ", must be finite (0 = 1/sqrt(D))");
+    // The kernels fold log2(e) into the scale; past 2^126 that product overflows and every score,
+    // 0 included, would come out NaN. No attention scale is near it.
+    FATTN_RETURN_IF(std::fabs(p.scale) > 0x1p126f, FATTN_ERR_BAD_VALUE,
+                    "scale: |scale| = " + std::to_string(p.scale) + " is above 2^126 (8.5e37)");
 
     // ---- fill the resolved params ----
     AttnBwdParams r{};
@@ -311,22 +315,22 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     r.prec = attn_resolve_prec(ctx, p.prec, q.dtype);
     r.algo = p.algo;
     r.scale = p.scale != 0.0f ? p.scale : float(1.0 / std::sqrt(double(D)));
-    r.q = q.data; r.q_sb = q.nb[0]; r.q_ss = q.nb[1]; r.q_sh = q.nb[2];
-    r.k = k.data; r.k_sb = k.nb[0]; r.k_ss = k.nb[1]; r.k_sh = k.nb[2];
-    r.v = v.data; r.v_sb = v.nb[0]; r.v_ss = v.nb[1]; r.v_sh = v.nb[2];
+    r.q = q.data; r.q_sb = vc::step(q, 0); r.q_ss = vc::step(q, 1); r.q_sh = vc::step(q, 2);
+    r.k = k.data; r.k_sb = vc::step(k, 0); r.k_ss = vc::step(k, 1); r.k_sh = vc::step(k, 2);
+    r.v = v.data; r.v_sb = vc::step(v, 0); r.v_ss = vc::step(v, 1); r.v_sh = vc::step(v, 2);
     if (fwd_outs) {
         const fattn_tensor &o = *vw.o, &lse = *vw.lse;
-        r.o = o.data; r.o_sb = o.nb[0]; r.o_ss = o.nb[1]; r.o_sh = o.nb[2];
-        r.lse = static_cast<float *>(lse.data); r.lse_sb = lse.nb[0]; r.lse_sh = lse.nb[1];
+        r.o = o.data; r.o_sb = vc::step(o, 0); r.o_ss = vc::step(o, 1); r.o_sh = vc::step(o, 2);
+        r.lse = static_cast<float *>(lse.data); r.lse_sb = vc::step(lse, 0); r.lse_sh = vc::step(lse, 1);
     }
     if (has_bias) {
         const fattn_tensor &b = p.bias;
         r.bias = b.data;
         r.bias_dtype = b.dtype;
         // A dim of size 1 broadcasts: its stride is normalized to 0 so kernels need no branch.
-        r.bias_sb = b.ne[0] == 1 ? 0 : b.nb[0];
-        r.bias_sh = b.ne[1] == 1 ? 0 : b.nb[1];
-        r.bias_si = b.ne[2] == 1 ? 0 : b.nb[2];
+        r.bias_sb = vc::step(b, 0);
+        r.bias_sh = vc::step(b, 1);
+        r.bias_si = vc::step(b, 2);
     }
     // A window wider than Sq + Skv allows the same keys as an unbounded one (diag - left < 0 and
     // diag + right >= Skv for every row); clamping keeps key_range()'s diag ± w free of overflow.
@@ -348,10 +352,10 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     r.stream = ctx->stream;
     if (bwd) {
         const fattn_tensor &g = *vw.dout, &dq = *vw.dq, &dk = *vw.dk, &dv = *vw.dv;
-        r.dout = g.data; r.do_sb = g.nb[0]; r.do_ss = g.nb[1]; r.do_sh = g.nb[2];
-        r.dq = dq.data; r.dq_sb = dq.nb[0]; r.dq_ss = dq.nb[1]; r.dq_sh = dq.nb[2];
-        r.dk = dk.data; r.dk_sb = dk.nb[0]; r.dk_ss = dk.nb[1]; r.dk_sh = dk.nb[2];
-        r.dv = dv.data; r.dv_sb = dv.nb[0]; r.dv_ss = dv.nb[1]; r.dv_sh = dv.nb[2];
+        r.dout = g.data; r.do_sb = vc::step(g, 0); r.do_ss = vc::step(g, 1); r.do_sh = vc::step(g, 2);
+        r.dq = dq.data; r.dq_sb = vc::step(dq, 0); r.dq_ss = vc::step(dq, 1); r.dq_sh = vc::step(dq, 2);
+        r.dk = dk.data; r.dk_sb = vc::step(dk, 0); r.dk_ss = vc::step(dk, 1); r.dk_sh = vc::step(dk, 2);
+        r.dv = dv.data; r.dv_sb = vc::step(dv, 0); r.dv_ss = vc::step(dv, 1); r.dv_sh = vc::step(dv, 2);
     }
 
     // ---- how much work: B, S or H of 0 ----

@@ -186,26 +186,26 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
     p.B = B, p.T = T, p.hq = HQ, p.h = H, p.dk = K, p.dv = V, p.dtype = q.dtype;
     p.scale = pp->scale != 0.f ? pp->scale : float(1.0 / std::sqrt(double(K)));
     p.history = pp->history;
-    p.q = q.data, p.q_sb = q.nb[0], p.q_ss = q.nb[1], p.q_sh = q.nb[2];
-    p.k = k.data, p.k_sb = k.nb[0], p.k_ss = k.nb[1], p.k_sh = k.nb[2];
-    p.v = v.data, p.v_sb = v.nb[0], p.v_ss = v.nb[1], p.v_sh = v.nb[2];
-    p.w = static_cast<const float *>(vw.w->data), p.w_sb = vw.w->nb[0], p.w_ss = vw.w->nb[1], p.w_sh = vw.w->nb[2];
+    p.q = q.data, p.q_sb = vc::step(q, 0), p.q_ss = vc::step(q, 1), p.q_sh = vc::step(q, 2);
+    p.k = k.data, p.k_sb = vc::step(k, 0), p.k_ss = vc::step(k, 1), p.k_sh = vc::step(k, 2);
+    p.v = v.data, p.v_sb = vc::step(v, 0), p.v_ss = vc::step(v, 1), p.v_sh = vc::step(v, 2);
+    p.w = static_cast<const float *>(vw.w->data), p.w_sb = vc::step(*vw.w, 0), p.w_ss = vc::step(*vw.w, 1), p.w_sh = vc::step(*vw.w, 2);
     p.beta = static_cast<const float *>(vw.beta->data);
-    p.beta_sb = vw.beta->nb[0], p.beta_ss = vw.beta->nb[1], p.beta_sh = vw.beta->nb[2];
+    p.beta_sb = vc::step(*vw.beta, 0), p.beta_ss = vc::step(*vw.beta, 1), p.beta_sh = vc::step(*vw.beta, 2);
     if (has_g)
-        p.g = static_cast<const float *>(g->data), p.g_sb = g->nb[0], p.g_ss = g->nb[1], p.g_sh = g->nb[2];
-    if (vw.o) p.o = vw.o->data, p.o_sb = vw.o->nb[0], p.o_ss = vw.o->nb[1], p.o_sh = vw.o->nb[2];
-    if (vw.lse) p.lse = static_cast<float *>(vw.lse->data), p.lse_sb = vw.lse->nb[0], p.lse_sh = vw.lse->nb[1];
+        p.g = static_cast<const float *>(g->data), p.g_sb = vc::step(*g, 0), p.g_ss = vc::step(*g, 1), p.g_sh = vc::step(*g, 2);
+    if (vw.o) p.o = vw.o->data, p.o_sb = vc::step(*vw.o, 0), p.o_ss = vc::step(*vw.o, 1), p.o_sh = vc::step(*vw.o, 2);
+    if (vw.lse) p.lse = static_cast<float *>(vw.lse->data), p.lse_sb = vc::step(*vw.lse, 0), p.lse_sh = vc::step(*vw.lse, 1);
     if (op == PathOp::BWD) {
-        p.dout = vw.dout->data, p.do_sb = vw.dout->nb[0], p.do_ss = vw.dout->nb[1], p.do_sh = vw.dout->nb[2];
-        p.dq = vw.dq->data, p.dq_sb = vw.dq->nb[0], p.dq_ss = vw.dq->nb[1], p.dq_sh = vw.dq->nb[2];
-        p.dk_ = vw.dk->data, p.dk_sb = vw.dk->nb[0], p.dk_ss = vw.dk->nb[1], p.dk_sh = vw.dk->nb[2];
-        p.dv_ = vw.dv->data, p.dv_sb = vw.dv->nb[0], p.dv_ss = vw.dv->nb[1], p.dv_sh = vw.dv->nb[2];
-        p.dw = static_cast<float *>(vw.dw->data), p.dw_sb = vw.dw->nb[0], p.dw_ss = vw.dw->nb[1], p.dw_sh = vw.dw->nb[2];
+        p.dout = vw.dout->data, p.do_sb = vc::step(*vw.dout, 0), p.do_ss = vc::step(*vw.dout, 1), p.do_sh = vc::step(*vw.dout, 2);
+        p.dq = vw.dq->data, p.dq_sb = vc::step(*vw.dq, 0), p.dq_ss = vc::step(*vw.dq, 1), p.dq_sh = vc::step(*vw.dq, 2);
+        p.dk_ = vw.dk->data, p.dk_sb = vc::step(*vw.dk, 0), p.dk_ss = vc::step(*vw.dk, 1), p.dk_sh = vc::step(*vw.dk, 2);
+        p.dv_ = vw.dv->data, p.dv_sb = vc::step(*vw.dv, 0), p.dv_ss = vc::step(*vw.dv, 1), p.dv_sh = vc::step(*vw.dv, 2);
+        p.dw = static_cast<float *>(vw.dw->data), p.dw_sb = vc::step(*vw.dw, 0), p.dw_ss = vc::step(*vw.dw, 1), p.dw_sh = vc::step(*vw.dw, 2);
         p.dbeta = static_cast<float *>(vw.dbeta->data);
-        p.dbeta_sb = vw.dbeta->nb[0], p.dbeta_ss = vw.dbeta->nb[1], p.dbeta_sh = vw.dbeta->nb[2];
+        p.dbeta_sb = vc::step(*vw.dbeta, 0), p.dbeta_ss = vc::step(*vw.dbeta, 1), p.dbeta_sh = vc::step(*vw.dbeta, 2);
         if (has_g)
-            p.dg = static_cast<float *>(vw.dg->data), p.dg_sb = vw.dg->nb[0], p.dg_ss = vw.dg->nb[1], p.dg_sh = vw.dg->nb[2];
+            p.dg = static_cast<float *>(vw.dg->data), p.dg_sb = vc::step(*vw.dg, 0), p.dg_ss = vc::step(*vw.dg, 1), p.dg_sh = vc::step(*vw.dg, 2);
     }
     p.cu_seqlens = pp->cu_seqlens;
     p.num_seqs = nseq;

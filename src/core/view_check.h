@@ -88,4 +88,9 @@ bool view_touches(const View &v, const void *p, size_t bytes);
 // Elements of a view (product of its dims), saturated at INT64_MAX: never wraps to 0.
 int64_t numel(const fattn_tensor &t);
 
+// The stride kernels step dim d by: 0 where the dim has extent 1. Such a dim is never stepped, so
+// its stride may be any value (PyTorch gives size-1 dims arbitrary strides); normalizing it keeps
+// every offset product a kernel forms (row * stride, a prefetch's stride in bytes) in range.
+inline int64_t step(const fattn_tensor &t, int d) { return t.ne[d] == 1 ? 0 : t.nb[d]; }
+
 }  // namespace fattn::vc

@@ -87,7 +87,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
         col_exp_sum(blk, kBQ, nk, nq, sc.shift, blk, kBQ, sc.sum);
         float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
         for (int i = 0; i < nq; ++i) {
-            bool seen = i < rows && sc.sum[i] > 0.0f;  // no visible key: P = 0, LSE = -inf
+            bool seen = i < rows && sc.sum[i] != 0.0f;  // no visible key: P = 0, LSE = -inf (NaN: seen)
             sc.alpha[i] = seen ? 1.0f / sc.sum[i] : 0.0f;
             if (i < rows) lse[i] = seen ? (cl ? cl[i] : 0.0f) + (sc.mx[i] + std::log(sc.sum[i])) : kNegInf;
         }

@@ -112,17 +112,19 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
             gemm_tn(rows, int(dvp), bk, sc.st, kBQ, sc.v, dvp, sc.acc, dvp, true, &pf_v);
         }
 
-        // O = acc / l, LSE = ceiling + m + log l; a row that saw no key: O = 0, LSE = -inf.
+        // O = acc / l, LSE = ceiling + m + log l; a row that saw no key (l = 0): O = 0, LSE = -inf.
+        // l is NaN after a +inf or NaN score: the test is l != 0 so that NaN reaches O and LSE
+        // (docs/CONTRACT.md, "Overflow and NaN") instead of passing for a fully masked row.
         if (lse_rel) {  // stats mode: lse' only
             float *out = lse_rel + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
-            for (int i = 0; i < rows; ++i) out[i] = sc.l[i] > 0.0f ? sc.m[i] + std::log(sc.l[i]) : kNegInf;
+            for (int i = 0; i < rows; ++i) out[i] = sc.l[i] != 0.0f ? sc.m[i] + std::log(sc.l[i]) : kNegInf;
             pool.release(slot);
             return;
         }
         float *lse = p.lse + r.batch_index * p.lse_sb + h * p.lse_sh + r.q_begin + i0;
         for (int i = 0; i < rows; ++i) {
             float *arow = sc.acc + i * dvp;
-            if (sc.l[i] > 0.0f) {
+            if (sc.l[i] != 0.0f) {
                 scale_row(arow, 1.0f / sc.l[i], int(dvp));
                 lse[i] = (cl ? cl[i] : 0.0f) + (sc.m[i] + std::log(sc.l[i]));
             } else {

@@ -132,15 +132,18 @@ __attribute__((noinline)) void gemm_tn(int M, int N, int K, const float *At, int
 // exp(x - shift) per lane: exp(t) = 2^k · e^r with k = round(t / ln2), r = t - k ln2 in
 // [-ln2/2, ln2/2]; degree-6 Taylor for e^r (relative error ~1e-7, about 1 ulp). Below -87 the
 // result would be subnormal: exactly 0, so masked (-inf) entries carry exactly zero probability.
+// A NaN t (a NaN score, or +inf - +inf in a row whose max overflowed) gives NaN, so the row's
+// sum and output are NaN (docs/CONTRACT.md, "Overflow and NaN"), never a silent 0.
 // All selects are vector masks of the native width (a wider type would be split into scalars).
 inline __attribute__((always_inline)) V exp_vec(V x, V shift) {
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
     const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
     V t = x - shift;
-    VI zero = !(t >= -87.0f);  // -inf and underflow (and NaN) give exactly 0
+    VI zero = t < -87.0f;  // -inf and underflow give exactly 0
+    VI nan = t != t;
     V tc = t > 88.0f ? splat(88.0f) : t;
-    tc = zero ? V{} : tc;
+    tc = (zero | nan) ? V{} : tc;  // the integer conversion below sees no NaN
     V kf = (tc * log2e + round_magic) - round_magic;
     V r = tc - kf * ln2_hi;
     r = r - kf * ln2_lo;
@@ -154,7 +157,8 @@ inline __attribute__((always_inline)) V exp_vec(V x, V shift) {
     VI bits = (__builtin_convertvector(kf, VI) + 127) << 23;
     V two_k;
     __builtin_memcpy(&two_k, &bits, sizeof two_k);
-    return zero ? V{} : p * two_k;
+    V e = zero ? V{} : p * two_k;
+    return nan ? t : e;
 }
 
 // A tail of fewer than kVW lanes goes through the same vector code on a local copy, so every

@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int64_t qi = row_of(r);
         if (qi >= lq) continue;
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const float inv = l != 0.f ? 1.f / l : 0.f;  // l = 0: no key; NaN l (a +inf or NaN score) stays NaN
         if (!a.stats) {
             T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + qi) * p.o_ss + h * p.o_sh;
 #pragma unroll
@@ -219,9 +219,9 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
             }
         }
         if (t4 == 0) {  // LSE = ceiling + lse'; stats mode: lse' alone
-            const float lse_rel = l > 0.f ? (mrow[r] + log2f(l)) * kLn2 : -INFINITY;
+            const float lse_rel = l != 0.f ? (mrow[r] + log2f(l)) * kLn2 : -INFINITY;
             if (a.stats) a.stats[stats_at(p, sr, h, qi)] = lse_rel;
-            else p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] = l > 0.f ? sC[qi - m0] + lse_rel : -INFINITY;
+            else p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] = l != 0.f ? sC[qi - m0] + lse_rel : -INFINITY;
         }
     }
 }

@@ -104,17 +104,17 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
             for (int u = 0; u < OC; ++u) o[u] = fmaf(pc, sKV[c * ST + l8 + 8 * u], o[u]);
         }
     }
-    const float lse_rel = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    const float lse_rel = l != 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
     if (i < lq && a.stats) {  // stats mode: lse' only
         if (l8 == 0) a.stats[stats_at(p, sr, h, i)] = lse_rel;
     } else if (i < lq) {
         T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + i) * p.o_ss + h * p.o_sh;
         for (int u = 0; u < OC; ++u) {
             const int c = l8 + 8 * u;
-            if (c < p.dim_v) gO[c] = from_f<T>(l > 0.f ? o[u] / l : 0.f);
+            if (c < p.dim_v) gO[c] = from_f<T>(l != 0.f ? o[u] / l : 0.f);
         }
         if (l8 == 0)
-            p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] = l > 0.f ? ceil + lse_rel : -INFINITY;
+            p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + i] = l != 0.f ? ceil + lse_rel : -INFINITY;
     }
 }
 

@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(kRowThreads) softmax_rows_kernel(SoftmaxArgs a
     for (int64_t j = lo + threadIdx.x; j <= hi; j += kRowThreads) {
         float x = gS[j] + (ld(gB, j) - c);
         if (x == -INFINITY) continue;  // a -inf bias entry masks this key
+        if (x != x) {                  // a NaN score poisons the row: m = +inf survives the
+            m = INFINITY, s = NAN;     // merges (a -inf max is "empty" there), so lse and P are
+            continue;                  // NaN, never a fully masked row's 0 (CONTRACT.md §3)
+        }
         if (x > m) {
             s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
             m = x;

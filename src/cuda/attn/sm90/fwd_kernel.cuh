@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const int64_t qi = row_of(hf);
         if (qi >= lq) continue;
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const float inv = l != 0.f ? 1.f / l : 0.f;  // l = 0: no key; NaN l (a +inf or NaN score) stays NaN
         T *gO = static_cast<T *>(p.o) + sr.batch_index * p.o_sb + (sr.q_begin + qi) * p.o_ss + h * p.o_sh;
 #pragma unroll
         for (int j = 0; j < NO; ++j) {
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         }
         if (t4 == 0)
             p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] =
-                l > 0.f ? cl[hf] + (mrow[hf] + log2f(l)) * kLn2 : -INFINITY;
+                l != 0.f ? cl[hf] + (mrow[hf] + log2f(l)) * kLn2 : -INFINITY;
     }
 #endif
 }
