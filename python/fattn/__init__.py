@@ -15,10 +15,11 @@ docs/PYTORCH.md.
 """
 from ._lib import FattnError, library_path, version
 from ._attn import attention, max_seqlen, memory, resolve_prec, supports
+from ._ops import host_path
 from ._compat import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
                       flash_attn_varlen_func, sdpa)
 
-__all__ = ["attention", "sdpa", "flash_attn_func", "flash_attn_varlen_func",
+__all__ = ["host_path", "attention", "sdpa", "flash_attn_func", "flash_attn_varlen_func",
            "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "resolve_prec", "supports",
            "memory", "max_seqlen", "FattnError", "version", "library_path"]
 __version__ = "0.1.0"

@@ -24,10 +24,18 @@ fixed overhead, so:
   measured at B1 S8 H1 D16 on the CPU).
 Every buffer the library writes (o, lse, saved, workspaces, grads) is a torch tensor on the
 inputs' device, so CUDA memory comes from torch's caching allocator, never cudaMalloc.
+
+The compiled ops (python/csrc/torch_ops.cpp, built by `pip install --no-build-isolation`
+against the installed torch): when present and built for this torch, they register the CPU,
+CUDA and Autograd kernels in C++ and the Python ones below are not registered; the schemas, the
+fake kernels and the autocast kernels stay here either way. host_path() says which is in use;
+FATTN_TORCH_SHIM=0 in the environment selects the ctypes kernels.
 """
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 from typing import Optional
 
 import torch
@@ -48,6 +56,57 @@ _def.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tenso
             f"{_SCALARS}) -> (Tensor, Tensor, Tensor)", tags=(torch.Tag.pt2_compliant_tag,))
 attn_fwd_op = torch.ops.fattn.attn_fwd.default
 attn_bwd_op = torch.ops.fattn.attn_bwd.default
+
+
+def _load_shim():
+    """Loads the compiled ops next to the library if they were built for this torch; returns
+    (loaded, what host_path() reports)."""
+    if os.environ.get("FATTN_TORCH_SHIM", "1") == "0":
+        return False, "ctypes (FATTN_TORCH_SHIM=0)"
+    try:
+        libdir = os.path.dirname(_lib.library_path())
+    except ImportError as e:  # no library at all: every call fails with this error anyway
+        return False, f"ctypes (no library: {e})"
+    # Installed: beside the library. Source tree (the library of pip's build cache): the
+    # shim's own build folder.
+    for d in (libdir, os.path.join(libdir, "python", "csrc")):
+        path, stamp = os.path.join(d, "libfattn_torch.so"), os.path.join(d, "fattn_torch.txt")
+        if os.path.isfile(path) and os.path.isfile(stamp):
+            break
+    else:
+        return False, "ctypes (the compiled ops were not built: pip install --no-build-isolation)"
+    with open(stamp) as f:
+        built_for = f.read().strip()
+    if built_for != torch.__version__:
+        return False, (f"ctypes (the compiled ops were built for torch {built_for}, this is "
+                       f"{torch.__version__}: reinstall fattn)")
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:
+        return False, f"ctypes (the compiled ops failed to load: {e})"
+    return True, f"compiled ({path}, torch {built_for})"
+
+
+_SHIM, _HOST_PATH = _load_shim()
+
+
+def host_path() -> str:
+    """How the torch ops reach the library: "compiled (...)" for the C++ kernels of the
+    compiled shim, "ctypes (why)" for the Python ones."""
+    return _HOST_PATH
+
+
+_SHIM_ERR = re.compile(r"^fattn\[(\d+)\] ")
+
+
+def shim_error(e: RuntimeError) -> RuntimeError:
+    """The compiled kernels raise RuntimeError("fattn[status] what: ..."): as FattnError with
+    the ctypes kernels' text ("fattn: what: ...")."""
+    m = _SHIM_ERR.match(str(e).split("\n", 1)[0])
+    if m is None:
+        return e
+    text = str(e).split("\n", 1)[0]
+    return _lib.FattnError(int(m.group(1)), "fattn: " + text[m.end():])
 
 _PLAN_CAP = 256  # plans kept per thread (a training loop has a handful of shapes)
 
@@ -249,9 +308,10 @@ def _bwd_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *s
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-for _name, _kernel in (("attn_fwd", _fwd_kernel), ("attn_bwd", _bwd_kernel)):
-    _def.impl(_name, _kernel, "CPU")
-    _def.impl(_name, _kernel, "CUDA")
+if not _SHIM:
+    for _name, _kernel in (("attn_fwd", _fwd_kernel), ("attn_bwd", _bwd_kernel)):
+        _def.impl(_name, _kernel, "CPU")
+        _def.impl(_name, _kernel, "CUDA")
 
 
 # ------------------------------------------------------------------------------- autograd
@@ -291,8 +351,14 @@ def eager_plain(device_type: str, tensors) -> bool:
 
 
 def attn_fwd(q, k, v, bias, cu_q, cu_k, scalars):
-    """fattn::attn_fwd with autograd, for attention(): the op through the dispatcher, or its
-    kernels directly where eager_plain() allows."""
+    """fattn::attn_fwd with autograd, for attention(): with the compiled ops, the op (C++ from
+    the dispatcher on); else the op through the dispatcher, or its Python kernels directly
+    where eager_plain() allows."""
+    if _SHIM:
+        try:
+            return attn_fwd_op(q, k, v, bias, cu_q, cu_k, *scalars)
+        except RuntimeError as e:
+            raise shim_error(e) from None
     if q.device.type not in ("cpu", "cuda") or not eager_plain(q.device.type, (q, k, v, bias)):
         return attn_fwd_op(q, k, v, bias, cu_q, cu_k, *scalars)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
@@ -336,8 +402,9 @@ def _bwd_autograd(keyset, *args):
     return _below_autograd(attn_bwd_op, _bwd_kernel, keyset, args)
 
 
-_def.impl("attn_fwd", _fwd_autograd, "Autograd", with_keyset=True)
-_def.impl("attn_bwd", _bwd_autograd, "Autograd", with_keyset=True)
+if not _SHIM:
+    _def.impl("attn_fwd", _fwd_autograd, "Autograd", with_keyset=True)
+    _def.impl("attn_bwd", _bwd_autograd, "Autograd", with_keyset=True)
 
 
 # ------------------------------------------------------------------------------- autocast
