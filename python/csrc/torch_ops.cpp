@@ -94,13 +94,32 @@ fattn_ctx_t *context(const at::Device &dev) {
 }
 
 // ------------------------------------------------------------------------------- views
+// A dtype as Python prints it (torch.float64), so both host paths word errors alike.
+std::string py_dtype(at::ScalarType s) {
+    switch (s) {
+    case at::kDouble: return "torch.float64";
+    case at::kFloat: return "torch.float32";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return std::string("torch.") + c10::toString(s);
+    }
+}
+
 fattn_dtype dtype_code(const Tensor &t, const char *name) {
     switch (t.scalar_type()) {
     case at::kFloat: return FATTN_F32;
     case at::kHalf: return FATTN_F16;
     case at::kBFloat16: return FATTN_BF16;
     default:
-        TORCH_CHECK_TYPE(false, "fattn: ", name, " has dtype ", t.scalar_type(),
+        TORCH_CHECK_TYPE(false, "fattn: ", name, " has dtype ", py_dtype(t.scalar_type()),
                          "; the library takes float32, float16 or bfloat16");
     }
 }
@@ -154,6 +173,10 @@ fattn_attn_params params(const OptT &bias, const OptT &cu_q, const OptT &cu_k, c
     p.causal = fattn_causal(s.causal);
     p.window_left = s.wl, p.window_right = s.wr;
     p.window_align = fattn_align(s.walign);
+    for (const auto &[name, t] : {std::pair<const char *, const OptT *>{"cu_seqlens_q", &cu_q}, {"cu_seqlens_k", &cu_k}})
+        if (opt(*t))
+            TORCH_CHECK_TYPE(t->value().scalar_type() == at::kInt && t->value().is_contiguous(), "fattn: ", name,
+                             " must be a contiguous int32 tensor, got ", py_dtype(t->value().scalar_type()));
     if (opt(cu_q)) {
         p.cu_seqlens_q = static_cast<const int32_t *>(cu_q->data_ptr());
         p.cu_seqlens_kv = opt(cu_k) ? static_cast<const int32_t *>(cu_k->data_ptr()) : nullptr;

@@ -212,6 +212,8 @@ class _Counter:
         return out
 
 
+@pytest.mark.skipif(fattn.host_path().startswith("compiled"),
+                    reason="the ctypes kernels' plan cache (CI runs this file with FATTN_TORCH_SHIM=0)")
 def test_repeated_call_makes_one_library_call_per_direction(monkeypatch):
     """The plan cache: the first call of a shape asks the size queries (which validate); a
     repeat makes only fattn_attn_fwd / _bwd; new data (q, bias values) is read, not the
