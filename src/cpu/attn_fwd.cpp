@@ -30,6 +30,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
     ti.build(p, fwd_tasks_of);
     SlotPool pool(ws.nslots);
     const int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), group = p.group();
+    const bool f32_in_place = p.dtype == FATTN_F32;  // K and V tiles read where they are
 
     parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
         int64_t s, rem;
@@ -68,10 +69,16 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
             const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
             if (!ws.map.active(s, h, qt, kt, nkt)) continue;
             if (tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileSkip) continue;
-            load_tile(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh),
-                      p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
-            load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
-                      p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, dvp);
+            // f32 K and V are read in place (their rows are the GEMM operands' rows); other
+            // dtypes, and a V whose rows are not whole kNR granules, are converted into the slot.
+            const float *ka = sc.kr, *vb = sc.v;
+            int64_t ldk = dp, ldv = dvp;
+            const void *ksrc = elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh);
+            const void *vsrc = elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh);
+            if (f32_in_place) ka = static_cast<const float *>(ksrc), ldk = p.k_ss;
+            else load_tile(ksrc, p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
+            if (f32_in_place && dvp == p.dim_v) vb = static_cast<const float *>(vsrc), ldv = p.v_ss;
+            else load_tile(vsrc, p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, dvp);
             // The next kv tile's K and V arrive while this one computes (see TilePrefetch).
             TilePrefetch pf_k, pf_v;
             if (kt + 1 < kt_end) {
@@ -84,7 +91,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
             }
             if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
             // Sᵀ = K (scale · Q)ᵀ   [bk, nq]
-            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, sc.st, kBQ, false, &pf_k);
+            gemm(bk, nq, int(p.d), ka, ldk, sc.qt, kBQ, sc.st, kBQ, false, &pf_k);
             for (int i = 0; i < rows; ++i) {  // bias, then -inf outside each query's window
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)
@@ -109,7 +116,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
                 sc.l[i] += sc.sum[i];
             }
             // acc += P V with P read from Pᵀ   [rows, dvp]
-            gemm_tn(rows, int(dvp), bk, sc.st, kBQ, sc.v, dvp, sc.acc, dvp, true, &pf_v);
+            gemm_tn(rows, int(dvp), bk, sc.st, kBQ, vb, ldv, sc.acc, dvp, true, &pf_v);
         }
 
         // O = acc / l, LSE = ceiling + m + log l; a row that saw no key (l = 0): O = 0, LSE = -inf.
