@@ -11,13 +11,13 @@
 // The oracle is not needed: every expectation is a class of value (NaN, 0, -inf, finite), and
 // the finite rows are checked against their closed form (uniform attention: the mean of V).
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "core/dtype.h"
+#include "test/attn_judge.h"  // fmt
 #include "test/backend_mem.h"
 #include "test/registry.h"
 
@@ -25,16 +25,6 @@ namespace fattn_test {
 namespace {
 
 constexpr int64_t kSq = 4, kSkv = 40, kHq = 2, kHkv = 1, kD = 64;
-
-std::string fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-std::string fmt(const char *f, ...) {
-    char b[512];
-    va_list ap;
-    va_start(ap, f);
-    std::vsnprintf(b, sizeof b, f, ap);
-    va_end(ap);
-    return b;
-}
 
 // One [n0, n1, n2, n3] contiguous tensor on the backend, with its host copy as f32.
 struct T {
