@@ -15,7 +15,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <ATen/Parallel.h>
-#include <torch/autograd.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
@@ -371,9 +370,4 @@ TORCH_LIBRARY_IMPL(fattn, CUDA, m) {
 TORCH_LIBRARY_IMPL(fattn, Autograd, m) {
     m.impl("attn_fwd", attn_fwd_autograd);
     m.impl("attn_bwd", attn_bwd_autograd);
-}
-
-// The shim's version: _ops.py loads it only when it matches the library it was built with.
-extern "C" __attribute__((visibility("default"))) const char *fattn_torch_shim_version() {
-    return fattn_version();
 }

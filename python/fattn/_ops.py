@@ -102,10 +102,10 @@ _SHIM_ERR = re.compile(r"^fattn\[(\d+)\] ")
 def shim_error(e: RuntimeError) -> RuntimeError:
     """The compiled kernels raise RuntimeError("fattn[status] what: ..."): as FattnError with
     the ctypes kernels' text ("fattn: what: ...")."""
-    m = _SHIM_ERR.match(str(e).split("\n", 1)[0])
+    text = str(e).split("\n", 1)[0]
+    m = _SHIM_ERR.match(text)
     if m is None:
         return e
-    text = str(e).split("\n", 1)[0]
     return _lib.FattnError(int(m.group(1)), "fattn: " + text[m.end():])
 
 _PLAN_CAP = 256  # plans kept per thread (a training loop has a handful of shapes)
@@ -231,10 +231,8 @@ def _fwd(q, k, v, bias, cu_q, cu_k, *scalars):
 
 
 def _fwd_kernel(*args):
-    if args[0].device.type == "cuda":
-        with torch.cuda.device(args[0].device):
-            return _fwd(*args)
-    return _fwd(*args)
+    with _lib.device_guard(args[0].device):
+        return _fwd(*args)
 
 
 @torch.library.register_fake("fattn::attn_fwd")
@@ -297,10 +295,8 @@ def _bwd(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
 
 
 def _bwd_kernel(*args):
-    if args[1].device.type == "cuda":
-        with torch.cuda.device(args[1].device):
-            return _bwd(*args)
-    return _bwd(*args)
+    with _lib.device_guard(args[1].device):
+        return _bwd(*args)
 
 
 @torch.library.register_fake("fattn::attn_bwd")
