@@ -87,3 +87,13 @@ def test_both_paths_bitwise_equal():
     assert compiled_nodes["plain/node"] == "fattn::AttnBackward"
     assert here["error"] == there["error"]
     assert here["error"][0] == 2 and "dtype" in here["error"][1]
+
+
+@pytest.mark.skipif(not COMPILED, reason="the compiled kernels' own argument check")
+def test_compiled_op_refuses_int64_cu_seqlens():
+    """fattn.attention converts int64 cu_seqlens; a direct op call must not have its int64
+    offsets read as int32 pairs (they would be misread silently): a named TypeError."""
+    q = torch.randn(1, 6, 1, 8)
+    cu = torch.tensor([0, 6], dtype=torch.int64)
+    with pytest.raises(TypeError, match="cu_seqlens_q must be a contiguous int32"):
+        torch.ops.fattn.attn_fwd(q, q, q, None, cu, cu, 0, -1, -1, 0, 0.0, 6, 6, 0, 0)
