@@ -6,7 +6,7 @@
 OBJ: the object file of src/cpu/attn_math.cpp in an optimized build, e.g.
 build/CMakeFiles/fattn.dir/src/cpu/attn_math.cpp.o; given several (ctest passes all of the
 library's objects), the one named attn_math.cpp.o (or .obj) is used. The script disassembles it with objdump,
-takes every per-ISA GEMM entry (isa_<name>::gemm_nn / gemm_tn), finds its innermost loops (a
+takes every per-ISA GEMM entry (isa_<name>::gemm_nn / gemm_tn / gemm_nn_max), finds its innermost loops (a
 backward jump whose range holds no other backward jump) that do the multiply-adds (vfmadd on
 avx2/avx512, mulps on base), and fails if one of them loads or stores through %rsp (or %rbp as the frame pointer) — the
 accumulators of a register block that does not fit the ISA's registers end up there (GCC 12
@@ -78,7 +78,7 @@ def main():
     funcs = disassemble(objs[0], objdump)
     failures, checked = [], 0
     for isa, (fma, reg, wider) in ISAS.items():
-        for kind in ("gemm_nn", "gemm_tn"):
+        for kind in ("gemm_nn", "gemm_tn", "gemm_nn_max"):
             names = [n for n in funcs if f"isa_{isa}::{kind}(" in n]
             if not names:
                 failures.append(f"{isa} {kind}: function not found in the object")

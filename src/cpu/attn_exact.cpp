@@ -48,8 +48,8 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
         int slot = pool.acquire();
         FwdScratch sc = carve_fwd(p, ws.slots + size_t(slot) * ws.slot_bytes);
         load_tile_t(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh),
-                    p.dtype, p.q_ss, rows, int(p.d), sc.qt, kBQ);
-        for (int64_t d = 0; d < p.d; ++d) scale_row(sc.qt + d * kBQ, p.scale, nq);
+                    p.dtype, p.q_ss, rows, int(p.d), sc.qt, sc.ldt);
+        for (int64_t d = 0; d < p.d; ++d) scale_row(sc.qt + d * sc.ldt, p.scale, nq);
 
         // The task's Pᵀ block [kv_len, nq] is built in the slot's scratch (L2-sized for moderate
         // Skv), softmaxed there and written to `saved` once: the materialization costs one write
@@ -71,7 +71,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
             load_tile(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh),
                       p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
             if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
-            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, kBQ, st, kBQ, false);  // Sᵀ [bk, nq]
+            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, sc.ldt, st, kBQ, false);  // Sᵀ [bk, nq]
             for (int i = 0; i < rows; ++i) {
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)
@@ -100,8 +100,8 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
             const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
             if (!tile_may_touch(p, r, i0, rows, j0, bk) || !ws.map.active(s, h, qt, kt, nkt)) continue;
             load_tile(elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh),
-                      p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, dvp);
-            gemm_tn(rows, int(dvp), bk, blk + j0 * kBQ, kBQ, sc.v, dvp, sc.acc, dvp, true);
+                      p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, sc.ldv);
+            gemm_tn(rows, int(dvp), bk, blk + j0 * kBQ, kBQ, sc.v, sc.ldv, sc.acc, dvp, true);
         }
         for (int j = 0; j < nk; ++j) std::copy(blk + j * kBQ, blk + j * kBQ + rows, pcol + j * ldp);
         store_tile(elem(p.o, p.dtype, r.batch_index * p.o_sb + (r.q_begin + i0) * p.o_ss + h * p.o_sh),

@@ -51,8 +51,8 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
         // loaded as is, and the per-query softmax runs down the columns as vector work.
         const int nq = int(pad_n(rows));
         load_tile_t(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh),
-                    p.dtype, p.q_ss, rows, int(p.d), sc.qt, kBQ);
-        for (int64_t d = 0; d < p.d; ++d) scale_row(sc.qt + d * kBQ, p.scale, nq);
+                    p.dtype, p.q_ss, rows, int(p.d), sc.qt, sc.ldt);
+        for (int64_t d = 0; d < p.d; ++d) scale_row(sc.qt + d * sc.ldt, p.scale, nq);
         std::fill(sc.m, sc.m + nq, kNegInf);
         std::fill(sc.l, sc.l + nq, 0.0f);
         std::fill(sc.acc, sc.acc + rows * dvp, 0.0f);
@@ -69,16 +69,17 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
             const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
             if (!ws.map.active(s, h, qt, kt, nkt)) continue;
             if (tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileSkip) continue;
-            // f32 K and V are read in place (their rows are the GEMM operands' rows); other
-            // dtypes, and a V whose rows are not whole kNR granules, are converted into the slot.
-            const float *ka = sc.kr, *vb = sc.v;
-            int64_t ldk = dp, ldv = dvp;
+            // f32 K is read in place (its rows are the Sᵀ GEMM's A rows, a few at a time); other
+            // dtypes, and V always, are converted into the slot. V in place is the PV GEMM's B,
+            // reused by every row block: at a token stride of 1-2 KiB its panel's rows share a few
+            // L1 sets and thrash (packed V measured faster than in-place on AVX2 and AVX-512).
+            const float *ka = sc.kr;
+            int64_t ldk = dp;
             const void *ksrc = elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh);
             const void *vsrc = elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh);
             if (f32_in_place) ka = static_cast<const float *>(ksrc), ldk = p.k_ss;
             else load_tile(ksrc, p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
-            if (f32_in_place && dvp == p.dim_v) vb = static_cast<const float *>(vsrc), ldv = p.v_ss;
-            else load_tile(vsrc, p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, dvp);
+            load_tile(vsrc, p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, sc.ldv);
             // The next kv tile's K and V arrive while this one computes (see TilePrefetch).
             TilePrefetch pf_k, pf_v;
             if (kt + 1 < kt_end) {
@@ -90,24 +91,31 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
                                      p.dtype, p.v_ss, bk1, int(p.dim_v));
             }
             if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
-            // Sᵀ = K (scale · Q)ᵀ   [bk, nq]
-            gemm(bk, nq, int(p.d), ka, ldk, sc.qt, kBQ, sc.st, kBQ, false, &pf_k);
-            for (int i = 0; i < rows; ++i) {  // bias, then -inf outside each query's window
-                int a = sc.tr->a[i], b = sc.tr->b[i];
-                if (a < b && p.bias)
-                    add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, sc.st + i, kBQ, a, b, cl[i]);
-                for (int j = 0; j < a; ++j) sc.st[j * kBQ + i] = kNegInf;
-                for (int j = std::max(a, b); j < bk; ++j) sc.st[j * kBQ + i] = kNegInf;
+            // Sᵀ = K (scale · Q)ᵀ   [bk, nq]; a tile every row sees whole (no bias, no key
+            // outside a window) gets its per-query maxima from the GEMM's registers.
+            bool whole = !p.bias;
+            for (int i = 0; i < rows && whole; ++i) whole = sc.tr->a[i] == 0 && sc.tr->b[i] == bk;
+            if (whole) {
+                gemm_max(bk, nq, int(p.d), ka, ldk, sc.qt, sc.ldt, sc.st, sc.ldt, sc.mx, &pf_k);
+            } else {
+                gemm(bk, nq, int(p.d), ka, ldk, sc.qt, sc.ldt, sc.st, sc.ldt, false, &pf_k);
+                for (int i = 0; i < rows; ++i) {  // bias, then -inf outside each query's window
+                    int a = sc.tr->a[i], b = sc.tr->b[i];
+                    if (a < b && p.bias)
+                        add_bias_t(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, sc.st + i, sc.ldt, a, b, cl[i]);
+                    for (int j = 0; j < a; ++j) sc.st[j * sc.ldt + i] = kNegInf;
+                    for (int j = std::max(a, b); j < bk; ++j) sc.st[j * sc.ldt + i] = kNegInf;
+                }
+                col_max(sc.st, sc.ldt, bk, nq, sc.mx);
             }
             // Online softmax per query: new max, rescale factor, probabilities, their sum.
-            col_max(sc.st, kBQ, bk, nq, sc.mx);
             for (int i = 0; i < nq; ++i) {
                 float m_new = std::max(sc.m[i], sc.mx[i]);
                 sc.shift[i] = m_new == kNegInf ? 0.0f : m_new;  // all -inf so far: exp gives 0
                 sc.alpha[i] = (sc.m[i] == kNegInf || sc.m[i] == m_new) ? 1.0f : std::exp(sc.m[i] - m_new);
                 sc.m[i] = m_new;
             }
-            col_exp_sum(sc.st, kBQ, bk, nq, sc.shift, sc.st, kBQ, sc.sum);
+            col_exp_sum(sc.st, sc.ldt, bk, nq, sc.shift, sc.st, sc.ldt, sc.sum);
             for (int i = 0; i < rows; ++i) {
                 if (sc.alpha[i] != 1.0f) {
                     sc.l[i] *= sc.alpha[i];
@@ -116,7 +124,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
                 sc.l[i] += sc.sum[i];
             }
             // acc += P V with P read from Pᵀ   [rows, dvp]
-            gemm_tn(rows, int(dvp), bk, sc.st, kBQ, vb, ldv, sc.acc, dvp, true, &pf_v);
+            gemm_tn(rows, int(dvp), bk, sc.st, sc.ldt, sc.v, sc.ldv, sc.acc, dvp, true, &pf_v);
         }
 
         // O = acc / l, LSE = ceiling + m + log l; a row that saw no key (l = 0): O = 0, LSE = -inf.

@@ -61,6 +61,9 @@ void gemm(int M, int N, int K, const float *A, int64_t lda, const float *B, int6
 // Same with A stored transposed: A(r, k) = At[k * lda + r].
 void gemm_tn(int M, int N, int K, const float *At, int64_t lda, const float *B, int64_t ldb,
              float *C, int64_t ldc, bool accumulate, const TilePrefetch *pf = nullptr);
+// gemm (no accumulate) plus cmax[j] = max_i C[i, j] over i < M, exactly col_max(C, ldc, M, N, cmax).
+void gemm_max(int M, int N, int K, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+              int64_t ldc, float *cmax, const TilePrefetch *pf = nullptr);
 // y[j] = exp(x[j] - shift) for j < n; exactly 0 where x - shift < -87 (so -inf gives 0).
 void exp_shift(const float *x, float shift, float *y, int n);
 void scale_row(float *x, float a, int n);   // x *= a
@@ -227,11 +230,18 @@ struct Arena {
 
 // Per-task scratch of the forward (fused and exact) and of the backward; the same carve sizes
 // the slot (base == nullptr) and hands out its arrays. Shapes in the comments.
+// Leading dim of a packed tile whose rows are n floats (n % kNR == 0): padded so that consecutive
+// rows start an odd number of 64-byte lines apart. A power-of-two row stride puts a GEMM panel's
+// rows (one or two lines each, read down k) into a few L1 sets, where they evict each other and
+// the A operand (PV at D128 with V packed at 512 B rows: 63 -> 70 GFLOP/s on AVX2, hot data).
+inline int64_t conflict_free_ld(int64_t n) { return (n / kNR) % 2 == 0 ? n + kNR : n; }
+
 struct FwdScratch {
-    float *qt;   // [D, kBQ]          (scale · Q tile)ᵀ, packed once per task
+    float *qt;   // [D, ldt]          (scale · Q tile)ᵀ, packed once per task
     float *kr;   // [kBK, pad_n(D)]   K tile
-    float *v;    // [kBK, pad_n(Dv)]  V tile
-    float *st;   // [kBK, kBQ]        Sᵀ, then Pᵀ: keys × queries, so per-query softmax is vector work
+    float *v;    // [kBK, ldv]        V tile (ldv = conflict_free_ld(pad_n(Dv)))
+    float *st;   // [kBK, ldt]        Sᵀ, then Pᵀ: keys × queries, so per-query softmax is vector work
+    int64_t ldt, ldv;  // ldt = conflict_free_ld(kBQ)
     float *acc;  // [kBQ, pad_n(Dv)]  unnormalized O
     float *m, *l, *mx, *shift, *alpha, *sum;  // [kBQ] per query
     float *blk;  // EXACT only: [Skv, kBQ] the task's Pᵀ block, softmaxed in cache, then saved

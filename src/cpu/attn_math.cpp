@@ -22,6 +22,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#ifdef __SSE__
+#include <immintrin.h>  // FATTN_ISA_MIN below (each ISA's intrinsic, used under its target)
+#endif
 
 #include "cpu/attn_impl.h"
 #include "fattn/fattn.h"
@@ -40,6 +43,8 @@ using GemmFn = void (*)(int, int, int, const float *, int64_t, const float *, in
 struct MathKernels {
     const char *isa;
     GemmFn gemm, gemm_tn;
+    void (*gemm_max)(int, int, int, const float *, int64_t, const float *, int64_t, float *, int64_t,
+                     float *, const TilePrefetch *);
     void (*exp_shift)(const float *, float, float *, int);
     void (*scale_row)(float *, float, int);
     void (*dsoftmax_row)(float *, const float *, float, int);
@@ -51,7 +56,13 @@ struct MathKernels {
 namespace isa_base {
 constexpr const char *kIsaName = "base";
 constexpr int kVW = 4, kMR = 4, kNV = 2;
+#ifdef __SSE__
+#define FATTN_ISA_MIN _mm_min_ps
+#define FATTN_ISA_VEC __m128
+#endif
 #include "cpu/attn_math_isa.h"
+#undef FATTN_ISA_MIN
+#undef FATTN_ISA_VEC
 }  // namespace isa_base
 
 #ifdef FATTN_X86_DISPATCH
@@ -64,7 +75,11 @@ constexpr int kVW = 4, kMR = 4, kNV = 2;
 namespace isa_avx2 {
 constexpr const char *kIsaName = "avx2";
 constexpr int kVW = 8, kMR = 6, kNV = 2;
+#define FATTN_ISA_MIN _mm256_min_ps
+#define FATTN_ISA_VEC __m256
 #include "cpu/attn_math_isa.h"
+#undef FATTN_ISA_MIN
+#undef FATTN_ISA_VEC
 }  // namespace isa_avx2
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -77,7 +92,11 @@ constexpr int kVW = 8, kMR = 6, kNV = 2;
 namespace isa_avx512 {
 constexpr const char *kIsaName = "avx512";
 constexpr int kVW = 16, kMR = 8, kNV = 2;
+#define FATTN_ISA_MIN(a, b) _mm512_maskz_min_ps(0xFFFF, a, b)  // _mm512_min_ps warns in GCC 12 (its undefined src)
+#define FATTN_ISA_VEC __m512
 #include "cpu/attn_math_isa.h"
+#undef FATTN_ISA_MIN
+#undef FATTN_ISA_VEC
 }  // namespace isa_avx512
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -128,6 +147,11 @@ void gemm(int M, int N, int K_, const float *A, int64_t lda, const float *B, int
 void gemm_tn(int M, int N, int K_, const float *At, int64_t lda, const float *B, int64_t ldb,
              float *C, int64_t ldc, bool accumulate, const TilePrefetch *pf) {
     K().gemm_tn(M, N, K_, At, lda, B, ldb, C, ldc, accumulate, pf);
+}
+
+void gemm_max(int M, int N, int K_, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+              int64_t ldc, float *cmax, const TilePrefetch *pf) {
+    K().gemm_max(M, N, K_, A, lda, B, ldb, C, ldc, cmax, pf);
 }
 
 void exp_shift(const float *x, float shift, float *y, int n) { K().exp_shift(x, shift, y, n); }

@@ -4,6 +4,7 @@
 //   kIsaName  the name fattn_cpu_isa() reports
 //   kVW       floats per native vector register (4 SSE, 8 AVX2, 16 AVX-512)
 //   kMR, kNV  the GEMM register block: kMR rows × kNV vectors of C stay in registers while k runs
+// and optionally the macros FATTN_ISA_MIN / FATTN_ISA_VEC (the ISA's minps intrinsic and its type),
 // and under a target pragma for that ISA, so every function (and template) below is compiled for
 // it with vectors of its native width. A wider type than the ISA's registers (e.g. 16 floats on
 // AVX2) has no register form: GCC then keeps the accumulators on the stack.
@@ -14,6 +15,7 @@
 // Register value, and the same type with alignment 4 for loads/stores straight from float arrays.
 typedef float V __attribute__((vector_size(kVW * 4)));
 typedef int32_t VI __attribute__((vector_size(kVW * 4)));
+typedef uint32_t VUI __attribute__((vector_size(kVW * 4)));
 typedef float VU __attribute__((vector_size(kVW * 4), aligned(4), may_alias));
 
 inline __attribute__((always_inline)) V ld(const float *p) { return *reinterpret_cast<const VU *>(p); }
@@ -26,13 +28,25 @@ inline __attribute__((always_inline)) V splat(float x) {
     return v;
 }
 
+// min(a, b) with a NaN b kept (a is a NaN-free constant): one minps, where the same select
+// written with vector extensions compiles to a compare and a blend.
+inline __attribute__((always_inline)) V min_keep_nan(V a, V b) {
+#ifdef FATTN_ISA_MIN
+    return reinterpret_cast<V>(FATTN_ISA_MIN(reinterpret_cast<FATTN_ISA_VEC>(a), reinterpret_cast<FATTN_ISA_VEC>(b)));
+#else
+    return a < b ? a : b;  // NaN b: the comparison is false, b is kept
+#endif
+}
+
 // ---- GEMM ----
 
 // kTransA: A is stored transposed ([K, M], element (r, k) at A[k * lda + r]) — lets the
 // backward use Pᵀ / dSᵀ and the forward use Sᵀ without ever transposing a tile.
-template <int R, int W, bool kTransA>
+// kMax: also fold the column maxima of the block into cmax[0, W·kVW) (see gemm_nn_max).
+template <int R, int W, bool kTransA, bool kMax = false>
 inline __attribute__((always_inline)) void block(int K, const float *A, int64_t lda, const float *B,
-                                                 int64_t ldb, float *C, int64_t ldc, bool accumulate) {
+                                                 int64_t ldb, float *C, int64_t ldc, bool accumulate,
+                                                 float *cmax = nullptr) {
     V c[R][W];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r)
@@ -53,6 +67,15 @@ inline __attribute__((always_inline)) void block(int K, const float *A, int64_t 
     for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
         for (int w = 0; w < W; ++w) st(C + r * ldc + w * kVW, c[r][w]);
+    if (kMax) {  // rows in order, `v > m ? v : m` from the running max: col_max's result exactly
+#pragma GCC unroll 16
+        for (int w = 0; w < W; ++w) {
+            V m = ld(cmax + w * kVW);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; ++r) m = c[r][w] > m ? c[r][w] : m;
+            st(cmax + w * kVW, m);
+        }
+    }
 }
 
 // Walks the lines of a TilePrefetch, a few per register block: `per_block` lines each step.
@@ -82,34 +105,38 @@ struct PrefetchCursor {
 // Rows of one column panel (W vectors wide): kMR-row blocks, then 4-, 2- and 1-row tails. The
 // 4-row tail keeps 8 accumulators in flight (two FMA ports × 4-cycle latency), so a 64-row tile
 // on AVX2 (10 × 6 + 4) loses little to its tail.
-template <int W, bool kTransA>
+template <int W, bool kTransA, bool kMax>
 inline __attribute__((always_inline)) void panel(int M, int K, const float *A, int64_t lda,
                                                  const float *B, int64_t ldb, float *C, int64_t ldc,
-                                                 bool accumulate, PrefetchCursor &pf) {
+                                                 bool accumulate, PrefetchCursor &pf, float *cmax) {
     const int64_t rstep = kTransA ? 1 : lda;  // distance between consecutive rows of A
     int i = 0;
     for (; i + kMR <= M; i += kMR) {
         pf.step();
-        block<kMR, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
+        block<kMR, W, kTransA, kMax>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate, cmax);
     }
     if (kMR > 4)
-        for (; i + 4 <= M; i += 4) block<4, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
-    for (; i + 2 <= M; i += 2) block<2, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
-    for (; i < M; ++i) block<1, W, kTransA>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate);
+        for (; i + 4 <= M; i += 4)
+            block<4, W, kTransA, kMax>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate, cmax);
+    for (; i + 2 <= M; i += 2)
+        block<2, W, kTransA, kMax>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate, cmax);
+    for (; i < M; ++i) block<1, W, kTransA, kMax>(K, A + i * rstep, lda, B, ldb, C + i * ldc, ldc, accumulate, cmax);
 }
 
 // Column panels outermost: one K × (kNV·kVW) panel of B is reused by every row block; kVW-wide
 // panels for the rest of N (N is a multiple of kNR, hence of kVW).
-template <bool kTransA>
+template <bool kTransA, bool kMax = false>
 inline __attribute__((always_inline)) void gemm_body(int M, int N, int K, const float *A, int64_t lda,
                                                      const float *B, int64_t ldb, float *C,
-                                                     int64_t ldc, bool accumulate, const TilePrefetch *tp) {
+                                                     int64_t ldc, bool accumulate, const TilePrefetch *tp,
+                                                     float *cmax = nullptr) {
     const int panels = N / (kNV * kVW) + (N % (kNV * kVW)) / kVW;
     PrefetchCursor pf(tp, panels * (M / kMR > 0 ? M / kMR : 1));  // lines spread over full blocks
     int j0 = 0;
     for (; j0 + kNV * kVW <= N; j0 += kNV * kVW)
-        panel<kNV, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate, pf);
-    for (; j0 < N; j0 += kVW) panel<1, kTransA>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate, pf);
+        panel<kNV, kTransA, kMax>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate, pf, cmax + (kMax ? j0 : 0));
+    for (; j0 < N; j0 += kVW)
+        panel<1, kTransA, kMax>(M, K, A, lda, B + j0, ldb, C + j0, ldc, accumulate, pf, cmax + (kMax ? j0 : 0));
     pf.per_block = 1 << 30;  // small M (no full block): whatever is left, at the end
     pf.step();
 }
@@ -126,6 +153,15 @@ __attribute__((noinline)) void gemm_tn(int M, int N, int K, const float *At, int
                                        const TilePrefetch *pf) {
     gemm_body<true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate, pf);
 }
+// C = A · B (no accumulate) and cmax[j] = max over the M rows of C[·, j] (col_max's semantics),
+// in the same pass: the forward's Sᵀ tile needs its per-query maxima, and reading them from the
+// registers saves a pass over the tile.
+__attribute__((noinline)) void gemm_nn_max(int M, int N, int K, const float *A, int64_t lda,
+                                           const float *B, int64_t ldb, float *C, int64_t ldc,
+                                           float *cmax, const TilePrefetch *pf) {
+    for (int j = 0; j < N; ++j) cmax[j] = -__builtin_inff();
+    gemm_body<false, true>(M, N, K, A, lda, B, ldb, C, ldc, false, pf, cmax);
+}
 
 // ---- exp ----
 
@@ -135,16 +171,20 @@ __attribute__((noinline)) void gemm_tn(int M, int N, int K, const float *At, int
 // A NaN t (a NaN score, or +inf - +inf in a row whose max overflowed) gives NaN, so the row's
 // sum and output are NaN (docs/CONTRACT.md, "Overflow and NaN"), never a silent 0.
 // All selects are vector masks of the native width (a wider type would be split into scalars).
+// Op count matters here (the forward's softmax is ~15% of its time): the clamps are written
+// so that a NaN t passes through them (max/min with the constant first), k is read from the
+// rounding sum's mantissa instead of a float→int conversion, and NaN needs no select of its own
+// (every step of the polynomial carries it).
 inline __attribute__((always_inline)) V exp_vec(V x, V shift) {
     const float log2e = 1.44269504088896341f;
     const float ln2_hi = 0.693145751953125f, ln2_lo = 1.42860682030941723e-6f;
     const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
     V t = x - shift;
-    VI zero = t < -87.0f;  // -inf and underflow give exactly 0
-    VI nan = t != t;
-    V tc = t > 88.0f ? splat(88.0f) : t;
-    tc = (zero | nan) ? V{} : tc;  // the integer conversion below sees no NaN
-    V kf = (tc * log2e + round_magic) - round_magic;
+    VI zero = t < -87.0f;  // -inf and underflow give exactly 0 (whatever the steps below make of them)
+    V tc = min_keep_nan(splat(88.0f), t);  // the only clamp needed: k <= 127 keeps 2^k finite
+    // y = k + round_magic exactly (|k| <= 127 < 2^22), so y's low mantissa bits hold k + 2^22.
+    V y = tc * log2e + round_magic;
+    V kf = y - round_magic;
     V r = tc - kf * ln2_hi;
     r = r - kf * ln2_lo;
     V p = splat(1.0f / 720.0f);
@@ -154,11 +194,14 @@ inline __attribute__((always_inline)) V exp_vec(V x, V shift) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    VI bits = (__builtin_convertvector(kf, VI) + 127) << 23;
+    // 2^k: the exponent field k + 127 = the low 9 bits of (bits(y) + 127), since bits(y) =
+    // bits(round_magic) + k and bits(round_magic)'s low 23 bits are 2^22, a multiple of 512.
+    VUI bits;  // unsigned: the shift drops the high bits by design
+    __builtin_memcpy(&bits, &y, sizeof bits);
+    bits = (bits + 127u) << 23;
     V two_k;
     __builtin_memcpy(&two_k, &bits, sizeof two_k);
-    V e = zero ? V{} : p * two_k;
-    return nan ? t : e;
+    return zero ? V{} : p * two_k;
 }
 
 // A tail of fewer than kVW lanes goes through the same vector code on a local copy, so every
@@ -253,5 +296,5 @@ void col_scale(float *x, int64_t ld_, int nj, int n, const float *a) {
         for (int j = 0; j < nj; ++j) x[j * ld_ + i] *= a[i];
 }
 
-const MathKernels kKernels = {kIsaName, gemm_nn, gemm_tn, exp_shift, scale_row, dsoftmax_row,
+const MathKernels kKernels = {kIsaName, gemm_nn, gemm_tn, gemm_nn_max, exp_shift, scale_row, dsoftmax_row,
                               col_max, col_exp_sum, col_scale};

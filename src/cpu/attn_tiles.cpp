@@ -50,7 +50,19 @@ void load_tile_tr_(const void *src, int64_t rs, int rows, int cols, float *dst, 
     using E = Elem<T>;
     const auto *s = static_cast<const typename E::type *>(src);
     int rpad = int(pad_n(rows));
+    // The scattered stores make each source row a long run of instructions, so the core's
+    // out-of-order window holds about one row and its cache misses would come one row at a
+    // time: the rows kAhead ahead are prefetched (a q tile's first touch, from L3 or DRAM).
+    constexpr int kAhead = 8;
+    const int64_t bytes = int64_t(cols) * int64_t(sizeof(typename E::type));
+    auto prefetch_row = [&](int r) {
+        const char *row = reinterpret_cast<const char *>(s + r * rs);
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+        __builtin_prefetch(row + bytes - 1);
+    };
+    for (int r = 0; r < std::min(kAhead, rows); ++r) prefetch_row(r);
     for (int r = 0; r < rows; ++r) {
+        if (r + kAhead < rows) prefetch_row(r + kAhead);
         const auto *row = s + r * rs;
         for (int c = 0; c < cols; ++c) dst[c * ldd + r] = E::get(row[c]);
     }
@@ -211,10 +223,12 @@ FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     Arena a{base};
     FwdScratch f;
     int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v);
-    f.qt = a.floats(p.d * kBQ);
+    f.ldt = conflict_free_ld(kBQ);
+    f.ldv = conflict_free_ld(dvp);
+    f.qt = a.floats(p.d * f.ldt);
     f.kr = a.floats(kBK * dp);
-    f.v = a.floats(kBK * dvp);
-    f.st = a.floats(kBK * kBQ);
+    f.v = a.floats(kBK * f.ldv);
+    f.st = a.floats(kBK * f.ldt);
     f.acc = a.floats(kBQ * dvp);
     f.m = a.floats(kBQ);
     f.l = a.floats(kBQ);
