@@ -236,14 +236,21 @@ struct Arena {
 // the A operand (PV at D128 with V packed at 512 B rows: 63 -> 70 GFLOP/s on AVX2, hot data).
 inline int64_t conflict_free_ld(int64_t n) { return (n / kNR) % 2 == 0 ? n + kNR : n; }
 
+// Fused forward: a task holds this many consecutive q tiles (1, 2 or 4) and loads each kv tile
+// once for all of them. A function of the shapes and the thread count (enough tasks for the
+// threads); results never depend on it (attn_fwd.cpp). Exact and stats callers size by it too.
+constexpr int kMaxQGroup = 4;
+int fwd_q_group(const AttnFwdParams &p);
+
 struct FwdScratch {
-    float *qt;   // [D, ldt]          (scale · Q tile)ᵀ, packed once per task
+    float *qt;   // [G, D, ldt]       (scale · Q tile)ᵀ per q tile of the group (G = fwd_q_group)
     float *kr;   // [kBK, pad_n(D)]   K tile
     float *v;    // [kBK, ldv]        V tile (ldv = conflict_free_ld(pad_n(Dv)))
     float *st;   // [kBK, ldt]        Sᵀ, then Pᵀ: keys × queries, so per-query softmax is vector work
     int64_t ldt, ldv;  // ldt = conflict_free_ld(kBQ)
-    float *acc;  // [kBQ, pad_n(Dv)]  unnormalized O
-    float *m, *l, *mx, *shift, *alpha, *sum;  // [kBQ] per query
+    float *acc;  // [G, kBQ, pad_n(Dv)] unnormalized O per q tile
+    float *m, *l;                   // [G, kBQ] per query of each q tile
+    float *mx, *shift, *alpha, *sum;  // [kBQ] per query
     float *blk;  // EXACT only: [Skv, kBQ] the task's Pᵀ block, softmaxed in cache, then saved
     TileRows *tr;
     size_t bytes;

@@ -219,19 +219,31 @@ void TaskIndex::locate(int64_t t, int64_t *s, int64_t *rem) const {
 
 // ---- scratch ----
 
+int fwd_q_group(const AttnFwdParams &p) {
+    if (p.algo == FATTN_ALGO_EXACT) return 1;
+    // The group's packed Qᵀ and accumulators stay in a core's L2 (~80 KiB per q tile at D128).
+    const int gmax = pad_n(p.d) <= 64 && pad_n(p.dim_v) <= 64 ? kMaxQGroup : 2;
+    // q tiles in all (varlen: at most ceil(total / kBQ) + one partial tile per sequence)
+    const int64_t tiles = p.hq * (p.cu_seqlens_q ? cdiv(p.total_q, kBQ) + p.batch : p.batch * cdiv(p.seqlen_q, kBQ));
+    const int64_t want = 4 * int64_t(std::max(p.nthreads, 1));  // tasks per thread for balance
+    for (int g = gmax; g > 1; g /= 2)
+        if (tiles / g >= want) return g;
+    return 1;
+}
+
 FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     Arena a{base};
     FwdScratch f;
-    int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v);
+    int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), G = fwd_q_group(p);
     f.ldt = conflict_free_ld(kBQ);
     f.ldv = conflict_free_ld(dvp);
-    f.qt = a.floats(p.d * f.ldt);
+    f.qt = a.floats(G * p.d * f.ldt);
     f.kr = a.floats(kBK * dp);
     f.v = a.floats(kBK * f.ldv);
     f.st = a.floats(kBK * f.ldt);
-    f.acc = a.floats(kBQ * dvp);
-    f.m = a.floats(kBQ);
-    f.l = a.floats(kBQ);
+    f.acc = a.floats(G * kBQ * dvp);
+    f.m = a.floats(G * kBQ);
+    f.l = a.floats(G * kBQ);
     f.mx = a.floats(kBQ);
     f.shift = a.floats(kBQ);
     f.alpha = a.floats(kBQ);
