@@ -97,11 +97,11 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
             const int n = int(pad_n(bk));
             const int64_t krow = r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh;
             const int64_t vrow = r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh;
-            if (!kExact) load_tile_t(elem(p.k, p.dtype, krow), p.dtype, p.k_ss, bk, int(p.d), sc.kt, kBK);
-            load_tile_t(elem(p.v, p.dtype, vrow), p.dtype, p.v_ss, bk, int(hdv), sc.vt, kBK);
-            load_tile(elem(p.k, p.dtype, krow), p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
-            std::fill(sc.dk, sc.dk + bk * dp, 0.0f);
-            std::fill(sc.dv, sc.dv + bk * dvp, 0.0f);
+            if (!kExact) load_tile_t(elem(p.k, p.dtype, krow), p.dtype, p.k_ss, bk, int(p.d), sc.kt, sc.ldt);
+            load_tile_t(elem(p.v, p.dtype, vrow), p.dtype, p.v_ss, bk, int(hdv), sc.vt, sc.ldt);
+            load_tile(elem(p.k, p.dtype, krow), p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, sc.ldd);
+            std::fill(sc.dk, sc.dk + bk * sc.ldd, 0.0f);
+            std::fill(sc.dv, sc.dv + bk * sc.ldo, 0.0f);
 
             for (int64_t g = 0; g < group; ++g) {
                 const int64_t h = hk * group + g;
@@ -115,8 +115,8 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     const int64_t qrow = r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh;
                     const int64_t drow = r.batch_index * p.do_sb + (r.q_begin + i0) * p.do_ss + h * p.do_sh;
                     if (!kExact && p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
-                    load_tile(elem(p.q, p.dtype, qrow), p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, dp);
-                    load_tile(elem(p.dout, p.dtype, drow), p.dtype, p.do_ss, rows, int(hdv), 1.0f, sc.dout, dvp);
+                    load_tile(elem(p.q, p.dtype, qrow), p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, sc.ldd);
+                    load_tile(elem(p.dout, p.dtype, drow), p.dtype, p.do_ss, rows, int(hdv), 1.0f, sc.dout, sc.ldo);
                     // The next q tile of this kv tile (same head, or the group's next head) is
                     // fetched while this pair computes (see TilePrefetch): Q during the first
                     // GEMM, dO during dP, its dQ partial rows (a contiguous block the dQ GEMM
@@ -146,12 +146,12 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     // P [rows, n]: zero outside each row's valid keys and for rows that saw none.
                     if (kExact) {  // P tile from the saved Pᵀ [B, Hq, Skv, Sq]
                         const float *pcol = saved + ((s * p.hq + h) * p.seqlen_kv + j0) * p.seqlen_q + i0;
-                        transpose(pcol, p.seqlen_q, bk, rows, sc.pm, kBK);
-                        for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * kBK + bk, sc.pm + i * kBK + n, 0.0f);
+                        transpose(pcol, p.seqlen_q, bk, rows, sc.pm, sc.ldt);
+                        for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * sc.ldt + bk, sc.pm + i * sc.ldt + n, 0.0f);
                     } else {
-                        gemm(rows, n, int(p.d), sc.qs, dp, sc.kt, kBK, sc.pm, kBK, false, &pf_q);
+                        gemm(rows, n, int(p.d), sc.qs, sc.ldd, sc.kt, sc.ldt, sc.pm, sc.ldt, false, &pf_q);
                         for (int i = 0; i < rows; ++i) {
-                            float *pr = sc.pm + i * kBK;
+                            float *pr = sc.pm + i * sc.ldt;
                             int a = sc.tr->a[i], b = sc.tr->b[i];
                             if (a >= b || lse[i] == kNegInf) {
                                 std::fill(pr, pr + n, 0.0f);
@@ -164,20 +164,20 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                         }
                     }
                     // dP = dO Vᵀ, then dS = P ∘ (dP − delta) in place   [rows, n]
-                    gemm(rows, n, int(hdv), sc.dout, dvp, sc.vt, kBK, sc.dp, kBK, false, &pf_do);
-                    for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * kBK, sc.pm + i * kBK, delta[i], n);
+                    gemm(rows, n, int(hdv), sc.dout, sc.ldo, sc.vt, sc.ldt, sc.dp, sc.ldt, false, &pf_do);
+                    for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * sc.ldt, sc.pm + i * sc.ldt, delta[i], n);
 
                     // dV += Pᵀ dO,  dK += dSᵀ (scale·Q)  (A read transposed),  dQ_c += dS K
-                    gemm_tn(bk, int(dvp), rows, sc.pm, kBK, sc.dout, dvp, sc.dv, dvp, true, kExact ? &pf_q : nullptr);
-                    gemm_tn(bk, int(dp), rows, sc.dp, kBK, sc.qs, dp, sc.dk, dp, true, &pf_dq);
+                    gemm_tn(bk, int(dvp), rows, sc.pm, sc.ldt, sc.dout, sc.ldo, sc.dv, sc.ldo, true, kExact ? &pf_q : nullptr);
+                    gemm_tn(bk, int(dp), rows, sc.dp, sc.ldt, sc.qs, sc.ldd, sc.dk, sc.ldd, true, &pf_dq);
                     float *dq = ws.dq_part + (((c * nb + r.batch_index) * p.hq + h) * p.total_q + r.q_begin + i0) * dp;
-                    gemm(rows, int(dp), bk, sc.dp, kBK, sc.kr, dp, dq, dp, true);
+                    gemm(rows, int(dp), bk, sc.dp, sc.ldt, sc.kr, sc.ldd, dq, dp, true);
                 }
             }
             store_tile(elem(p.dk, p.dtype, r.batch_index * p.dk_sb + (r.kv_begin + j0) * p.dk_ss + hk * p.dk_sh),
-                       p.dtype, p.dk_ss, bk, int(p.d), sc.dk, dp, 1.0f);
+                       p.dtype, p.dk_ss, bk, int(p.d), sc.dk, sc.ldd, 1.0f);
             store_tile(elem(p.dv, p.dtype, r.batch_index * p.dv_sb + (r.kv_begin + j0) * p.dv_ss + hk * p.dv_sh),
-                       p.dtype, p.dv_ss, bk, int(hdv), sc.dv, dvp, 1.0f);
+                       p.dtype, p.dv_ss, bk, int(hdv), sc.dv, sc.ldo, 1.0f);
         }
         pool.release(slot);
     });

@@ -257,16 +257,18 @@ struct FwdScratch {
 };
 FwdScratch carve_fwd(const AttnFwdParams &p, char *base);
 
+// Leading dims (conflict_free_ld): ldt of the kBK-wide tiles, ldd of the D-wide, ldo of the Dv-wide.
 struct BwdScratch {
-    float *kt;    // [D, kBK]          K tile transposed (for S = Qs · Kᵀ)
-    float *vt;    // [Dv, kBK]         V tile transposed (for dP = dO · Vᵀ)
-    float *kr;    // [kBK, pad_n(D)]   K tile (for dQ += dS · K)
-    float *qs;    // [kBQ, pad_n(D)]   scale · Q tile
-    float *dout;  // [kBQ, pad_n(Dv)]  dO tile
-    float *pm;    // [kBQ, kBK]        P
-    float *dp;    // [kBQ, kBK]        dP, then dS
-    float *dk;    // [kBK, pad_n(D)]   dK accumulator (already scaled: built from scale · Q)
-    float *dv;    // [kBK, pad_n(Dv)]  dV accumulator
+    float *kt;    // [D, ldt]          K tile transposed (for S = Qs · Kᵀ)
+    float *vt;    // [Dv, ldt]         V tile transposed (for dP = dO · Vᵀ)
+    float *kr;    // [kBK, ldd]        K tile (for dQ += dS · K)
+    float *qs;    // [kBQ, ldd]        scale · Q tile
+    float *dout;  // [kBQ, ldo]        dO tile
+    float *pm;    // [kBQ, ldt]        P
+    float *dp;    // [kBQ, ldt]        dP, then dS
+    float *dk;    // [kBK, ldd]        dK accumulator (already scaled: built from scale · Q)
+    float *dv;    // [kBK, ldo]        dV accumulator
+    int64_t ldt, ldd, ldo;
     float *lse, *delta;  // [kBQ]
     TileRows *tr;
     size_t bytes;
