@@ -16,6 +16,8 @@ Rates by FlashAttention's convention: fwd+bwd = 3.5 × 4·B·H·S²·D.
   python3 bench/bench_cpu_sdpa.py                       # torch only
   python3 bench/bench_cpu_sdpa.py --fattn-bench new/fattn-bench --baseline old/fattn-bench
                                   # also an older build's fused time, same shapes, same run
+  python3 bench/bench_cpu_sdpa.py --fattn-bench build/fattn-bench --paired 9
+                                  # also 9 alternated torch / fattn.attention pairs in-process
 """
 import argparse
 import re
@@ -47,6 +49,45 @@ def torch_fwdbwd_ms(S, D, H, reps, seed=0):
     return statistics.median(times)
 
 
+def paired_ms(S, D, H, rounds, seed=0):
+    """torch SDPA and fattn.attention fwd+bwd alternated in this process, `rounds` pairs after a
+    warm-up each; returns (torch medians, fattn medians, median of the per-pair time ratios). A
+    noisy shared host (VM steal, neighbours) moves both arms of a pair alike, so the median of
+    the pair ratios is stable where single timings are not."""
+    import fattn
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.rand(1, H, S, D, generator=g) * 2 - 1 for _ in range(4))
+    # fattn takes FlashAttention's [B, S, H, D]; a contiguous copy of the same values
+    fq, fk, fv, fdo = (t.transpose(1, 2).contiguous() for t in (q, k, v, do))
+    for t in (q, k, v, fq, fk, fv):
+        t.requires_grad_(True)
+
+    def t_once():
+        for t in (q, k, v):
+            t.grad = None
+        F.scaled_dot_product_attention(q, k, v).backward(do)
+
+    def f_once():
+        for t in (fq, fk, fv):
+            t.grad = None
+        fattn.attention(fq, fk, fv).backward(fdo)
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+
+    t_once(), f_once()  # warm-up
+    ts, fs, ratios = [], [], []
+    for i in range(rounds):
+        if i % 2 == 0:  # alternate which arm goes first
+            a, b = timed(t_once), timed(f_once)
+        else:
+            b, a = timed(f_once), timed(t_once)
+        ts.append(a), fs.append(b), ratios.append(b / a)
+    return statistics.median(ts), statistics.median(fs), statistics.median(ratios)
+
+
 def fattn_bench(path, S, D, H, threads, reps):
     cmd = [path, "--backend", "cpu", "--shape", f"1,{S},{S},{H},{H},{D}", "--arms", "fused",
            "--threads", str(threads), "--reps", str(reps)]
@@ -67,14 +108,18 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--shapes", default="1024x64,2048x64,4096x64,1024x128,2048x128,4096x128",
                     help="comma-separated SxD")
+    ap.add_argument("--paired", type=int, default=0, metavar="N",
+                    help="also N alternated torch/fattn.attention pairs in this process (the "
+                         "installed fattn package); their median pair ratio is the robust one")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     print(f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, "
           f"{torch.get_num_threads()} threads; fattn-bench {a.fattn_bench or '(not run)'}")
     base_hdr = " baseline fused ms (GFLOP/s) |" if a.baseline else ""
+    pair_hdr = f" paired x{a.paired}: torch ms / fattn.attention ms / median fattn/torch |" if a.paired else ""
     print("| S | D | torch SDPA fwd+bwd ms (GFLOP/s) | fattn fused ms (GFLOP/s) | fattn/torch time "
-          "| SGEMM GFLOP/s | fattn/SGEMM | isa |" + base_hdr)
-    print("|---|---|---|---|---|---|---|---|" + ("---|" if a.baseline else ""))
+          "| SGEMM GFLOP/s | fattn/SGEMM | isa |" + base_hdr + pair_hdr)
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if a.baseline else "") + ("---|" if a.paired else ""))
     for sd in a.shapes.split(","):
         S, D = (int(x) for x in sd.split("x"))
         flop = 3.5 * 4 * a.heads * S * S * D
@@ -92,8 +137,12 @@ def main():
         ratio = f"{f_ms / t_ms:.2f}" if f_ms else "-"
         sg_cell = f"{sg:.1f}" if sg else "-"
         of_sg = f"{rate(f_ms) / sg:.2f}" if f_ms and sg else "-"
+        pair_cell = ""
+        if a.paired:
+            pt, pf, pr = paired_ms(S, D, a.heads, a.paired)
+            pair_cell = f" {pt:.1f} / {pf:.1f} / **{pr:.2f}** |"
         print(f"| {S} | {D} | {t_ms:.1f} ({rate(t_ms):.1f}) | {f_cell} | {ratio} | {sg_cell} | {of_sg} | {isa} |"
-              + base_cell, flush=True)
+              + base_cell + pair_cell, flush=True)
 
 
 if __name__ == "__main__":

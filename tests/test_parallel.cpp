@@ -1,17 +1,20 @@
 // test_parallel.cpp — fattn::parallel_for on its persistent pools: every item exactly once for
 // any thread count, nested and concurrent calls, workers that outlive a call (no spawn per call),
-// and a forked child that can still run parallel work. Run: fattn-unit --gtest_filter='Parallel*'
+// a forked child that can still run parallel work, and a caller's runner (fattn_ctx_set_parallel)
+// that replaces the pools for a context's calls. Run: fattn-unit --gtest_filter='Parallel*'
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <dirent.h>
 #include <thread>
 #include <vector>
 
 #include "core/parallel.h"
+#include "fattn/fattn.h"
 
 namespace {
 
@@ -76,6 +79,108 @@ TEST(Parallel, ForkedChildRunsParallelWork) {
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+}
+
+// A caller's runner: its own threads claim the items from the top down (another order than
+// fattn's pool), and it records what it was asked.
+struct Recorder {
+    std::atomic<int64_t> calls{0}, items{0};
+    std::atomic<int> max_threads{0};
+};
+void reverse_runner(void *user, int64_t n, int max_threads, fattn_task_fn task, void *task_ctx) {
+    auto *rec = static_cast<Recorder *>(user);
+    rec->calls.fetch_add(1), rec->items.fetch_add(n);
+    if (max_threads > rec->max_threads.load()) rec->max_threads.store(max_threads);  // one caller at a time
+    std::atomic<int64_t> next{n - 1};
+    auto work = [&] {
+        for (int64_t i = next.fetch_sub(1); i >= 0; i = next.fetch_sub(1)) task(task_ctx, i);
+    };
+    std::vector<std::thread> ts;
+    for (int t = 1; t < max_threads; ++t) ts.emplace_back(work);
+    work();
+    for (auto &t : ts) t.join();
+}
+
+// Softmax attention (causal GQA with Skv != Sq, 5 q tiles) and PaTH forward and backward; every
+// output's bytes, appended.
+std::vector<uint8_t> attn_and_path(fattn_ctx_t *ctx) {
+    std::vector<uint8_t> out;
+    auto append = [&](const std::vector<float> &v) {
+        const auto *b = reinterpret_cast<const uint8_t *>(v.data());
+        out.insert(out.end(), b, b + v.size() * 4);
+    };
+    auto filled = [](size_t n, int seed) {
+        std::vector<float> v(n);
+        uint32_t x = 2463534242u + uint32_t(seed);
+        for (float &f : v) x ^= x << 13, x ^= x >> 17, x ^= x << 5, f = float(x % 2001) / 1000.f - 1.f;
+        return v;
+    };
+    {
+        const int64_t B = 2, Sq = 300, Skv = 260, Hq = 4, Hkv = 2, D = 32;
+        auto q = filled(size_t(B * Sq * Hq * D), 1), k = filled(size_t(B * Skv * Hkv * D), 2);
+        auto v = filled(size_t(B * Skv * Hkv * D), 3), dout = filled(size_t(B * Sq * Hq * D), 4);
+        std::vector<float> o(q.size()), lse(size_t(B * Hq * Sq)), dq(q.size()), dk(k.size()), dv(v.size());
+        fattn_tensor tq = fattn_tensor_contiguous(q.data(), FATTN_F32, B, Sq, Hq, D);
+        fattn_tensor tk = fattn_tensor_contiguous(k.data(), FATTN_F32, B, Skv, Hkv, D);
+        fattn_tensor tv = fattn_tensor_contiguous(v.data(), FATTN_F32, B, Skv, Hkv, D);
+        fattn_tensor to = fattn_tensor_contiguous(o.data(), FATTN_F32, B, Sq, Hq, D);
+        fattn_tensor tl = fattn_tensor_contiguous(lse.data(), FATTN_F32, B, Hq, Sq, 1);
+        fattn_tensor tdo = fattn_tensor_contiguous(dout.data(), FATTN_F32, B, Sq, Hq, D);
+        fattn_tensor tdq = fattn_tensor_contiguous(dq.data(), FATTN_F32, B, Sq, Hq, D);
+        fattn_tensor tdk = fattn_tensor_contiguous(dk.data(), FATTN_F32, B, Skv, Hkv, D);
+        fattn_tensor tdv = fattn_tensor_contiguous(dv.data(), FATTN_F32, B, Skv, Hkv, D);
+        fattn_attn_params p = fattn_attn_params_default();
+        p.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+        EXPECT_EQ(fattn_attn_fwd(ctx, &p, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0), FATTN_OK);
+        EXPECT_EQ(fattn_attn_bwd(ctx, &p, &tq, &tk, &tv, &to, &tl, nullptr, &tdo, &tdq, &tdk, &tdv, nullptr, 0), FATTN_OK);
+        for (auto *x : {&o, &lse, &dq, &dk, &dv}) append(*x);
+    }
+    {
+        const int64_t B = 1, T = 70, HQ = 4, H = 2, K = 16, V = 16;
+        auto q = filled(size_t(B * T * HQ * K), 5), k = filled(size_t(B * T * H * K), 6);
+        auto v = filled(size_t(B * T * H * V), 7), dout = filled(size_t(B * T * HQ * V), 8);
+        std::vector<float> w(size_t(B * T * H * K), 0.f), beta(size_t(B * T * H), 1.f);
+        for (int64_t i = 0; i < B * T * H; ++i) w[size_t(i * K + i % K)] = 1.f;  // |w| = 1
+        std::vector<float> o(dout.size()), lse(size_t(B * HQ * T)), dq(q.size()), dk(k.size()), dv(v.size());
+        std::vector<float> dw(w.size()), db(beta.size());
+        auto t4 = [](std::vector<float> &x, int64_t a, int64_t b, int64_t c, int64_t d) {
+            return fattn_tensor_contiguous(x.data(), FATTN_F32, a, b, c, d);
+        };
+        fattn_tensor tq = t4(q, B, T, HQ, K), tk = t4(k, B, T, H, K), tv = t4(v, B, T, H, V);
+        fattn_tensor tw = t4(w, B, T, H, K), tb = t4(beta, B, T, H, 1), to = t4(o, B, T, HQ, V);
+        fattn_tensor tl = t4(lse, B, HQ, T, 1), tdo = t4(dout, B, T, HQ, V), tdq = t4(dq, B, T, HQ, K);
+        fattn_tensor tdk = t4(dk, B, T, H, K), tdv = t4(dv, B, T, H, V), tdw = t4(dw, B, T, H, K);
+        fattn_tensor tdb = t4(db, B, T, H, 1);
+        fattn_path_params p = fattn_path_params_default();
+        EXPECT_EQ(fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, nullptr, &to, &tl, nullptr, 0), FATTN_OK)
+            << fattn_ctx_last_error(ctx);
+        EXPECT_EQ(fattn_path_bwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, nullptr, &to, &tl, &tdo, &tdq, &tdk, &tdv,
+                                 &tdw, &tdb, nullptr, nullptr, 0),
+                  FATTN_OK)
+            << fattn_ctx_last_error(ctx);
+        for (auto *x : {&o, &lse, &dq, &dk, &dv, &dw, &db}) append(*x);
+    }
+    return out;
+}
+
+TEST(Parallel, CallerRunnerRunsEveryLoopBitwiseTheSame) {
+    fattn_ctx_t *ctx = nullptr;
+    ASSERT_EQ(fattn_ctx_init_cpu(3, &ctx), FATTN_OK);
+    const std::vector<uint8_t> pool = attn_and_path(ctx);
+    Recorder rec;
+    ASSERT_EQ(fattn_ctx_set_parallel(ctx, reverse_runner, &rec), FATTN_OK);
+    const std::vector<uint8_t> runner = attn_and_path(ctx);
+    EXPECT_GT(rec.calls.load(), 4);  // softmax fwd, bwd (delta, main, dQ sum), PaTH phases
+    EXPECT_GT(rec.items.load(), 20);
+    EXPECT_EQ(rec.max_threads.load(), 3);
+    EXPECT_TRUE(runner == pool) << "outputs differ between fattn's pool and the caller's runner";
+    // NULL restores fattn's pool: the runner is not called again.
+    const int64_t calls = rec.calls.load();
+    ASSERT_EQ(fattn_ctx_set_parallel(ctx, nullptr, &rec), FATTN_OK);
+    EXPECT_TRUE(attn_and_path(ctx) == pool);
+    EXPECT_EQ(rec.calls.load(), calls);
+    fattn_ctx_free(ctx);
+    EXPECT_EQ(fattn_ctx_set_parallel(nullptr, reverse_runner, nullptr), FATTN_ERR_NULL_POINTER);
 }
 
 }  // namespace

@@ -136,6 +136,20 @@ FATTN_API void fattn_ctx_free(fattn_ctx_t *ctx);
 FATTN_API fattn_backend fattn_ctx_backend(const fattn_ctx_t *ctx);
 FATTN_API int fattn_ctx_nthreads(const fattn_ctx_t *ctx);          /* CPU: resolved thread count */
 FATTN_API fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads);
+/* CPU: run the library's parallel loops on the caller's thread pool instead of fattn's own.
+ * run(user, n, max_threads, task, task_ctx) must call task(task_ctx, i) exactly once for every i
+ * in [0, n), on any threads (the calling one included) and in any order, using at most
+ * max_threads threads (the context's thread count, fewer for fewer items), and return after
+ * every call has returned; task never throws. The items are independent (each writes its own
+ * outputs in a fixed order), so results are bitwise the same however they are spread.
+ * run = NULL restores fattn's own persistent pool (the default). An engine with its own workers
+ * (ggml, an OpenMP team) avoids a second set of threads competing for its cores: PyTorch's idle
+ * OpenMP workers spin for milliseconds after each op, which slowed fattn's CPU calls in a torch
+ * process by up to 40% (fattn's PyTorch op installs torch's intra-op threads here). */
+typedef void (*fattn_task_fn)(void *task_ctx, int64_t i);
+typedef void (*fattn_parallel_fn)(void *user, int64_t n, int max_threads, fattn_task_fn task,
+                                  void *task_ctx);
+FATTN_API fattn_status fattn_ctx_set_parallel(fattn_ctx_t *ctx, fattn_parallel_fn run, void *user);
 /* The instruction set the CPU kernels run on this machine: "avx512", "avx2" or "base" (x86-64
  * SSE2; also every non-x86 build). Picked once from the CPU's features; the environment variable
  * FATTN_CPU_ISA=avx2|base caps it (never above what the CPU has). Log it beside the resolved

@@ -129,6 +129,10 @@ public:
     std::string last_error() const { return fattn_ctx_last_error(ctx_); }
 
     fattn_status set_nthreads(int n) { return detail::check(fattn_ctx_set_nthreads(ctx_, n), ctx_); }
+    // CPU: run fattn's parallel loops on the caller's thread pool (fattn_ctx_set_parallel).
+    fattn_status set_parallel(fattn_parallel_fn run, void *user) {
+        return detail::check(fattn_ctx_set_parallel(ctx_, run, user), ctx_);
+    }
     fattn_status set_stream(void *stream) {
         return detail::check(fattn_ctx_set_stream(ctx_, stream), ctx_);
     }

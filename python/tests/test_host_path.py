@@ -97,3 +97,22 @@ def test_compiled_op_refuses_int64_cu_seqlens():
     cu = torch.tensor([0, 6], dtype=torch.int64)
     with pytest.raises(TypeError, match="cu_seqlens_q must be a contiguous int32"):
         torch.ops.fattn.attn_fwd(q, q, q, None, cu, cu, 0, -1, -1, 0, 0.0, 6, 6, 0, 0)
+
+
+def test_cpu_results_do_not_depend_on_torch_threads():
+    """The compiled CPU kernels run fattn's loops on torch's intra-op threads (torch_runner in
+    torch_ops.cpp), the ctypes ones on fattn's pool sized by torch.get_num_threads(): either
+    way the bits must not change with the thread count (1, 2, 3), nor after other torch ops
+    have used the same threads."""
+    saved = torch.get_num_threads()
+    try:
+        results = []
+        for nt in (1, 2, 3):
+            torch.set_num_threads(nt)
+            torch.mm(torch.ones(256, 256), torch.ones(256, 256))  # torch's team just ran
+            results.append(run_cases())
+    finally:
+        torch.set_num_threads(saved)
+    for name, _, _, _, _ in CASES:
+        for r in results[1:]:
+            assert r[name] == results[0][name], f"{name}: differs between torch thread counts"

@@ -12,6 +12,7 @@
 #include "core/attn_validate.h"
 #include "core/dtype.h"
 #include "core/enum_raw.h"
+#include "core/parallel.h"
 #include "cpu/attn_cpu.h"
 #ifdef FATTN_WITH_CUDA
 #include "cuda/attn_cuda.h"
@@ -64,7 +65,7 @@ fattn_status attn_backend_fwd(const fattn_ctx *ctx, const AttnFwdParams &p, void
     if (ctx->backend == FATTN_BACKEND_CUDA)
         return cuda::attn_fwd(p, device_of(ctx), saved, workspace, err);
 #endif
-    (void)ctx;
+    ScopedRunner runner(ctx->par_run, ctx->par_user);
     return cpu::attn_fwd(p, saved, workspace, err);
 }
 
@@ -74,7 +75,7 @@ fattn_status attn_backend_bwd(const fattn_ctx *ctx, const AttnBwdParams &p, cons
     if (ctx->backend == FATTN_BACKEND_CUDA)
         return cuda::attn_bwd(p, device_of(ctx), saved, workspace, err);
 #endif
-    (void)ctx;
+    ScopedRunner runner(ctx->par_run, ctx->par_user);
     return cpu::attn_bwd(p, saved, workspace, err);
 }
 

@@ -180,6 +180,15 @@ fattn_status fattn_ctx_set_nthreads(fattn_ctx_t *ctx, int nthreads) {
     return FATTN_OK;
 }
 
+fattn_status fattn_ctx_set_parallel(fattn_ctx_t *ctx, fattn_parallel_fn run, void *user) {
+    if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
+    if (ctx->backend != FATTN_BACKEND_CPU)
+        return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, "run: only a CPU context has parallel loops");
+    ctx->par_run = run;
+    ctx->par_user = run ? user : nullptr;
+    return FATTN_OK;
+}
+
 fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream) {
     if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
     if (ctx->backend != FATTN_BACKEND_CUDA)

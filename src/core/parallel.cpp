@@ -173,7 +173,19 @@ void give_back(Pool *p) {
 
 }  // namespace
 
+Runner &current_runner() {
+    static thread_local Runner r;
+    return r;
+}
+
 void parallel_run(int64_t n, int nt, TaskFn fn, void *ctx) {
+    const Runner r = current_runner();
+    if (r.run) {
+        // The items run on the caller's threads, where no runner is installed: a loop a task
+        // starts (none today) would use fattn's pools rather than re-enter the caller's runner.
+        r.run(r.user, n, nt, fn, ctx);
+        return;
+    }
     Pool *p = borrow();
     if (!p) {  // out of memory: run every item on the caller
         for (int64_t i = 0; i < n; ++i) fn(ctx, i);

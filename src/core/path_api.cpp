@@ -11,6 +11,7 @@
 
 #include "core/context.h"
 #include "core/enum_raw.h"
+#include "core/parallel.h"
 #include "core/path_params.h"
 #include "core/size_math.h"
 #include "core/view_check.h"
@@ -367,6 +368,7 @@ fattn_status fattn_path_fwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         Fail f = validate(ctx, p, PathOp::FWD, vw, &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
         if (r.empty) return FATTN_OK;
+        ScopedRunner runner(ctx->par_run, ctx->par_user);  // the checks and the kernels
         f = check_w_beta(p, r.p);
         if (f.s != FATTN_OK) return fail(ctx, f);
         PathLayout lay = path_layout(r.p, /*bases=*/false);
@@ -394,6 +396,7 @@ fattn_status fattn_path_bwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         Fail f = validate(ctx, p, PathOp::BWD, vw, &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
         if (r.empty) return FATTN_OK;
+        ScopedRunner runner(ctx->par_run, ctx->par_user);  // the checks and the kernels
         f = check_w_beta(p, r.p);
         if (f.s != FATTN_OK) return fail(ctx, f);
         PathLayout lay = path_layout(r.p, /*bases=*/false);
