@@ -32,7 +32,8 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // delta = rowsum(dO ∘ O) for every (query head, packed row) of every sequence; with a bias also
-// lse' = lse − ceiling (attn_impl.h; rows with a large ceiling are recomputed afterwards).
+// lse' = lse − ceiling (attn_impl.h; rows with a large ceiling are recomputed afterwards). Also
+// packs scale · Q and dO (f32, ws.ldq / ws.ldo per row) for the main loop.
 void compute_delta(const AttnBwdParams &p, const Workspace &ws, float *delta, float *lse_rel) {
     const int64_t hdv = p.dim_v;
     TaskIndex ti;
@@ -43,12 +44,16 @@ void compute_delta(const AttnBwdParams &p, const Workspace &ws, float *delta, fl
         SeqRange r = seq_range(p, s);
         int64_t nqt = cdiv(r.q_len, kBQ), h = rem / nqt, i0 = (rem % nqt) * kBQ;
         int64_t i1 = std::min(r.q_len, i0 + kBQ);
+        const int64_t prow = (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;  // packed row
+        load_tile(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh), p.dtype,
+                  p.q_ss, int(i1 - i0), int(p.d), p.scale, ws.qs + prow * ws.ldq, ws.ldq);
+        load_tile(elem(p.dout, p.dtype, r.batch_index * p.do_sb + (r.q_begin + i0) * p.do_ss + h * p.do_sh),
+                  p.dtype, p.do_ss, int(i1 - i0), int(hdv), 1.0f, ws.dos + prow * ws.ldo, ws.ldo);
         for (int64_t i = i0; i < i1; ++i) {
             int64_t orow = r.batch_index * p.o_sb + (r.q_begin + i) * p.o_ss + h * p.o_sh;
-            int64_t drow = r.batch_index * p.do_sb + (r.q_begin + i) * p.do_ss + h * p.do_sh;
+            const float *dorow = ws.dos + (prow + i - i0) * ws.ldo;  // dO, converted above
             float acc = 0.0f;
-            for (int64_t d = 0; d < hdv; ++d)
-                acc += load_f32(p.dout, p.dtype, drow + d) * load_f32(p.o, p.dtype, orow + d);
+            for (int64_t d = 0; d < hdv; ++d) acc += dorow[d] * load_f32(p.o, p.dtype, orow + d);
             delta[(r.batch_index * p.hq + h) * p.total_q + r.q_begin + i] = acc;
         }
         if (lse_rel) {
@@ -112,11 +117,10 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     if (!ws.map.active(s, h, qt, kt, nkt)) continue;
                     if (tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileSkip) continue;
 
-                    const int64_t qrow = r.batch_index * p.q_sb + (r.q_begin + i0) * p.q_ss + h * p.q_sh;
-                    const int64_t drow = r.batch_index * p.do_sb + (r.q_begin + i0) * p.do_ss + h * p.do_sh;
+                    // scale · Q and dO of the tile, packed once per call (compute_delta)
+                    const int64_t prow = (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
+                    const float *qs = ws.qs + prow * ws.ldq, *dout = ws.dos + prow * ws.ldo;
                     if (!kExact && p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
-                    load_tile(elem(p.q, p.dtype, qrow), p.dtype, p.q_ss, rows, int(p.d), p.scale, sc.qs, sc.ldd);
-                    load_tile(elem(p.dout, p.dtype, drow), p.dtype, p.do_ss, rows, int(hdv), 1.0f, sc.dout, sc.ldo);
                     // The next q tile of this kv tile (same head, or the group's next head) is
                     // fetched while this pair computes (see TilePrefetch): Q during the first
                     // GEMM, dO during dP, its dQ partial rows (a contiguous block the dQ GEMM
@@ -129,10 +133,9 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                         const int rows1 = int(std::min<int64_t>(kBQ, r.q_len - i1));
                         if (g1 < group && tile_may_touch(p, r, i1, rows1, j0, bk)) {
                             const int64_t h1 = hk * group + g1;
-                            pf_q = tile_prefetch(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + i1) * p.q_ss + h1 * p.q_sh),
-                                                 p.dtype, p.q_ss, rows1, int(p.d));
-                            pf_do = tile_prefetch(elem(p.dout, p.dtype, r.batch_index * p.do_sb + (r.q_begin + i1) * p.do_ss + h1 * p.do_sh),
-                                                  p.dtype, p.do_ss, rows1, int(hdv));
+                            const int64_t prow1 = (r.batch_index * p.hq + h1) * p.total_q + r.q_begin + i1;
+                            pf_q = tile_prefetch(ws.qs + prow1 * ws.ldq, FATTN_F32, ws.ldq, rows1, int(p.d));
+                            pf_do = tile_prefetch(ws.dos + prow1 * ws.ldo, FATTN_F32, ws.ldo, rows1, int(hdv));
                             pf_dq = tile_prefetch(ws.dq_part + (((c * nb + r.batch_index) * p.hq + h1) * p.total_q + r.q_begin + i1) * dp,
                                                   FATTN_F32, dp, rows1, int(dp));
                         }
@@ -149,7 +152,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                         transpose(pcol, p.seqlen_q, bk, rows, sc.pm, sc.ldt);
                         for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * sc.ldt + bk, sc.pm + i * sc.ldt + n, 0.0f);
                     } else {
-                        gemm(rows, n, int(p.d), sc.qs, sc.ldd, sc.kt, sc.ldt, sc.pm, sc.ldt, false, &pf_q);
+                        gemm(rows, n, int(p.d), qs, ws.ldq, sc.kt, sc.ldt, sc.pm, sc.ldt, false, &pf_q);
                         for (int i = 0; i < rows; ++i) {
                             float *pr = sc.pm + i * sc.ldt;
                             int a = sc.tr->a[i], b = sc.tr->b[i];
@@ -164,12 +167,12 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                         }
                     }
                     // dP = dO Vᵀ, then dS = P ∘ (dP − delta) in place   [rows, n]
-                    gemm(rows, n, int(hdv), sc.dout, sc.ldo, sc.vt, sc.ldt, sc.dp, sc.ldt, false, &pf_do);
+                    gemm(rows, n, int(hdv), dout, ws.ldo, sc.vt, sc.ldt, sc.dp, sc.ldt, false, &pf_do);
                     for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * sc.ldt, sc.pm + i * sc.ldt, delta[i], n);
 
                     // dV += Pᵀ dO,  dK += dSᵀ (scale·Q)  (A read transposed),  dQ_c += dS K
-                    gemm_tn(bk, int(dvp), rows, sc.pm, sc.ldt, sc.dout, sc.ldo, sc.dv, sc.ldo, true, kExact ? &pf_q : nullptr);
-                    gemm_tn(bk, int(dp), rows, sc.dp, sc.ldt, sc.qs, sc.ldd, sc.dk, sc.ldd, true, &pf_dq);
+                    gemm_tn(bk, int(dvp), rows, sc.pm, sc.ldt, dout, ws.ldo, sc.dv, sc.ldo, true, kExact ? &pf_q : nullptr);
+                    gemm_tn(bk, int(dp), rows, sc.dp, sc.ldt, qs, ws.ldq, sc.dk, sc.ldd, true, &pf_dq);
                     float *dq = ws.dq_part + (((c * nb + r.batch_index) * p.hq + h) * p.total_q + r.q_begin + i0) * dp;
                     gemm(rows, int(dp), bk, sc.dp, sc.ldt, sc.kr, sc.ldd, dq, dp, true);
                 }

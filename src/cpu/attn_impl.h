@@ -178,6 +178,9 @@ struct Workspace {
     float *lse_rel = nullptr; // bwd with bias: [nb, Hq, total_q] lse' = lse − ceiling
     float *delta = nullptr;   // bwd: [nb, Hq, total_q] rowsum(dO ∘ O); nb = B dense, 1 varlen
     float *dq_part = nullptr; // bwd: [nchunks, nb, Hq, total_q, pad_n(D)] f32 dQ partials
+    float *qs = nullptr;      // bwd: [nb, Hq, total_q, ldq]  scale · Q, f32, packed once per call
+    float *dos = nullptr;     // bwd: [nb, Hq, total_q, ldo]  dO, f32, packed once per call
+    int64_t ldq = 0, ldo = 0; // conflict_free_ld(pad_n(D)), conflict_free_ld(pad_n(Dv))
     int64_t nchunks = 1;
     char *slots = nullptr;
     size_t slot_bytes = 0;
@@ -258,12 +261,11 @@ struct FwdScratch {
 FwdScratch carve_fwd(const AttnFwdParams &p, char *base);
 
 // Leading dims (conflict_free_ld): ldt of the kBK-wide tiles, ldd of the D-wide, ldo of the Dv-wide.
+// The q-side tiles (scale · Q, dO) are read from the workspace's packed copies (Workspace::qs/dos).
 struct BwdScratch {
     float *kt;    // [D, ldt]          K tile transposed (for S = Qs · Kᵀ)
     float *vt;    // [Dv, ldt]         V tile transposed (for dP = dO · Vᵀ)
     float *kr;    // [kBK, ldd]        K tile (for dQ += dS · K)
-    float *qs;    // [kBQ, ldd]        scale · Q tile
-    float *dout;  // [kBQ, ldo]        dO tile
     float *pm;    // [kBQ, ldt]        P
     float *dp;    // [kBQ, ldt]        dP, then dS
     float *dk;    // [kBK, ldd]        dK accumulator (already scaled: built from scale · Q)
