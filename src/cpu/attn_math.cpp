@@ -3,7 +3,9 @@
 // picked once at first use by CPU feature, so the library needs no -march flag:
 //
 //   isa      vector        GEMM register block (C accumulators)
-//   avx512   16 floats     8 × 32  (16 zmm of 32: two FMA ports × 4-cycle latency need >= 8)
+//   avx512   16 floats     4 × 64  (16 zmm of 32: two FMA ports × 4-cycle latency need >= 8;
+//                                   26 µops per 16 FMAs where 8 × 32 took 30: the Xeon's 4-wide
+//                                   rename kept 8 × 32 short of its FMA ports)
 //   avx2      8 floats     6 × 16  (12 ymm of 16; 2 for B, 1 broadcast of A)
 //   base      4 floats     4 × 8   (8 xmm of 16; SSE2 has no FMA: each step needs a product temp)
 //
@@ -91,7 +93,7 @@ constexpr int kVW = 8, kMR = 6, kNV = 2;
 #endif
 namespace isa_avx512 {
 constexpr const char *kIsaName = "avx512";
-constexpr int kVW = 16, kMR = 8, kNV = 2;
+constexpr int kVW = 16, kMR = 4, kNV = 4;
 #define FATTN_ISA_MIN(a, b) _mm512_maskz_min_ps(0xFFFF, a, b)  // _mm512_min_ps warns in GCC 12 (its undefined src)
 #define FATTN_ISA_VEC __m512
 #include "cpu/attn_math_isa.h"

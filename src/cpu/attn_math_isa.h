@@ -127,7 +127,9 @@ inline __attribute__((always_inline)) void panel(int M, int K, const float *A, i
 }
 
 // Column panels outermost: one K × (kNV·kVW) panel of B is reused by every row block; kVW-wide
-// panels for the rest of N (N is a multiple of kNR, hence of kVW).
+// panels for the rest of N (N is a multiple of kNR, hence of kVW). On AVX-512 (kNV = 4) such a
+// panel has only kMR = 4 accumulators, half what the FMA ports need: a D of 80-112 or a partial
+// q tile pays it on its last 16-48 columns (a 2-vector panel there made GCC spill loop bounds).
 template <bool kTransA, bool kMax = false>
 inline __attribute__((always_inline)) void gemm_body(int M, int N, int K, const float *A, int64_t lda,
                                                      const float *B, int64_t ldb, float *C,
