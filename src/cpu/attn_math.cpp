@@ -44,9 +44,10 @@ using GemmFn = void (*)(int, int, int, const float *, int64_t, const float *, in
                         int64_t, bool, const TilePrefetch *);
 struct MathKernels {
     const char *isa;
+    int k_block;  // see k_blocks below
     GemmFn gemm, gemm_tn;
     void (*gemm_max)(int, int, int, const float *, int64_t, const float *, int64_t, float *, int64_t,
-                     float *, const TilePrefetch *);
+                     bool, float *, const TilePrefetch *);
     void (*exp_shift)(const float *, float, float *, int);
     void (*scale_row)(float *, float, int);
     void (*dsoftmax_row)(float *, const float *, float, int);
@@ -141,19 +142,59 @@ TilePrefetch tile_prefetch(const void *src, fattn_dtype t, int64_t rs, int rows,
     return pf;
 }
 
+// k is blocked by the ISA's k_block, so that every row block of a panel sweeps a B panel of at
+// most 16 KiB, which stays in L1. It matters for AVX-512's 64-wide panels at K = 128 (D128's Sᵀ,
+// S and dP GEMMs): a 32 KiB panel is all of L1 and was re-read from L2 by every 4-row block. AVX2
+// (16-wide, k_block 256) and the baseline never split for D <= 256. C is stored after a k block
+// and reloaded by the next: f32 stores are exact, so every element still sums k = 0..K-1 in order,
+// bit for bit as one pass would. The prefetch tile's rows are shared out over the calls.
+namespace {
+
+TilePrefetch part_of(const TilePrefetch *pf, int b, int nkb) {
+    if (!pf || !pf->base) return TilePrefetch();
+    TilePrefetch r = *pf;
+    const int r0 = int(int64_t(pf->rows) * b / nkb), r1 = int(int64_t(pf->rows) * (b + 1) / nkb);
+    r.base = pf->base + int64_t(r0) * pf->stride;
+    r.rows = r1 - r0;
+    return r;
+}
+
+// fn(k0, kk, accumulate, last, prefetch part) per k block
+template <class Fn>
+void k_blocks(int K_, bool accumulate, const TilePrefetch *pf, Fn &&fn) {
+    const int kb = K().k_block;
+    if (K_ <= kb) return fn(0, K_, accumulate, true, pf);
+    const int nkb = (K_ + kb - 1) / kb;
+    for (int b = 0, k0 = 0; b < nkb; ++b, k0 += kb) {
+        const TilePrefetch part = part_of(pf, b, nkb);
+        fn(k0, b + 1 < nkb ? kb : K_ - k0, accumulate || b > 0, b + 1 == nkb, &part);
+    }
+}
+
+}  // namespace
+
 void gemm(int M, int N, int K_, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
           int64_t ldc, bool accumulate, const TilePrefetch *pf) {
-    K().gemm(M, N, K_, A, lda, B, ldb, C, ldc, accumulate, pf);
+    k_blocks(K_, accumulate, pf, [&](int k0, int kk, bool acc, bool, const TilePrefetch *part) {
+        K().gemm(M, N, kk, A + k0, lda, B + int64_t(k0) * ldb, ldb, C, ldc, acc, part);
+    });
 }
 
 void gemm_tn(int M, int N, int K_, const float *At, int64_t lda, const float *B, int64_t ldb,
              float *C, int64_t ldc, bool accumulate, const TilePrefetch *pf) {
-    K().gemm_tn(M, N, K_, At, lda, B, ldb, C, ldc, accumulate, pf);
+    k_blocks(K_, accumulate, pf, [&](int k0, int kk, bool acc, bool, const TilePrefetch *part) {
+        K().gemm_tn(M, N, kk, At + int64_t(k0) * lda, lda, B + int64_t(k0) * ldb, ldb, C, ldc, acc, part);
+    });
 }
 
 void gemm_max(int M, int N, int K_, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
               int64_t ldc, float *cmax, const TilePrefetch *pf) {
-    K().gemm_max(M, N, K_, A, lda, B, ldb, C, ldc, cmax, pf);
+    k_blocks(K_, false, pf, [&](int k0, int kk, bool acc, bool last, const TilePrefetch *part) {
+        if (last)  // the maxima of the finished sums
+            K().gemm_max(M, N, kk, A + k0, lda, B + int64_t(k0) * ldb, ldb, C, ldc, acc, cmax, part);
+        else
+            K().gemm(M, N, kk, A + k0, lda, B + int64_t(k0) * ldb, ldb, C, ldc, acc, part);
+    });
 }
 
 void exp_shift(const float *x, float shift, float *y, int n) { K().exp_shift(x, shift, y, n); }

@@ -158,14 +158,14 @@ __attribute__((noinline)) void gemm_tn(int M, int N, int K, const float *At, int
                                        const TilePrefetch *pf) {
     gemm_body<true>(M, N, K, At, lda, B, ldb, C, ldc, accumulate, pf);
 }
-// C = A · B (no accumulate) and cmax[j] = max over the M rows of C[·, j] (col_max's semantics),
+// C (+)= A · B and cmax[j] = max over the M rows of the result's column j (col_max's semantics),
 // in the same pass: the forward's Sᵀ tile needs its per-query maxima, and reading them from the
 // registers saves a pass over the tile.
 __attribute__((noinline)) void gemm_nn_max(int M, int N, int K, const float *A, int64_t lda,
                                            const float *B, int64_t ldb, float *C, int64_t ldc,
-                                           float *cmax, const TilePrefetch *pf) {
+                                           bool accumulate, float *cmax, const TilePrefetch *pf) {
     for (int j = 0; j < N; ++j) cmax[j] = -__builtin_inff();
-    gemm_body<false, true>(M, N, K, A, lda, B, ldb, C, ldc, false, pf, cmax);
+    gemm_body<false, true>(M, N, K, A, lda, B, ldb, C, ldc, accumulate, pf, cmax);
 }
 
 // ---- exp ----
@@ -301,5 +301,7 @@ void col_scale(float *x, int64_t ld_, int nj, int n, const float *a) {
         for (int j = 0; j < nj; ++j) x[j * ld_ + i] *= a[i];
 }
 
-const MathKernels kKernels = {kIsaName, gemm_nn, gemm_tn, gemm_nn_max, exp_shift, scale_row, dsoftmax_row,
+// k block of the GEMM wrappers (attn_math.cpp): a B panel of kKBlock rows is at most 16 KiB.
+constexpr int kKBlock = 16384 / (kNV * kVW * 4);
+const MathKernels kKernels = {kIsaName, kKBlock, gemm_nn, gemm_tn, gemm_nn_max, exp_shift, scale_row, dsoftmax_row,
                               col_max, col_exp_sum, col_scale};

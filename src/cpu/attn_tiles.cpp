@@ -222,8 +222,9 @@ void TaskIndex::locate(int64_t t, int64_t *s, int64_t *rem) const {
 
 int fwd_q_group(const AttnFwdParams &p) {
     if (p.algo == FATTN_ALGO_EXACT) return 1;
-    // The group's packed Qᵀ and accumulators stay in a core's L2 (~80 KiB per q tile at D128).
-    const int gmax = pad_n(p.d) <= 64 && pad_n(p.dim_v) <= 64 ? kMaxQGroup : 2;
+    // 4 at every D: at D128 (~72 KiB of packed Qᵀ and accumulator per q tile, 290 KiB a group)
+    // it beat 2 on the H200 host's Xeon (fwd S2048 D128 min 37.9 -> 33.6 ms, S4096 147.7 vs 169.5).
+    const int gmax = kMaxQGroup;
     // q tiles in all (varlen: at most ceil(total / kBQ) + one partial tile per sequence)
     const int64_t tiles = p.hq * (p.cu_seqlens_q ? cdiv(p.total_q, kBQ) + p.batch : p.batch * cdiv(p.seqlen_q, kBQ));
     const int64_t want = 4 * int64_t(std::max(p.nthreads, 1));  // tasks per thread for balance
