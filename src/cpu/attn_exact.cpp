@@ -30,7 +30,7 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
     TaskIndex ti;
     ti.build(p, fwd_tasks_of);
     SlotPool pool(ws.nslots);
-    const int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), group = p.group();
+    const int64_t dvp = pad_n(p.dim_v), group = p.group();
     const int64_t ldp = p.seqlen_q;  // row stride of Pᵀ (one row per key)
 
     parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
@@ -69,9 +69,9 @@ fattn_status exact_fwd(const AttnFwdParams &p, float *saved, Workspace &ws) {
                 continue;
             }
             load_tile(elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh),
-                      p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
+                      p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, sc.ldk);
             if (p.bias) prefetch_bias(p, r, h, i0, rows, j0, bk);
-            gemm(bk, nq, int(p.d), sc.kr, dp, sc.qt, sc.ldt, st, kBQ, false);  // Sᵀ [bk, nq]
+            gemm(bk, nq, int(p.d), sc.kr, sc.ldk, sc.qt, sc.ldt, st, kBQ, false);  // Sᵀ [bk, nq]
             for (int i = 0; i < rows; ++i) {
                 int a = sc.tr->a[i], b = sc.tr->b[i];
                 if (a < b && p.bias)

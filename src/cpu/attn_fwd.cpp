@@ -42,8 +42,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
         return pp.hq * cdiv(cdiv(r.q_len, kBQ), fwd_q_group(pp));
     });
     SlotPool pool(ws.nslots);
-    const int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), group = p.group();
-    const bool f32_in_place = p.dtype == FATTN_F32;  // K tiles read where they are
+    const int64_t dvp = pad_n(p.dim_v), group = p.group();
 
     parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
         int64_t s, rem;
@@ -101,8 +100,6 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
             const int64_t j0 = kt * kBK;
             const int bk = int(std::min<int64_t>(kBK, r.kv_len - j0));
             bool loaded = false;
-            const float *ka = sc.kr;
-            int64_t ldk = dp;
             TilePrefetch pf_k, pf_v;  // the next kv tile, fetched during the first user's GEMMs
             for (int g = 0; g < ng; ++g) {
                 QTile &q = tiles[g];
@@ -110,14 +107,13 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
                 if (!ws.map.active(s, h, q.qt, kt, nkt)) continue;
                 if (tile_rows(p, r, q.i0, q.rows, j0, bk, sc.tr) == kTileSkip) continue;
                 if (!loaded) {
-                    // f32 K is read in place (its rows are the Sᵀ GEMM's A rows, a few at a time);
-                    // other dtypes, and V always, are converted into the slot. V in place is the PV
-                    // GEMM's B, reused by every row block: at a token stride of 1-2 KiB its panel's
-                    // rows share a few L1 sets and thrash (packed V measured faster).
+                    // K and V are packed into the slot (converted to f32) with conflict-free rows.
+                    // In place, at a token stride of 1-2 KiB, a tile's rows fall into 16 of L1's
+                    // 64 sets and evict each other and the other operand on every panel sweep:
+                    // packed V and, at D128, packed K measured faster (AVX2, AVX-512).
                     const void *ksrc = elem(p.k, p.dtype, r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh);
                     const void *vsrc = elem(p.v, p.dtype, r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh);
-                    if (f32_in_place) ka = static_cast<const float *>(ksrc), ldk = p.k_ss;
-                    else load_tile(ksrc, p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, dp);
+                    load_tile(ksrc, p.dtype, p.k_ss, bk, int(p.d), 1.0f, sc.kr, sc.ldk);
                     load_tile(vsrc, p.dtype, p.v_ss, bk, int(p.dim_v), 1.0f, sc.v, sc.ldv);
                     if (kt + 1 < kt_hi) {
                         const int64_t j1 = j0 + kBK;
@@ -135,9 +131,9 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
                 bool whole = !p.bias;
                 for (int i = 0; i < q.rows && whole; ++i) whole = sc.tr->a[i] == 0 && sc.tr->b[i] == bk;
                 if (whole) {
-                    gemm_max(bk, q.nq, int(p.d), ka, ldk, q.qt_t, sc.ldt, sc.st, sc.ldt, sc.mx, &pf_k);
+                    gemm_max(bk, q.nq, int(p.d), sc.kr, sc.ldk, q.qt_t, sc.ldt, sc.st, sc.ldt, sc.mx, &pf_k);
                 } else {
-                    gemm(bk, q.nq, int(p.d), ka, ldk, q.qt_t, sc.ldt, sc.st, sc.ldt, false, &pf_k);
+                    gemm(bk, q.nq, int(p.d), sc.kr, sc.ldk, q.qt_t, sc.ldt, sc.st, sc.ldt, false, &pf_k);
                     for (int i = 0; i < q.rows; ++i) {  // bias, then -inf outside each query's window
                         int a = sc.tr->a[i], b = sc.tr->b[i];
                         if (a < b && p.bias)

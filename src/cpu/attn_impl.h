@@ -247,10 +247,10 @@ int fwd_q_group(const AttnFwdParams &p);
 
 struct FwdScratch {
     float *qt;   // [G, D, ldt]       (scale · Q tile)ᵀ per q tile of the group (G = fwd_q_group)
-    float *kr;   // [kBK, pad_n(D)]   K tile
+    float *kr;   // [kBK, ldk]        K tile (ldk = conflict_free_ld(pad_n(D)))
     float *v;    // [kBK, ldv]        V tile (ldv = conflict_free_ld(pad_n(Dv)))
     float *st;   // [kBK, ldt]        Sᵀ, then Pᵀ: keys × queries, so per-query softmax is vector work
-    int64_t ldt, ldv;  // ldt = conflict_free_ld(kBQ)
+    int64_t ldt, ldk, ldv;  // ldt = conflict_free_ld(kBQ)
     float *acc;  // [G, kBQ, pad_n(Dv)] unnormalized O per q tile
     float *m, *l;                   // [G, kBQ] per query of each q tile
     float *mx, *shift, *alpha, *sum;  // [kBQ] per query

@@ -238,9 +238,10 @@ FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     FwdScratch f;
     int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), G = fwd_q_group(p);
     f.ldt = conflict_free_ld(kBQ);
+    f.ldk = conflict_free_ld(dp);
     f.ldv = conflict_free_ld(dvp);
     f.qt = a.floats(G * p.d * f.ldt);
-    f.kr = a.floats(kBK * dp);
+    f.kr = a.floats(kBK * f.ldk);
     f.v = a.floats(kBK * f.ldv);
     f.st = a.floats(kBK * f.ldt);
     f.acc = a.floats(G * kBQ * dvp);
