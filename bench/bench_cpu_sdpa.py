@@ -29,7 +29,9 @@ import torch
 import torch.nn.functional as F
 
 
-def torch_fwdbwd_ms(S, D, H, reps, seed=0):
+def sdpa_step(S, D, H, seed=0):
+    """torch's fwd+bwd on [B, H, S, D] inputs (its contiguous layout, its fastest): a closure,
+    and the inputs (q, k, v, dO) for another arm to copy."""
     g = torch.Generator().manual_seed(seed)
     q, k, v, do = (torch.rand(1, H, S, D, generator=g) * 2 - 1 for _ in range(4))
     for t in (q, k, v):
@@ -40,13 +42,19 @@ def torch_fwdbwd_ms(S, D, H, reps, seed=0):
             t.grad = None
         F.scaled_dot_product_attention(q, k, v).backward(do)
 
+    return once, (q, k, v, do)
+
+
+def timed_ms(fn):
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def torch_fwdbwd_ms(S, D, H, reps, seed=0):
+    once, _ = sdpa_step(S, D, H, seed)
     once()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        once()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(timed_ms(once) for _ in range(reps))
 
 
 def paired_ms(S, D, H, rounds, seed=0):
@@ -55,35 +63,24 @@ def paired_ms(S, D, H, rounds, seed=0):
     noisy shared host (VM steal, neighbours) moves both arms of a pair alike, so the median of
     the pair ratios is stable where single timings are not."""
     import fattn
-    g = torch.Generator().manual_seed(seed)
-    q, k, v, do = (torch.rand(1, H, S, D, generator=g) * 2 - 1 for _ in range(4))
+    t_once, inputs = sdpa_step(S, D, H, seed)
     # fattn takes FlashAttention's [B, S, H, D]; a contiguous copy of the same values
-    fq, fk, fv, fdo = (t.transpose(1, 2).contiguous() for t in (q, k, v, do))
-    for t in (q, k, v, fq, fk, fv):
+    fq, fk, fv, fdo = (t.detach().transpose(1, 2).contiguous() for t in inputs)
+    for t in (fq, fk, fv):
         t.requires_grad_(True)
-
-    def t_once():
-        for t in (q, k, v):
-            t.grad = None
-        F.scaled_dot_product_attention(q, k, v).backward(do)
 
     def f_once():
         for t in (fq, fk, fv):
             t.grad = None
         fattn.attention(fq, fk, fv).backward(fdo)
 
-    def timed(fn):
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-
     t_once(), f_once()  # warm-up
     ts, fs, ratios = [], [], []
     for i in range(rounds):
         if i % 2 == 0:  # alternate which arm goes first
-            a, b = timed(t_once), timed(f_once)
+            a, b = timed_ms(t_once), timed_ms(f_once)
         else:
-            b, a = timed(f_once), timed(t_once)
+            b, a = timed_ms(f_once), timed_ms(t_once)
         ts.append(a), fs.append(b), ratios.append(b / a)
     return statistics.median(ts), statistics.median(fs), statistics.median(ratios)
 

@@ -4,7 +4,7 @@
 // streams the kv tiles of the group's windows, loading each once for the group, and keeps per q
 // tile a running max m and denominator l per row (online softmax) and an f32 accumulator of the
 // unnormalized output; only O and LSE are written. Scores are computed transposed
-// (Sᵀ = K Qᵀ, keys × queries): K and V tiles are then used as loaded, only the q tile is packed
+// (Sᵀ = K Qᵀ, keys × queries): K and V tiles are packed as rows (once per group), each q tile
 // transposed (once per task), and the per-query max/exp/sum run as vector work across queries.
 // Tiles outside the causal/window band are never visited, tiles the bias map marks all -inf are
 // skipped. Every output element is produced by exactly one task in a fixed kv order, so results
@@ -75,7 +75,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
             q.m = sc.m + g * kBQ;
             q.l = sc.l + g * kBQ;
             // Qᵀ packed once per tile; every kv tile then computes Sᵀ = K (scale·Q)ᵀ [bk, nq] with
-            // K as loaded, and the per-query softmax runs down the columns as vector work.
+            // K in rows, and the per-query softmax runs down the columns as vector work.
             load_tile_t(elem(p.q, p.dtype, r.batch_index * p.q_sb + (r.q_begin + q.i0) * p.q_ss + h * p.q_sh),
                         p.dtype, p.q_ss, q.rows, int(p.d), q.qt_t, sc.ldt);
             for (int64_t d = 0; d < p.d; ++d) scale_row(q.qt_t + d * sc.ldt, p.scale, q.nq);
@@ -93,7 +93,7 @@ fattn_status fused_fwd(const AttnFwdParams &p, Workspace &ws, float *lse_rel) {
         }
         if (slot < 0) return;
 
-        // Each kv tile is loaded (K converted unless f32, V packed) once for the whole group; the
+        // Each kv tile is loaded (K and V packed) once for the whole group; the
         // q tiles then use it in order. Every q tile's arithmetic is what it would be alone, so
         // the group size (fwd_q_group) never changes a bit of the results.
         for (int64_t kt = kt_lo; kt < kt_hi; ++kt) {

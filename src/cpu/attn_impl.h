@@ -131,16 +131,19 @@ inline const void *bias_at(const AttnFwdParams &p, const SeqRange &r, int64_t h,
                     r.kv_begin + j);
 }
 
+// Prefetch every 64-byte line of bytes [p, p + bytes) (a row that does not start on a line too).
+inline void prefetch_run(const void *p, int64_t bytes) {
+    const char *row = static_cast<const char *>(p);
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
+    __builtin_prefetch(row + bytes - 1);
+}
+
 // Prefetch the bias rows of a tile. Each row is a short contiguous run far from the next one, so
 // the hardware prefetchers miss them; issued before the tile's GEMM, the loads overlap the math.
 inline void prefetch_bias(const AttnFwdParams &p, const SeqRange &r, int64_t h, int64_t i0, int rows,
                           int64_t j0, int bk) {
     const int64_t bytes = int64_t(bk) * (p.bias_dtype == FATTN_F32 ? 4 : 2);
-    for (int i = 0; i < rows; ++i) {
-        const char *row = static_cast<const char *>(bias_at(p, r, h, i0 + i, j0));
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
-        __builtin_prefetch(row + bytes - 1);
-    }
+    for (int i = 0; i < rows; ++i) prefetch_run(bias_at(p, r, h, i0 + i, j0), bytes);
 }
 
 // One byte per (bias slice, sequence, q tile, kv tile): 1 if the tile has a key that is in the

@@ -56,14 +56,9 @@ void load_tile_tr_(const void *src, int64_t rs, int rows, int cols, float *dst, 
     // time: the rows kAhead ahead are prefetched (a q tile's first touch, from L3 or DRAM).
     constexpr int kAhead = 8;
     const int64_t bytes = int64_t(cols) * int64_t(sizeof(typename E::type));
-    auto prefetch_row = [&](int r) {
-        const char *row = reinterpret_cast<const char *>(s + r * rs);
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b);
-        __builtin_prefetch(row + bytes - 1);
-    };
-    for (int r = 0; r < std::min(kAhead, rows); ++r) prefetch_row(r);
+    for (int r = 0; r < std::min(kAhead, rows); ++r) prefetch_run(s + r * rs, bytes);
     for (int r = 0; r < rows; ++r) {
-        if (r + kAhead < rows) prefetch_row(r + kAhead);
+        if (r + kAhead < rows) prefetch_run(s + (r + kAhead) * rs, bytes);
         const auto *row = s + r * rs;
         for (int c = 0; c < cols; ++c) dst[c * ldd + r] = E::get(row[c]);
     }
@@ -222,13 +217,12 @@ void TaskIndex::locate(int64_t t, int64_t *s, int64_t *rem) const {
 
 int fwd_q_group(const AttnFwdParams &p) {
     if (p.algo == FATTN_ALGO_EXACT) return 1;
-    // 4 at every D: at D128 (~72 KiB of packed Qᵀ and accumulator per q tile, 290 KiB a group)
-    // it beat 2 on the H200 host's Xeon (fwd S2048 D128 min 37.9 -> 33.6 ms, S4096 147.7 vs 169.5).
-    const int gmax = kMaxQGroup;
+    // Up to 4 at every D: at D128 (~72 KiB of packed Qᵀ and accumulator per q tile, 290 KiB a
+    // group) 4 beat 2 on the H200 host's Xeon (fwd S2048 D128 min 37.9 -> 33.6 ms).
     // q tiles in all (varlen: at most ceil(total / kBQ) + one partial tile per sequence)
     const int64_t tiles = p.hq * (p.cu_seqlens_q ? cdiv(p.total_q, kBQ) + p.batch : p.batch * cdiv(p.seqlen_q, kBQ));
     const int64_t want = 4 * int64_t(std::max(p.nthreads, 1));  // tasks per thread for balance
-    for (int g = gmax; g > 1; g /= 2)
+    for (int g = kMaxQGroup; g > 1; g /= 2)
         if (tiles / g >= want) return g;
     return 1;
 }
