@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                 tma_load_4d(sdO + pn * kBM * 64, &tm_do, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
             }
         }
-        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, empty, lane);
+        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, empty, empty, lane);
         return;
     }
 

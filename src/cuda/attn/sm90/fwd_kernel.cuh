@@ -1,17 +1,20 @@
 // fwd_kernel.cuh — the sm_90a forward of softmax attention (bf16/f16, D 64 or 128): TMA loads,
 // a producer warp and two consumer warpgroups, wgmma with S kept in registers and P fed from
-// registers into the P·V wgmma: FlashAttention-3's structure (docs/CUDA-notes.md, "sm90"), first
-// version: no ping-pong between the consumer warpgroups and no intra-warpgroup overlap yet.
+// registers into the P·V wgmma: FlashAttention-3's structure (docs/CUDA-notes.md, "sm90"), with
+// its intra-warpgroup pipeline (no ping-pong between the consumer warpgroups).
 //
 // One CTA per (128-row query tile, q head, sequence), 3 warpgroups:
 //   WG0 (producer): warp 0 issues every TMA load — the Q tile once, then K and V tiles of
-//        128 keys into a 2-stage ring (full/empty mbarriers) — in the key-tile order of the
-//        consumers (KeyTiles: the causal/window band, dead bias tiles skipped). Registers cut to 40.
-//   WG1, WG2 (consumers): 64 query rows each (m64 of wgmma). Per key tile: S = Q·Kᵀ
-//        (m64n128k16, both operands K-major in shared memory), mask/bias/online softmax on the
-//        S registers (the same per-element rules as the mma.sync forward), P converted to 16-bit
-//        A fragments in registers, O += P·V (m64nDk16, V read MN-major); then the stage is
-//        released. O and LSE are written once at the end.
+//        128 keys into 2-stage rings (full/empty mbarriers, K and V released separately) — in
+//        the key-tile order of the consumers (KeyTiles: the causal/window band, dead bias tiles
+//        skipped). Registers cut to 40.
+//   WG1, WG2 (consumers): 64 query rows each (m64 of wgmma). Per key tile j: S_j = Q·K_jᵀ
+//        (m64n128k16, both operands K-major in shared memory) is issued, then O += P_{j-1}·V_{j-1}
+//        (m64nDk16, P from registers, V read MN-major) behind it; while both run, the warpgroup
+//        waits for S_j alone and does its mask/bias/online softmax (the same per-element rules as
+//        the mma.sync forward). Then it waits for the P·V product, releases K_j and V_{j-1},
+//        rescales O and packs P_j into 16-bit A fragments. So the softmax of one tile overlaps
+//        the tensor cores' work on two. O and LSE are written once at the end.
 // Bias ceilings and LSE as in common.cuh. Row r of a consumer's accumulator tile: warp w of the
 // warpgroup holds rows 16w + g and 16w + g + 8 (g = lane / 4), columns 8j + 2(lane % 4) + {0, 1}
 // of each 8-column block j (the mma.sync C layout, repeated over N / 8 blocks).
@@ -33,30 +36,41 @@ struct Sm90Maps {
 namespace sm90cfg {  // tile shapes and their reasons: tiles.h (sm90_fwd_*)
 constexpr int kBM = sm90_fwd_bm(), kBN = sm90_fwd_bn(), kStages = sm90_fwd_stages();
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128·40 + 256·232 <= 64K registers
+// Register split (128·P + 256·C <= 64K; the launch holds 168 a thread): measured on the H200
+// (fattn-bench --preset targets-bf16, session 6): D64 runs 5-7% faster with 24/240 than with
+// 40/232 although its producer then spills; D128 runs ~1% faster with 40/232 (its consumers
+// hold S, the P fragments of the previous step and O at once, and spill 80 B there).
+constexpr int producer_regs(int d) { return d > 64 ? 40 : 24; }
+constexpr int consumer_regs(int d) { return d > 64 ? 232 : 240; }
 constexpr size_t panel_bytes(int rows) { return size_t(rows) * 128; }
 constexpr size_t smem_bytes(int d) { return sm90_fwd_smem(d); }
 }  // namespace sm90cfg
 
 // The producer side of a query-stationary kernel (the forward, dQ): warp 0 of warpgroup 0 loads
-// the K and V tiles (BN keys, D/64 panels each) that kt walks into a Stages-deep ring, waiting
-// on a stage's empty barrier before it is refilled; consumers wait on fullK/fullV.
+// the K and V tiles (BN keys, D/64 panels each) that kt walks into Stages-deep rings, waiting
+// on a stage's empty barrier before it is refilled; consumers wait on fullK/fullV. K and V have
+// their own empty barriers (the forward's pipeline frees K_j a step before V_j); the dQ kernel
+// passes one barrier for both.
 template <typename T, int D, int BN, int Stages>
 __device__ __forceinline__ void sm90_produce_kv(const KeyTiles &kt, const SeqRange &sr, int64_t hk, const Sm90Maps &maps,
-                                                T *sK, T *sV, uint64_t *fullK, uint64_t *fullV, uint64_t *empty,
-                                                int lane) {
+                                                T *sK, T *sV, uint64_t *fullK, uint64_t *fullV, uint64_t *emptyK,
+                                                uint64_t *emptyV, int lane) {
     using namespace sm90;
     constexpr size_t kStageElems = size_t(BN) * D;
     int it = 0;
     for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
         const int st = it % Stages;
-        if (it >= Stages) mbar_wait(&empty[st], ((it / Stages) - 1) & 1);
+        const uint32_t ph = ((it / Stages) - 1) & 1;
+        const int row = int(sr.kv_begin + int64_t(n) * BN);
+        if (it >= Stages) mbar_wait(&emptyK[st], ph);
         if (lane == 0) {
-            const int row = int(sr.kv_begin + int64_t(n) * BN);
             mbar_arrive_expect_tx(&fullK[st], uint32_t(BN * D * sizeof(T)));
             for (int pn = 0; pn < D / 64; ++pn)
                 tma_load_4d(sK + st * kStageElems + pn * BN * 64, &maps.k, &fullK[st], pn * 64, row, int(hk),
                             int(sr.batch_index));
+        }
+        if (it >= Stages) mbar_wait(&emptyV[st], ph);
+        if (lane == 0) {
             mbar_arrive_expect_tx(&fullV[st], uint32_t(BN * D * sizeof(T)));
             for (int pn = 0; pn < D / 64; ++pn)
                 tma_load_4d(sV + st * kStageElems + pn * BN * 64, &maps.v, &fullV[st], pn * 64, row, int(hk),
@@ -81,7 +95,8 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     T *sK = reinterpret_cast<T *>(base + panel_bytes(kBM) * NP);           // kStages × NP × [kBN, 64]
     T *sV = reinterpret_cast<T *>(base + (panel_bytes(kBM) + kStages * panel_bytes(kBN)) * NP);
     uint64_t *bars = reinterpret_cast<uint64_t *>(base + (panel_bytes(kBM) + 2 * kStages * panel_bytes(kBN)) * NP);
-    uint64_t *barQ = bars, *fullK = bars + 1, *fullV = fullK + kStages, *empty = fullV + kStages;
+    uint64_t *barQ = bars, *fullK = bars + 1, *fullV = fullK + kStages, *emptyK = fullV + kStages,
+             *emptyV = emptyK + kStages;
     constexpr size_t kStageElems = size_t(kBN) * D;  // elements of one K (or V) stage
 
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
@@ -98,14 +113,15 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         for (int s = 0; s < kStages; ++s) {
             mbar_init(&fullK[s], 1);
             mbar_init(&fullV[s], 1);
-            mbar_init(&empty[s], 8);  // one arrival per consumer warp
+            mbar_init(&emptyK[s], 8);  // one arrival per consumer warp
+            mbar_init(&emptyV[s], 8);
         }
         mbar_fence_init();
     }
     __syncthreads();
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
-        regs_dealloc<kProducerRegs>();
+        regs_dealloc<producer_regs(D)>();
         if (warp != 0) return;
         const KeyTiles kt(p, a, sr, h, m0, m1, kBN);
         if (lane == 0) {
@@ -116,12 +132,12 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             for (int pn = 0; pn < NP; ++pn)
                 tma_load_4d(sQ + pn * kBM * 64, &maps.q, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
         }
-        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, empty, lane);
+        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, emptyK, emptyV, lane);
         return;
     }
 
     // -------------------------------------------------------------------------------- consumers
-    regs_alloc<kConsumerRegs>();
+    regs_alloc<consumer_regs(D)>();
     const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
     const int64_t r0 = m0 + 64 * cw;  // this warpgroup's first row
     auto row_of = [&](int hf) { return r0 + 16 * wl + g + 8 * hf; };
@@ -139,15 +155,8 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     const float sl2 = p.scale * kLog2e;
     const uint32_t q_base = saddr(sQ) + uint32_t(cw * 64 * 128);  // this warpgroup's 64 rows of each panel
 
-    mbar_wait(barQ, 0);
-    int it = 0;
-    for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
-        const int st = it % kStages;
-        const uint32_t ph = (it / kStages) & 1;
-        mbar_wait(&fullK[st], ph);
-
-        // S = Q·Kᵀ  [64 rows, kBN keys]
-        float s[kBN / 2];
+    // S = Q·K_nᵀ [64 rows, kBN keys] from stage st, issued and committed (not waited for).
+    auto issue_s = [&](float (&s)[kBN / 2], int st) {
         const uint32_t k_base = saddr(sK + st * kStageElems);
         wgmma_fence();
 #pragma unroll
@@ -158,10 +167,21 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             Wgmma<T, kBN>::ss(s, da, db, kk > 0 ? 1 : 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(s);
-
-        // Logits in the log2 domain, masked to -inf; then the online softmax per row.
+    };
+    // O += P·V [64 rows, D] from stage st; V is [kBN keys, D] in panels: MN-major B (keys = K).
+    auto issue_pv = [&](const uint32_t (&pa)[kBN / 16][4], int st) {
+        const uint32_t v_base = saddr(sV + st * kStageElems);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+            const uint64_t db = desc_sw128(v_base + uint32_t(kk * 16 * 128), uint32_t(panel_bytes(kBN)), 1024);
+            Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+        }
+        wgmma_commit();
+    };
+    // Logits of key tile n in the log2 domain, masked to -inf; then the online softmax per row:
+    // s becomes P, mrow/lrow move on, alpha[hf] is the factor O must still be rescaled by.
+    auto softmax = [&](float (&s)[kBN / 2], int n, float (&alpha)[2]) {
         const int64_t n0 = int64_t(n) * kBN;
         const bool full = tile_full(p, r0, r0 + 64, n0, n0 + kBN, lq, lkv);
         const bool use_bias = p.bias && kt.state(n) == kBiasRead;
@@ -200,7 +220,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float mnew = fmaxf(mrow[hf], mx);
             const float bse = mnew == -INFINITY ? 0.f : mnew;  // fully masked so far: p = 0, no NaN
-            const float alpha = fast_exp2(mrow[hf] - bse);
+            alpha[hf] = fast_exp2(mrow[hf] - bse);
             mrow[hf] = mnew;
             float ps = 0.f;
 #pragma unroll
@@ -209,34 +229,69 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
                 s[4 * j + 2 * hf + 1] = fast_exp2(s[4 * j + 2 * hf + 1] - bse);
                 ps += s[4 * j + 2 * hf] + s[4 * j + 2 * hf + 1];
             }
-            lrow[hf] = lrow[hf] * alpha + ps;  // per-thread partial; the quad is summed at the end
+            lrow[hf] = lrow[hf] * alpha[hf] + ps;  // per-thread partial; the quad is summed at the end
+        }
+    };
+    auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
             for (int j = 0; j < NO; ++j) {
-                o[4 * j + 2 * hf] *= alpha;
-                o[4 * j + 2 * hf + 1] *= alpha;
+                o[4 * j + 2 * hf] *= alpha[hf];
+                o[4 * j + 2 * hf + 1] *= alpha[hf];
             }
-        }
-        // P as 16-bit A fragments: k-step kk covers S blocks 2kk (a0, a1) and 2kk + 1 (a2, a3).
-        uint32_t pa[kBN / 16][4];
+    };
+    // P as 16-bit A fragments: k-step kk covers S blocks 2kk (a0, a1) and 2kk + 1 (a2, a3).
+    auto pack_p = [&](const float (&s)[kBN / 2], uint32_t (&pa)[kBN / 16][4]) {
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk)
 #pragma unroll
             for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    };
+    auto release = [&](uint64_t *bar) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bar);
+    };
 
-        // O += P·V  [64 rows, D]; V is [kBN keys, D] in panels: MN-major B (keys = K).
-        mbar_wait(&fullV[st], ph);
-        const uint32_t v_base = saddr(sV + st * kStageElems);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk) {
-            const uint64_t db = desc_sw128(v_base + uint32_t(kk * 16 * 128), uint32_t(panel_bytes(kBN)), 1024);
-            Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+    // The pipeline: S_j is issued before O += P_{j-1}·V_{j-1}, and the softmax of S_j runs while
+    // the P·V product is still on the tensor cores (wgmma groups complete in commit order, so
+    // wait<1> is S_j alone). O is rescaled only after that product has landed.
+    mbar_wait(barQ, 0);
+    float s[kBN / 2];
+    uint32_t pa[kBN / 16][4];
+    float alpha[2];
+    int n = kt.next(kt.first), it = 0, prev = 0;
+    if (n <= kt.last) {
+        mbar_wait(&fullK[0], 0);
+        issue_s(s, 0);
+        wgmma_wait<0>();
+        reg_fence(s);
+        release(&emptyK[0]);
+        softmax(s, n, alpha);  // O is still 0: nothing to rescale
+        pack_p(s, pa);
+        for (n = kt.next(n + 1), it = 1; n <= kt.last; n = kt.next(n + 1), ++it) {
+            const int st = it % kStages;
+            mbar_wait(&fullK[st], (it / kStages) & 1);
+            issue_s(s, st);
+            mbar_wait(&fullV[prev], ((it - 1) / kStages) & 1);
+            issue_pv(pa, prev);
+            wgmma_wait<1>();
+            reg_fence(s);
+            release(&emptyK[st]);
+            softmax(s, n, alpha);
+            wgmma_wait<0>();
+            reg_fence(o);
+            reg_fence(pa);
+            release(&emptyV[prev]);
+            rescale_o(alpha);
+            pack_p(s, pa);
+            prev = st;
         }
-        wgmma_commit();
+        mbar_wait(&fullV[prev], ((it - 1) / kStages) & 1);
+        issue_pv(pa, prev);
         wgmma_wait<0>();
         reg_fence(o);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[st]);
+        release(&emptyV[prev]);
     }
 
     // O = acc / l and LSE = ceiling + lse', written once (rows past the sequence: nothing).

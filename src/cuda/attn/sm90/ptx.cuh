@@ -75,6 +75,12 @@ template <int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
+// A-fragment arrays: also keeps their registers from being reused before the wait that ends the
+// wgmma reading them.
+template <int M, int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[M][N]) {
+#pragma unroll
+    for (int i = 0; i < M; ++i) reg_fence(r[i]);
+}
 
 // ---- shared-memory matrix descriptors, 128-byte swizzle ----
 // K-major operand (rows of K elements; Q and K of S = Q·Kᵀ): the 8-row groups of a panel are
