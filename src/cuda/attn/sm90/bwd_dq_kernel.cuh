@@ -19,7 +19,9 @@ constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups × 64)
 constexpr int bn(int d) { return d > 64 ? 64 : 128; }
 constexpr int kStages = 2;
 constexpr int kThreads = 384;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+// Register split (128·P + 256·C <= 64K): 24/240 measured ~1% faster than 40/232 at D64 and the
+// same at D128 (H200, fattn-bench --preset targets-bf16, session 6).
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
 constexpr size_t dq_smem(int d) {  // Q, dO [kBM, D]; per stage K, V [bn, D]; barriers; slack
     return (2 * panel(kBM) + 2 * kStages * panel(bn(d))) * size_t(d / 64) + 128 + 1024;
@@ -132,21 +134,26 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
             Wgmma<T, kBN>::ss(dp, desc_sw128(do_base + offa, 16, 1024), desc_sw128(v_base + offb, 16, 1024), kk > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        reg_fence(s);
-        reg_fence(dp);
 
         // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked); dS in s.
+        // Interior tiles take P while dP is still running (wait<1>: S alone); the masked path
+        // waits for both (its dS is 0 where masked, whatever dP holds).
         const int64_t n0 = int64_t(n) * kBN;
-        const bool full = tile_full(p, r0, r0 + 64, n0, n0 + kBN, lq, lkv);
+        const bool full = tile_full(p, r0, r0 + 64, n0, n0 + kBN, lq, lkv);  // uniform per warpgroup
         const bool use_bias = p.bias && kt.state(n) == kBiasRead;
         if (full && !use_bias) {
+            wgmma_wait<1>();
+            reg_fence(s);
 #pragma unroll
-            for (int i = 0; i < kBN / 2; ++i) {
-                const int hf = (i >> 1) & 1;
-                s[i] = fast_exp2(s[i] * sl2 - lse2[hf]) * (dp[i] - dl[hf]);
-            }
+            for (int i = 0; i < kBN / 2; ++i) s[i] = fast_exp2(s[i] * sl2 - lse2[(i >> 1) & 1]);
+            wgmma_wait<0>();
+            reg_fence(dp);
+#pragma unroll
+            for (int i = 0; i < kBN / 2; ++i) s[i] = s[i] * (dp[i] - dl[(i >> 1) & 1]);
         } else {
+            wgmma_wait<0>();
+            reg_fence(s);
+            reg_fence(dp);
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int64_t qi = row_of(hf);
