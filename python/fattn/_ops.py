@@ -80,6 +80,15 @@ def _load_shim():
     if built_for != torch.__version__:
         return False, (f"ctypes (the compiled ops were built for torch {built_for}, this is "
                        f"{torch.__version__}: reinstall fattn)")
+    # The C++ runtime into the global symbol scope first. torch's own libraries load it
+    # privately, so the shim's weak copies of libstdc++ template members (GCC 13 emits some; the
+    # error text c10::str builds uses std::ostream's number insertion) would bind to themselves,
+    # with facet ids of their own: the first error message then segfaulted (GPU machine, GCC
+    # 13.3, test_error_dtype_mix). Global, the one runtime's definitions win.
+    try:
+        ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        pass  # no GNU C++ runtime by that name: nothing to share
     try:
         torch.ops.load_library(path)
     except OSError as e:
