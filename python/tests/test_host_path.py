@@ -99,6 +99,27 @@ def test_compiled_op_refuses_int64_cu_seqlens():
         torch.ops.fattn.attn_fwd(q, q, q, None, cu, cu, 0, -1, -1, 0, 0.0, 6, 6, 0, 0)
 
 
+@pytest.mark.skipif(not COMPILED, reason="how the compiled ops are loaded")
+def test_compiled_ops_share_the_process_cpp_runtime():
+    """The shim's copies of libstdc++ template members must bind to the process's one C++
+    runtime: under GCC 13 they bound to themselves (torch keeps libstdc++ in a local scope) and
+    the first error message, formatted through std::ostream, segfaulted (GPU machine). _ops.py
+    puts libstdc++ in the global scope before it loads the shim; this checks that it is there
+    (it is not after `import torch` alone), and that an error message comes back through the
+    compiled kernels. The first assertion fails on the code before the fix with any compiler;
+    the crash itself needs GCC 13 (test_error_dtype_mix there)."""
+    import ctypes
+    try:
+        ctypes.CDLL("libstdc++.so.6")
+    except OSError:
+        pytest.skip("no GNU C++ runtime in this process")
+    glob = ctypes.CDLL(None)
+    assert hasattr(glob, "_ZNSt6locale7classicEv"), "libstdc++ is not in the global symbol scope"
+    q = torch.randn(1, 4, 2, 8)
+    with pytest.raises(fattn.FattnError, match="dtype"):
+        fattn.attention(q, q.half(), q)
+
+
 def test_cpu_results_do_not_depend_on_torch_threads():
     """The compiled CPU kernels run fattn's loops on torch's intra-op threads (torch_runner in
     torch_ops.cpp), the ctypes ones on fattn's pool sized by torch.get_num_threads(): either
