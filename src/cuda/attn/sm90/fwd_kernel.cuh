@@ -7,13 +7,13 @@
 //   WG0 (producer): warp 0 issues every TMA load — the Q tile once, then K and V tiles of
 //        128 keys into 2-stage rings (full/empty mbarriers, K and V released separately) — in
 //        the key-tile order of the consumers (KeyTiles: the causal/window band, dead bias tiles
-//        skipped). Registers cut to 40.
+//        skipped). Registers cut to 40 (24 at D64: producer_regs).
 //   WG1, WG2 (consumers): 64 query rows each (m64 of wgmma). Per key tile j: S_j = Q·K_jᵀ
 //        (m64n128k16, both operands K-major in shared memory) is issued, then O += P_{j-1}·V_{j-1}
 //        (m64nDk16, P from registers, V read MN-major) behind it; while both run, the warpgroup
-//        waits for S_j alone and does its mask/bias/online softmax (the same per-element rules as
-//        the mma.sync forward). Then it waits for the P·V product, releases K_j and V_{j-1},
-//        rescales O and packs P_j into 16-bit A fragments. So the softmax of one tile overlaps
+//        waits for S_j alone, releases K_j and does its mask/bias/online softmax (the same
+//        per-element rules as the mma.sync forward). Then it waits for the P·V product, releases
+//        V_{j-1}, rescales O and packs P_j into 16-bit A fragments. So the softmax of one tile overlaps
 //        the tensor cores' work on two. O and LSE are written once at the end.
 // Bias ceilings and LSE as in common.cuh. Row r of a consumer's accumulator tile: warp w of the
 // warpgroup holds rows 16w + g and 16w + g + 8 (g = lane / 4), columns 8j + 2(lane % 4) + {0, 1}
