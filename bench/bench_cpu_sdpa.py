@@ -29,20 +29,25 @@ import torch
 import torch.nn.functional as F
 
 
-def sdpa_step(S, D, H, seed=0):
-    """torch's fwd+bwd on [B, H, S, D] inputs (its contiguous layout, its fastest): a closure,
-    and the inputs (q, k, v, dO) for another arm to copy."""
-    g = torch.Generator().manual_seed(seed)
-    q, k, v, do = (torch.rand(1, H, S, D, generator=g) * 2 - 1 for _ in range(4))
+def fwdbwd_step(attn, q, k, v, do):
+    """A closure running attn(q, k, v).backward(do) afresh (q, k, v made leaves with grads)."""
     for t in (q, k, v):
         t.requires_grad_(True)
 
     def once():
         for t in (q, k, v):
             t.grad = None
-        F.scaled_dot_product_attention(q, k, v).backward(do)
+        attn(q, k, v).backward(do)
 
-    return once, (q, k, v, do)
+    return once
+
+
+def sdpa_step(S, D, H, seed=0):
+    """torch's fwd+bwd on [B, H, S, D] inputs (its contiguous layout, its fastest): a closure,
+    and the inputs (q, k, v, dO) for another arm to copy."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v, do = (torch.rand(1, H, S, D, generator=g) * 2 - 1 for _ in range(4))
+    return fwdbwd_step(F.scaled_dot_product_attention, q, k, v, do), (q, k, v, do)
 
 
 def timed_ms(fn):
@@ -65,14 +70,7 @@ def paired_ms(S, D, H, rounds, seed=0):
     import fattn
     t_once, inputs = sdpa_step(S, D, H, seed)
     # fattn takes FlashAttention's [B, S, H, D]; a contiguous copy of the same values
-    fq, fk, fv, fdo = (t.detach().transpose(1, 2).contiguous() for t in inputs)
-    for t in (fq, fk, fv):
-        t.requires_grad_(True)
-
-    def f_once():
-        for t in (fq, fk, fv):
-            t.grad = None
-        fattn.attention(fq, fk, fv).backward(fdo)
+    f_once = fwdbwd_step(fattn.attention, *(t.detach().transpose(1, 2).contiguous() for t in inputs))
 
     t_once(), f_once()  # warm-up
     ts, fs, ratios = [], [], []

@@ -65,7 +65,7 @@ fattn_status attn_backend_fwd(const fattn_ctx *ctx, const AttnFwdParams &p, void
     if (ctx->backend == FATTN_BACKEND_CUDA)
         return cuda::attn_fwd(p, device_of(ctx), saved, workspace, err);
 #endif
-    ScopedRunner runner(ctx->par_run, ctx->par_user);
+    ScopedRunner runner(ctx->runner);
     return cpu::attn_fwd(p, saved, workspace, err);
 }
 
@@ -75,7 +75,7 @@ fattn_status attn_backend_bwd(const fattn_ctx *ctx, const AttnBwdParams &p, cons
     if (ctx->backend == FATTN_BACKEND_CUDA)
         return cuda::attn_bwd(p, device_of(ctx), saved, workspace, err);
 #endif
-    ScopedRunner runner(ctx->par_run, ctx->par_user);
+    ScopedRunner runner(ctx->runner);
     return cpu::attn_bwd(p, saved, workspace, err);
 }
 

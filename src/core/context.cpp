@@ -184,8 +184,7 @@ fattn_status fattn_ctx_set_parallel(fattn_ctx_t *ctx, fattn_parallel_fn run, voi
     if (!ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "ctx: is NULL");
     if (ctx->backend != FATTN_BACKEND_CPU)
         return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE, "run: only a CPU context has parallel loops");
-    ctx->par_run = run;
-    ctx->par_user = run ? user : nullptr;
+    ctx->runner = fattn::detail::Runner{run, run ? user : nullptr};
     return FATTN_OK;
 }
 

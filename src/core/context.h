@@ -8,13 +8,13 @@
 #include <new>
 #include <string>
 
+#include "core/parallel.h"
 #include "fattn/fattn.h"
 
 struct fattn_ctx {
     fattn_backend backend = FATTN_BACKEND_CPU;
     int nthreads = 1;          // CPU: resolved thread count (>= 1)
-    fattn_parallel_fn par_run = nullptr;  // CPU: the caller's parallel runner (nullptr: fattn's pool)
-    void *par_user = nullptr;
+    fattn::detail::Runner runner;  // CPU: the caller's parallel runner (run == nullptr: fattn's pools)
     int device = -1;           // CUDA: device ordinal
     void *stream = nullptr;    // CUDA: cudaStream_t
     int sm_major = 0, sm_minor = 0, num_sms = 0;  // CUDA: filled at init

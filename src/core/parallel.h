@@ -40,8 +40,8 @@ Runner &current_runner();  // this thread's (run == nullptr: fattn's pools)
 // Installs a context's runner on this thread for one library call; restores the previous one.
 class ScopedRunner {
   public:
-    ScopedRunner(fattn_parallel_fn run, void *user) : saved_(detail::current_runner()) {
-        detail::current_runner() = detail::Runner{run, user};
+    explicit ScopedRunner(const detail::Runner &r) : saved_(detail::current_runner()) {
+        detail::current_runner() = r;
     }
     ~ScopedRunner() { detail::current_runner() = saved_; }
     ScopedRunner(const ScopedRunner &) = delete;

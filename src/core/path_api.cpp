@@ -368,7 +368,7 @@ fattn_status fattn_path_fwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         Fail f = validate(ctx, p, PathOp::FWD, vw, &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
         if (r.empty) return FATTN_OK;
-        ScopedRunner runner(ctx->par_run, ctx->par_user);  // the checks and the kernels
+        ScopedRunner runner(ctx->runner);  // the checks and the kernels
         f = check_w_beta(p, r.p);
         if (f.s != FATTN_OK) return fail(ctx, f);
         PathLayout lay = path_layout(r.p, /*bases=*/false);
@@ -396,7 +396,7 @@ fattn_status fattn_path_bwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         Fail f = validate(ctx, p, PathOp::BWD, vw, &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
         if (r.empty) return FATTN_OK;
-        ScopedRunner runner(ctx->par_run, ctx->par_user);  // the checks and the kernels
+        ScopedRunner runner(ctx->runner);  // the checks and the kernels
         f = check_w_beta(p, r.p);
         if (f.s != FATTN_OK) return fail(ctx, f);
         PathLayout lay = path_layout(r.p, /*bases=*/false);

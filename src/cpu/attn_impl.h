@@ -183,7 +183,7 @@ struct Workspace {
     float *dq_part = nullptr; // bwd: [nchunks, nb, Hq, total_q, pad_n(D)] f32 dQ partials
     float *qs = nullptr;      // bwd: [nb, Hq, total_q, ldq]  scale · Q, f32, packed once per call
     float *dos = nullptr;     // bwd: [nb, Hq, total_q, ldo]  dO, f32, packed once per call
-    int64_t ldq = 0, ldo = 0; // conflict_free_ld(pad_n(D)), conflict_free_ld(pad_n(Dv))
+    int64_t ldq = 0, ldo = 0; // packed_ld(D), packed_ld(Dv)
     int64_t nchunks = 1;
     char *slots = nullptr;
     size_t slot_bytes = 0;
@@ -241,6 +241,9 @@ struct Arena {
 // rows (one or two lines each, read down k) into a few L1 sets, where they evict each other and
 // the A operand (PV at D128 with V packed at 512 B rows: 63 -> 70 GFLOP/s on AVX2, hot data).
 inline int64_t conflict_free_ld(int64_t n) { return (n / kNR) % 2 == 0 ? n + kNR : n; }
+// The leading dim every packed tile of rows of n floats uses (the forward's K/V, the backward's
+// K/dK/dV scratch and the workspace's packed scale · Q and dO): padded to kNR, then conflict-free.
+inline int64_t packed_ld(int64_t n) { return conflict_free_ld(pad_n(n)); }
 
 // Fused forward: a task holds this many consecutive q tiles (1, 2 or 4) and loads each kv tile
 // once for all of them. A function of the shapes and the thread count (enough tasks for the
@@ -250,8 +253,8 @@ int fwd_q_group(const AttnFwdParams &p);
 
 struct FwdScratch {
     float *qt;   // [G, D, ldt]       (scale · Q tile)ᵀ per q tile of the group (G = fwd_q_group)
-    float *kr;   // [kBK, ldk]        K tile (ldk = conflict_free_ld(pad_n(D)))
-    float *v;    // [kBK, ldv]        V tile (ldv = conflict_free_ld(pad_n(Dv)))
+    float *kr;   // [kBK, ldk]        K tile (ldk = packed_ld(D))
+    float *v;    // [kBK, ldv]        V tile (ldv = packed_ld(Dv))
     float *st;   // [kBK, ldt]        Sᵀ, then Pᵀ: keys × queries, so per-query softmax is vector work
     int64_t ldt, ldk, ldv;  // ldt = conflict_free_ld(kBQ)
     float *acc;  // [G, kBQ, pad_n(Dv)] unnormalized O per q tile

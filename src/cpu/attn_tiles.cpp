@@ -230,10 +230,10 @@ int fwd_q_group(const AttnFwdParams &p) {
 FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
     Arena a{base};
     FwdScratch f;
-    int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v), G = fwd_q_group(p);
+    const int64_t dvp = pad_n(p.dim_v), G = fwd_q_group(p);
     f.ldt = conflict_free_ld(kBQ);
-    f.ldk = conflict_free_ld(dp);
-    f.ldv = conflict_free_ld(dvp);
+    f.ldk = packed_ld(p.d);
+    f.ldv = packed_ld(p.dim_v);
     f.qt = a.floats(G * p.d * f.ldt);
     f.kr = a.floats(kBK * f.ldk);
     f.v = a.floats(kBK * f.ldv);
@@ -254,10 +254,9 @@ FwdScratch carve_fwd(const AttnFwdParams &p, char *base) {
 BwdScratch carve_bwd(const AttnFwdParams &p, char *base) {
     Arena a{base};
     BwdScratch b;
-    int64_t dp = pad_n(p.d), dvp = pad_n(p.dim_v);
     b.ldt = conflict_free_ld(kBK);
-    b.ldd = conflict_free_ld(dp);
-    b.ldo = conflict_free_ld(dvp);
+    b.ldd = packed_ld(p.d);
+    b.ldo = packed_ld(p.dim_v);
     b.kt = a.floats(p.d * b.ldt);
     b.vt = a.floats(p.dim_v * b.ldt);
     b.kr = a.floats(kBK * b.ldd);
@@ -344,8 +343,8 @@ size_t workspace_layout(const AttnFwdParams &p, fattn_dir dir, void *base, Works
             take(sat_prod({w.nchunks, nb, p.hq, p.total_q, pad_n(p.d), 4})));
         // scale · Q and dO, packed once: every kv tile of the backward reads every q tile of its
         // heads, and a per-pair copy of strided rows cost ~9% of the time (D128, AVX2).
-        w.ldq = conflict_free_ld(pad_n(p.d));
-        w.ldo = conflict_free_ld(pad_n(p.dim_v));
+        w.ldq = packed_ld(p.d);
+        w.ldo = packed_ld(p.dim_v);
         w.qs = reinterpret_cast<float *>(take(sat_prod({nb, p.hq, p.total_q, w.ldq, 4})));
         w.dos = reinterpret_cast<float *>(take(sat_prod({nb, p.hq, p.total_q, w.ldo, 4})));
         // The backward may run the fused forward's tasks to recompute row statistics (bias rows
