@@ -129,9 +129,13 @@ std::vector<AttnCase> make_table() {
         C("extra_s2048_causal").shape(1, 2048, 2048, 2, 1, 64).causal_(BR).is_extra(),
         C("extra_b4_s512_bias_gqa").shape(4, 512, 512, 4, 2, 128).with_bias(BiasKind::NEG_BAND).is_extra(),
         C("extra_cross_1877").shape(1, 625, 1877, 2, 2, 64).dt(BF16).is_extra(),
-        // ---- large (--large; CUDA): S >= 16k, and a tensor with more than 2^31 elements.
+        // ---- large (--large; CUDA): S >= 8k, and a tensor with more than 2^31 elements.
         // Judged on sampled rows and keys (the oracle's sampled layer). FUSED only where the
         // EXACT arm's [B, Hq, S, S] probabilities would not fit in device memory.
+        // Full (non-causal) S8k, MHA D128 and GQA D64: the longest item walks of the K/V-stationary
+        // kernels (128 query tiles per key tile, 4 heads per GQA group) and 64 key tiles per dQ row.
+        C("large_s8k_bf16").shape(2, 8192, 8192, 8, 8, 128).dt(BF16).algo_(AlgoSel::FUSED).is_large(),
+        C("large_s8k_gqa_f16").shape(2, 8192, 8192, 16, 4, 64).dt(F16).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_causal_bf16").shape(2, 16384, 16384, 16, 16, 128).dt(BF16).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
         C("large_varlen_32k").shape(1, 0, 0, 8, 2, 64).dt(F16).varlen({20000, 1, 12767}, {20000, 1, 12767}).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_window_bias").shape(1, 16384, 16384, 2, 2, 64).dt(BF16).with_bias(BiasKind::NEG_BAND).is_large(),
