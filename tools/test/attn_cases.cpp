@@ -132,8 +132,8 @@ std::vector<AttnCase> make_table() {
         // ---- large (--large; CUDA): S >= 8k, and a tensor with more than 2^31 elements.
         // Judged on sampled rows and keys (the oracle's sampled layer). FUSED only where the
         // EXACT arm's [B, Hq, S, S] probabilities would not fit in device memory.
-        // Full (non-causal) S8k, MHA D128 and GQA D64: the longest item walks of the K/V-stationary
-        // kernels (128 query tiles per key tile, 4 heads per GQA group) and 64 key tiles per dQ row.
+        // Full (non-causal) S8k, MHA D128 and GQA D64: the longest walks of the sm90 backward, 128
+        // query tiles per 128-key tile (4 heads per GQA group) and 64-128 key tiles per dQ tile.
         C("large_s8k_bf16").shape(2, 8192, 8192, 8, 8, 128).dt(BF16).algo_(AlgoSel::FUSED).is_large(),
         C("large_s8k_gqa_f16").shape(2, 8192, 8192, 16, 4, 64).dt(F16).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_causal_bf16").shape(2, 16384, 16384, 16, 16, 128).dt(BF16).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
