@@ -52,7 +52,7 @@ struct ArmResult {
     std::string prec = "-";     // resolved precision
     double fwd_ms = -1, fwdbwd_ms = -1;
     uint64_t saved_bytes = 0;       // fattn_attn_memory saved_bytes (kept for the backward)
-    uint64_t model_peak = 0;        // max(fwd_peak, bwd_peak) of the memory model
+    uint64_t model_peak = 0;        // max(fwd_peak + grads, bwd_peak): the model, for this harness's buffers
     double measured_peak = -1;      // bytes (CUDA: cudaMemGetInfo; CPU: allocation high-water)
     bool have_values = false;
     std::vector<float> o, lse, dq, dk, dv;  // results of the last run (parity)

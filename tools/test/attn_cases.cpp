@@ -136,6 +136,9 @@ std::vector<AttnCase> make_table() {
         // query tiles per 128-key tile (4 heads per GQA group) and 64-128 key tiles per dQ tile.
         C("large_s8k_bf16").shape(2, 8192, 8192, 8, 8, 128).dt(BF16).algo_(AlgoSel::FUSED).is_large(),
         C("large_s8k_gqa_f16").shape(2, 8192, 8192, 16, 4, 64).dt(F16).algo_(AlgoSel::FUSED).is_large(),
+        // f32 inputs (tf32 on CUDA): the sm90 tf32 forward's longest walk, 128 key tiles of 64
+        // keys at D128, through the pre-pass's rounded K and Vᵀ copies, GQA 4 heads per group.
+        C("large_s8k_gqa_tf32").shape(1, 8192, 8192, 8, 2, 128).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_causal_bf16").shape(2, 16384, 16384, 16, 16, 128).dt(BF16).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
         C("large_varlen_32k").shape(1, 0, 0, 8, 2, 64).dt(F16).varlen({20000, 1, 12767}, {20000, 1, 12767}).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_window_bias").shape(1, 16384, 16384, 2, 2, 64).dt(BF16).with_bias(BiasKind::NEG_BAND).is_large(),

@@ -18,11 +18,12 @@ enum class Family {
     MMA_NATIVE,   // bf16/f16 mma.sync.m16n8k16, fp32 accumulation, sm_80+
     MMA_TF32,     // f32 inputs on mma.sync.m16n8k8 (tf32), sm_80+
     SM90_NATIVE,  // bf16/f16 wgmma + TMA, warp-specialized (src/cuda/attn/sm90), sm_90a
+    SM90_TF32,    // f32 inputs on tf32 wgmma + TMA (the sm90 forward; the backward is MMA_TF32)
 };
 
 struct Choice {
     Family family = Family::SCALAR_F32;      // the backward's family (and the forward's by default)
-    Family fwd_family = Family::SCALAR_F32;  // the forward's family (SM90_NATIVE where it applies)
+    Family fwd_family = Family::SCALAR_F32;  // the forward's family (SM90_NATIVE or SM90_TF32 where they apply)
     int d_bucket = 0;  // head dim the kernel is instantiated for (>= max(d, dv), padded loads masked)
 };
 

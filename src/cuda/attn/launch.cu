@@ -194,6 +194,9 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &, const Choice &c, vo
     switch (c.fwd_family) {
 #ifdef FATTN_HAVE_SM90
     case Family::SM90_NATIVE: return check(sm90_fwd(p, a, c.d_bucket, st), "forward (sm90)", err);
+    case Family::SM90_TF32:
+        return check(sm90_fwd_tf32(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_FWD), workspace, st),
+                     "forward (sm90 tf32)", err);
 #endif
     case Family::MMA_NATIVE: return check(native_fwd(p, a, c.d_bucket, st), "forward (mma)", err);
     case Family::MMA_TF32: return check(tf32_fwd(p, a, c.d_bucket, st), "forward (tf32)", err);

@@ -18,6 +18,10 @@ cudaError_t tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_
 cudaError_t scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t sm90_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/fwd.cu
+// f32 inputs on tf32 wgmma: stages K and Vᵀ in the workspace's kr/vt regions first (sm90/fwd.cu).
+struct Workspace;
+cudaError_t sm90_fwd_tf32(const AttnFwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace,
+                          cudaStream_t st);
 cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/bwd.cu
 
 // Opt in to more than 48 KiB of dynamic shared memory once per kernel, then launch.

@@ -9,6 +9,8 @@
 //   NATIVE on an sm_90 device -> SM90_NATIVE (wgmma + TMA), forward and backward, where
 //   sm90_fwd_legal says so and the context's family allows it (fattn_ctx_set_cuda_family). The
 //   backward also needs dout TMA-legal, which only the call shows (launch.cu: sm90_dout_ok).
+//   TF32 on an sm_90 device -> the forward on SM90_TF32 (tf32 wgmma) where sm90_fwd_legal says so
+//   and the family is AUTO; the backward stays MMA_TF32 (no sm90 tf32 backward yet).
 #include <cstdint>
 
 #include "cuda/attn/attn_kernels.h"
@@ -20,7 +22,8 @@ namespace fattn::cuda::attn {
 namespace {
 
 // Can the sm90 forward run p? Its TMA tensor maps need 16-byte aligned bases and strides, and the
-// kernel is instantiated for D = Dv = 64 or 128.
+// kernel is instantiated for D = Dv = 64 or 128. With f32 inputs (tf32) only q is read through
+// TMA: k and v reach the kernel as the pre-pass's rounded copies (workspace.h: kr, vt).
 bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *why) {
     auto no = [&](const std::string &m) {
         if (why) *why = "sm90 forward: " + m;
@@ -31,22 +34,30 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
 #else
     if (dev.sm_major != 9 || dev.sm_minor != 0)
         return no("needs an sm_90 device, this one is sm_" + std::to_string(dev.sm_major * 10 + dev.sm_minor));
-    if (p.prec != FATTN_PREC_NATIVE || (p.dtype != FATTN_BF16 && p.dtype != FATTN_F16))
-        return no("bf16/f16 inputs at prec NATIVE only");
+    const bool tf32 = p.prec == FATTN_PREC_TF32 && p.dtype == FATTN_F32;
+    if (!tf32 && (p.prec != FATTN_PREC_NATIVE || (p.dtype != FATTN_BF16 && p.dtype != FATTN_F16)))
+        return no("bf16/f16 inputs at prec NATIVE, or f32 inputs at prec TF32, only");
     if (p.d != p.dim_v || (p.d != 64 && p.d != 128))
         return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv = 64 or 128)");
     auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
-    if (!a16(p.q) || !a16(p.k) || !a16(p.v)) return no("q, k, v must be 16-byte aligned (TMA)");
-    // Strides of dims with more than one index must be whole 16-byte chunks (8 elements) and > 0.
+    if (p.total_kv < 1) return no("no keys");
+    if (!a16(p.q) || (!tf32 && (!a16(p.k) || !a16(p.v)))) return no("q, k, v must be 16-byte aligned (TMA)");
+    // Strides of dims with more than one index must be whole 16-byte chunks and > 0.
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % 8 == 0 && s < (int64_t(1) << 38)); };
-    if (!st_ok(p.q_ss, p.total_q) || !st_ok(p.q_sh, p.hq) || !st_ok(p.q_sb, bview) || !st_ok(p.k_ss, p.total_kv) ||
-        !st_ok(p.k_sh, p.hkv) || !st_ok(p.k_sb, bview) || !st_ok(p.v_ss, p.total_kv) || !st_ok(p.v_sh, p.hkv) ||
-        !st_ok(p.v_sb, bview))
-        return no("q/k/v strides must be positive multiples of 8 elements (TMA)");
-    if (p.total_q >= (int64_t(1) << 31) || p.total_kv >= (int64_t(1) << 31))
+    const int64_t chunk = tf32 ? 4 : 8;
+    const int64_t smax = (int64_t(1) << 40) / (tf32 ? 4 : 2) / 2;  // byte strides below 2^39
+    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % chunk == 0 && s < smax); };
+    if (!st_ok(p.q_ss, p.total_q) || !st_ok(p.q_sh, p.hq) || !st_ok(p.q_sb, bview))
+        return no("q strides must be positive multiples of 16 bytes (TMA)");
+    if (!tf32 && (!st_ok(p.k_ss, p.total_kv) || !st_ok(p.k_sh, p.hkv) || !st_ok(p.k_sb, bview) ||
+                  !st_ok(p.v_ss, p.total_kv) || !st_ok(p.v_sh, p.hkv) || !st_ok(p.v_sb, bview)))
+        return no("k/v strides must be positive multiples of 8 elements (TMA)");
+    // TMA coordinates are 32-bit: query and key rows; with tf32 the flat key rows of the kr copy
+    // and the columns of the Vᵀ copy (workspace.h: sm90_vt_cols).
+    const int64_t kv_rows = tf32 ? sm90_vt_cols(bview * p.total_kv, p.batch) : p.total_kv;
+    if (p.total_q >= (int64_t(1) << 31) || kv_rows >= (int64_t(1) << 31))
         return no("more than 2^31 rows (TMA coordinates are 32-bit)");
-    if (sm90_fwd_smem(int(p.d)) > dev.smem_optin) return no("needs more shared memory than the device allows");
+    if (sm90_fwd_smem(int(p.d), tf32 ? 4 : 2) > dev.smem_optin) return no("needs more shared memory than the device allows");
     return true;
 #endif
 }
@@ -105,12 +116,13 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         if (dmax > 128)
             return no("prec TF32: head dim " + std::to_string(dmax) +
                       " > 128 is not instantiated for tensor cores (use prec F32)");
-        if (dev.family == FATTN_CUDA_FAMILY_SM90) return no("family SM90 has no TF32 kernels yet");
+        if (dev.family == FATTN_CUDA_FAMILY_SM90) return no("family SM90 has no TF32 backward yet");
         c->family = c->fwd_family = Family::MMA_TF32;
         c->d_bucket = dmax <= 64 ? 64 : 128;
         if (!smem_ok(mma_fwd_smem(c->d_bucket, 4), "the tf32 forward kernel") ||
             !smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel"))
             return FATTN_ERR_UNSUPPORTED;
+        if (dev.family == FATTN_CUDA_FAMILY_AUTO && sm90_fwd_legal(p, dev, nullptr)) c->fwd_family = Family::SM90_TF32;
         return FATTN_OK;
     default:
         return no("precision must be resolved (F32, TF32 or NATIVE) before selection");

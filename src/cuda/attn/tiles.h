@@ -66,15 +66,19 @@ constexpr int sc_rows() { return 16; }
 constexpr int sc_cols(int db) { return db > 128 ? 16 : 32; }
 // +1 float: row-strided reads of 8 lanes fall in different banks.
 constexpr int sc_stride(int db) { return db + 1; }
-// ---- sm_90a forward (sm90/fwd_kernel.cuh) ----
-// 128 query rows (two consumer warpgroups of wgmma's M = 64) × 128 keys per step; Q once and a
-// 2-stage ring of K and V, each tile D/64 panels of 128-byte rows, + barriers + 1 KB of slack
-// to align the panels to the 1024-byte swizzle atom: 160 KB at D128, 81 KB at D64.
+// ---- sm_90a forward (sm90/fwd_kernel.cuh), templated on the element size es (2: bf16/f16, 4: f32
+// inputs on tf32 wgmma) ----
+// 128 query rows (two consumer warpgroups of wgmma's M = 64) × BN keys per step; Q once and a
+// 2-stage ring of K and V, each tile in panels of 128-byte rows (64 16-bit or 32 f32 columns),
+// + barriers + 1 KB of slack to align the panels to the 1024-byte swizzle atom. 16-bit: 128 keys,
+// 160 KB at D128, 81 KB at D64. tf32 at D128: 64 keys, as the consumers then hold S (32 regs),
+// the previous step's P fragments (32: one tf32 per register) and O (64) at once, and Q (64 KB)
+// plus two stages of K and Vᵀ (64 KB each) fill 193 KB; at D64 128 keys, 161 KB.
 constexpr int sm90_fwd_bm() { return 128; }
-constexpr int sm90_fwd_bn() { return 128; }
+constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return es == 4 && d > 64 ? 64 : 128; }
 constexpr int sm90_fwd_stages() { return 2; }
-constexpr size_t sm90_fwd_smem(int d) {
-    return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages() * sm90_fwd_bn()) * 128 * size_t(d / 64) + 128 + 1024;
+constexpr size_t sm90_fwd_smem(int d, size_t es = 2) {
+    return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages() * sm90_fwd_bn(d, es)) * size_t(d) * es + 128 + 1024;
 }
 
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P

@@ -7,6 +7,11 @@
 //                    (common.cuh: bias ceilings); filled by a pre-pass in fwd and again in bwd.
 //   [delta]          bwd only: rowsum(dO∘O) as f32 [B_view, Hq, total_q] (same indexing as lse).
 //   [lse_rel]        bwd with a bias: lse' = lse − ceiling, f32 [B_view, Hq, total_q].
+//   [kr], [vt]       fwd on the sm90 tf32 kernel (Family::SM90_TF32): K and V rounded to tf32 by a
+//                    pre-pass (sm90/fwd.cu), since tf32 wgmma truncates and takes K-major operands
+//                    only. kr = K as f32 [Hkv, R, D] (R = B_view·total_kv flat key rows); vt = Vᵀ
+//                    as f32 [Hkv, Dv, vt_cols], sequence s's keys from column sm90_vt_col0(..) on
+//                    (a multiple of 8), each 8-key group stored in the order of tf32_key_order().
 // Every region starts 256-byte aligned.
 #pragma once
 
@@ -15,10 +20,23 @@
 
 #include "core/attn_params.h"
 #include "core/size_math.h"
+#include "cuda/attn/attn_kernels.h"
 
 namespace fattn::cuda::attn {
 
 constexpr int64_t kMapBlock = 64;  // granularity of the bias tile map (rows and cols)
+
+// The Vᵀ copy of the sm90 tf32 forward: where sequence s (flat key row flat0 = batch_index ·
+// total_kv + kv_begin) starts: a multiple of 8, and at or past the end of the previous
+// sequence's last 8-key group (its padded groups never overlap the next sequence's).
+FATTN_HD int64_t sm90_vt_col0(int64_t flat0, int64_t s) { return (flat0 + 7) / 8 * 8 + 8 * s; }
+// Columns of the Vᵀ copy for `seqs` sequences over `rows` flat key rows (every sequence's last
+// padded group included; a multiple of 8, so each row is 16-byte aligned for TMA).
+FATTN_HD int64_t sm90_vt_cols(int64_t rows, int64_t seqs) { return (rows + 7) / 8 * 8 + 8 * seqs + 8; }
+// Column c of an 8-key group of Vᵀ holds key tf32_key_order(c) of the group: 0 2 4 6 1 3 5 7. The
+// forward's P accumulator holds keys 2t, 2t + 1 in thread t of a quad, the tf32 A fragment of
+// P·V wants k-columns t, t + 4: with this order the accumulator is the fragment as it stands.
+FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 
 struct Workspace {
     size_t map_off = 0, map_bytes = 0;
@@ -26,12 +44,13 @@ struct Workspace {
     size_t ceil_off = 0, ceil_bytes = 0;
     size_t delta_off = 0, delta_bytes = 0;
     size_t lse_rel_off = 0, lse_rel_bytes = 0;
+    size_t kr_off = 0, kr_bytes = 0, vt_off = 0, vt_bytes = 0;
+    int64_t kr_rows = 0, vt_cols = 0;  // R and vt_cols above
     size_t total = 0;
 
     static size_t align(size_t x) { return (x + 255) & ~size_t(255); }
 
-    template <typename C>
-    static Workspace layout(const AttnFwdParams &p, const C &, fattn_dir dir) {
+    static Workspace layout(const AttnFwdParams &p, const Choice &c, fattn_dir dir) {
         Workspace w;
         const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
         if (p.bias) {
@@ -59,6 +78,16 @@ struct Workspace {
                 w.lse_rel_bytes = w.delta_bytes;
                 off = sat_add(off, sat_round(w.lse_rel_bytes, 256));
             }
+        }
+        if (dir == FATTN_DIR_FWD && c.fwd_family == Family::SM90_TF32) {
+            w.kr_rows = bview * p.total_kv;
+            w.vt_cols = sm90_vt_cols(w.kr_rows, p.batch);
+            w.kr_off = off;
+            w.kr_bytes = sat_prod({p.hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
+            off = sat_add(off, sat_round(w.kr_bytes, 256));
+            w.vt_off = off;
+            w.vt_bytes = sat_prod({p.hkv, p.dim_v, w.vt_cols, int64_t(sizeof(float))});
+            off = sat_add(off, sat_round(w.vt_bytes, 256));
         }
         w.total = off;
         return w;

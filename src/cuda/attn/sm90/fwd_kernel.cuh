@@ -1,4 +1,5 @@
-// fwd_kernel.cuh — the sm_90a forward of softmax attention (bf16/f16, D 64 or 128): TMA loads,
+// fwd_kernel.cuh — the sm_90a forward of softmax attention (bf16/f16, or f32 inputs on tf32; D 64
+// or 128): TMA loads,
 // a producer warp and two consumer warpgroups, wgmma with S kept in registers and P fed from
 // registers into the P·V wgmma: FlashAttention-3's structure (docs/CUDA-notes.md, "sm90"), with
 // its intra-warpgroup pipeline (no ping-pong between the consumer warpgroups).
@@ -15,6 +16,11 @@
 //        per-element rules as the mma.sync forward). Then it waits for the P·V product, releases
 //        V_{j-1}, rescales O and packs P_j into 16-bit A fragments. So the softmax of one tile overlaps
 //        the tensor cores' work on two. O and LSE are written once at the end.
+// f32 inputs (T = float, tf32 wgmma m64nNk8): tf32 takes K-major operands only and truncates, so a
+// pre-pass (sm90/fwd.cu) stages K rounded to tf32 and Vᵀ rounded, 8-key groups in the order of
+// tf32_key_order (workspace.h), and the producer loads those instead of k and v; each consumer
+// warpgroup rounds its own 64 rows of Q in shared memory, and P is rounded as it is packed. A
+// panel row is 128 bytes in both cases: 64 16-bit or 32 f32 elements.
 // Bias ceilings and LSE as in common.cuh. Row r of a consumer's accumulator tile: warp w of the
 // warpgroup holds rows 16w + g and 16w + g + 8 (g = lane / 4), columns 8j + 2(lane % 4) + {0, 1}
 // of each 8-column block j (the mma.sync C layout, repeated over N / 8 blocks).
@@ -25,6 +31,7 @@
 #include "cuda/attn/sm90/ptx.cuh"
 #include "cuda/attn/sm90/wgmma_ops.cuh"
 #include "cuda/attn/tiles.h"
+#include "cuda/attn/workspace.h"
 
 namespace fattn::cuda::attn {
 
@@ -34,16 +41,17 @@ struct Sm90Maps {
 };
 
 namespace sm90cfg {  // tile shapes and their reasons: tiles.h (sm90_fwd_*)
-constexpr int kBM = sm90_fwd_bm(), kBN = sm90_fwd_bn(), kStages = sm90_fwd_stages();
+constexpr int kBM = sm90_fwd_bm(), kStages = sm90_fwd_stages();
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 // Register split (128·P + 256·C <= 64K; the launch holds 168 a thread): measured on the H200
 // (fattn-bench --preset targets-bf16, session 6): D64 runs 5-7% faster with 24/240 than with
 // 40/232 although its producer then spills; D128 runs ~1% faster with 40/232 (its consumers
-// hold S, the P fragments of the previous step and O at once, and spill 80 B there).
-constexpr int producer_regs(int d) { return d > 64 ? 40 : 24; }
-constexpr int consumer_regs(int d) { return d > 64 ? 232 : 240; }
+// hold S, the P fragments of the previous step and O at once, and spill 80 B there). tf32 at
+// D128 holds less (64-key steps): 24/240.
+constexpr int producer_regs(int d, size_t es) { return es == 2 && d > 64 ? 40 : 24; }
+constexpr int consumer_regs(int d, size_t es) { return es == 2 && d > 64 ? 232 : 240; }
 constexpr size_t panel_bytes(int rows) { return size_t(rows) * 128; }
-constexpr size_t smem_bytes(int d) { return sm90_fwd_smem(d); }
+constexpr size_t smem_bytes(int d, size_t es) { return sm90_fwd_smem(d, es); }
 }  // namespace sm90cfg
 
 // The producer side of a query-stationary kernel (the forward, dQ): warp 0 of warpgroup 0 loads
@@ -80,20 +88,58 @@ __device__ __forceinline__ void sm90_produce_kv(const KeyTiles &kt, const SeqRan
     }
 }
 
+// The tf32 producer: K tiles from the rounded copy kr (maps.k: [Hkv, R, D], D/32 panels of
+// [BN, 32]) and Vᵀ tiles from vt (maps.v: [Hkv, D, vt_cols], BN/32 panels of [D, 32 keys]).
+template <int D, int BN, int Stages>
+__device__ __forceinline__ void sm90_produce_kvt(const KeyTiles &kt, const SeqRange &sr, int64_t s, int64_t total_kv,
+                                                 int64_t hk, const Sm90Maps &maps, float *sK, float *sV,
+                                                 uint64_t *fullK, uint64_t *fullV, uint64_t *emptyK, uint64_t *emptyV,
+                                                 int lane) {
+    using namespace sm90;
+    constexpr size_t kStageElems = size_t(BN) * D;
+    const int64_t flat0 = sr.batch_index * total_kv + sr.kv_begin;
+    const int64_t col0 = sm90_vt_col0(flat0, s);
+    int it = 0;
+    for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
+        const int st = it % Stages;
+        const uint32_t ph = ((it / Stages) - 1) & 1;
+        if (it >= Stages) mbar_wait(&emptyK[st], ph);
+        if (lane == 0) {
+            mbar_arrive_expect_tx(&fullK[st], uint32_t(BN * D * 4));
+            for (int pn = 0; pn < D / 32; ++pn)
+                tma_load_4d(sK + st * kStageElems + pn * BN * 32, &maps.k, &fullK[st], pn * 32,
+                            int(flat0 + int64_t(n) * BN), int(hk), 0);
+        }
+        if (it >= Stages) mbar_wait(&emptyV[st], ph);
+        if (lane == 0) {
+            mbar_arrive_expect_tx(&fullV[st], uint32_t(BN * D * 4));
+            for (int pn = 0; pn < BN / 32; ++pn)
+                tma_load_4d(sV + st * kStageElems + pn * D * 32, &maps.v, &fullV[st],
+                            int(col0 + int64_t(n) * BN + pn * 32), 0, int(hk), 0);
+        }
+        __syncwarp();
+    }
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     sm90_fwd_kernel(const AttnFwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using namespace sm90cfg;
     using namespace sm90;
-    constexpr int NP = D / 64;            // panels per tile row
-    constexpr int NS = kBN / 8;           // 8-column blocks of S
-    constexpr int NO = D / 8;             // 8-column blocks of O
+    constexpr bool kTf32 = sizeof(T) == 4;
+    constexpr int kBN = sm90_fwd_bn(D, sizeof(T));
+    constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
+    constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
+    constexpr int NP = D / PC;                // panels per Q/K tile row
+    constexpr int NS = kBN / 8;               // 8-column blocks of S
+    constexpr int NO = D / 8;                 // 8-column blocks of O
+    constexpr int NK = kBN / KS;              // k-steps of P·V (A fragments of P)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    T *sQ = reinterpret_cast<T *>(base);                                   // NP × [kBM, 64]
-    T *sK = reinterpret_cast<T *>(base + panel_bytes(kBM) * NP);           // kStages × NP × [kBN, 64]
-    T *sV = reinterpret_cast<T *>(base + (panel_bytes(kBM) + kStages * panel_bytes(kBN)) * NP);
+    T *sQ = reinterpret_cast<T *>(base);                                   // NP × [kBM, PC]
+    T *sK = reinterpret_cast<T *>(base + panel_bytes(kBM) * NP);           // kStages × NP × [kBN, PC]
+    T *sV = reinterpret_cast<T *>(base + (panel_bytes(kBM) + kStages * panel_bytes(kBN)) * NP);  // V or Vᵀ
     uint64_t *bars = reinterpret_cast<uint64_t *>(base + (panel_bytes(kBM) + 2 * kStages * panel_bytes(kBN)) * NP);
     uint64_t *barQ = bars, *fullK = bars + 1, *fullV = fullK + kStages, *emptyK = fullV + kStages,
              *emptyV = emptyK + kStages;
@@ -121,7 +167,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     __syncthreads();
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
-        regs_dealloc<producer_regs(D)>();
+        regs_dealloc<producer_regs(D, sizeof(T))>();
         if (warp != 0) return;
         const KeyTiles kt(p, a, sr, h, m0, m1, kBN);
         if (lane == 0) {
@@ -130,14 +176,18 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             tma_prefetch_desc(&maps.v);
             mbar_arrive_expect_tx(barQ, uint32_t(kBM * D * sizeof(T)));
             for (int pn = 0; pn < NP; ++pn)
-                tma_load_4d(sQ + pn * kBM * 64, &maps.q, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
+                tma_load_4d(sQ + pn * kBM * PC, &maps.q, barQ, pn * PC, int(sr.q_begin + m0), int(h), int(sr.batch_index));
         }
-        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, emptyK, emptyV, lane);
+        if constexpr (kTf32)
+            sm90_produce_kvt<D, kBN, kStages>(kt, sr, blockIdx.z, p.total_kv, hk, maps, sK, sV, fullK, fullV, emptyK,
+                                              emptyV, lane);
+        else
+            sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, emptyK, emptyV, lane);
         return;
     }
 
     // -------------------------------------------------------------------------------- consumers
-    regs_alloc<consumer_regs(D)>();
+    regs_alloc<consumer_regs(D, sizeof(T))>();
     const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
     const int64_t r0 = m0 + 64 * cw;  // this warpgroup's first row
     auto row_of = [&](int hf) { return r0 + 16 * wl + g + 8 * hf; };
@@ -160,7 +210,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         const uint32_t k_base = saddr(sK + st * kStageElems);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
+        for (int kk = 0; kk < D / KS; ++kk) {
             const uint32_t off = uint32_t((kk % 4) * 32);  // k-step inside the 128-byte panel row
             const uint64_t da = desc_sw128(q_base + uint32_t(kk / 4) * uint32_t(panel_bytes(kBM)) + off, 16, 1024);
             const uint64_t db = desc_sw128(k_base + uint32_t(kk / 4) * uint32_t(panel_bytes(kBN)) + off, 16, 1024);
@@ -168,14 +218,21 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         }
         wgmma_commit();
     };
-    // O += P·V [64 rows, D] from stage st; V is [kBN keys, D] in panels: MN-major B (keys = K).
-    auto issue_pv = [&](const uint32_t (&pa)[kBN / 16][4], int st) {
+    // O += P·V [64 rows, D] from stage st. 16-bit: V is [kBN keys, D] in panels, an MN-major B
+    // (keys = K). tf32: Vᵀ is [D, kBN keys] in panels of 32 keys, K-major like K in issue_s.
+    auto issue_pv = [&](const uint32_t (&pa)[NK][4], int st) {
         const uint32_t v_base = saddr(sV + st * kStageElems);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk) {
-            const uint64_t db = desc_sw128(v_base + uint32_t(kk * 16 * 128), uint32_t(panel_bytes(kBN)), 1024);
-            Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+        for (int kk = 0; kk < NK; ++kk) {
+            if constexpr (kTf32) {
+                const uint32_t off = uint32_t((kk % 4) * 32);
+                const uint64_t db = desc_sw128(v_base + uint32_t(kk / 4) * uint32_t(panel_bytes(D)) + off, 16, 1024);
+                Wgmma<T, D>::template rs<0>(o, pa[kk], db, 1);
+            } else {
+                const uint64_t db = desc_sw128(v_base + uint32_t(kk * 16 * 128), uint32_t(panel_bytes(kBN)), 1024);
+                Wgmma<T, D>::template rs<1>(o, pa[kk], db, 1);
+            }
         }
         wgmma_commit();
     };
@@ -241,12 +298,23 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
                 o[4 * j + 2 * hf + 1] *= alpha[hf];
             }
     };
-    // P as 16-bit A fragments: k-step kk covers S blocks 2kk (a0, a1) and 2kk + 1 (a2, a3).
-    auto pack_p = [&](const float (&s)[kBN / 2], uint32_t (&pa)[kBN / 16][4]) {
+    // P as A fragments. 16-bit: k-step kk covers S blocks 2kk (a0, a1) and 2kk + 1 (a2, a3).
+    // tf32: k-step kk is S block kk; a0..a3 = (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4) in
+    // the fragment's k-columns, which Vᵀ's key order maps to this thread's keys 2t, 2t, 2t + 1,
+    // 2t + 1 (workspace.h: tf32_key_order).
+    auto pack_p = [&](const float (&s)[kBN / 2], uint32_t (&pa)[NK][4]) {
 #pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
+        for (int kk = 0; kk < NK; ++kk) {
+            if constexpr (kTf32) {
+                pa[kk][0] = to_tf32(s[4 * kk]);
+                pa[kk][1] = to_tf32(s[4 * kk + 2]);
+                pa[kk][2] = to_tf32(s[4 * kk + 1]);
+                pa[kk][3] = to_tf32(s[4 * kk + 3]);
+            } else {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+                for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+            }
+        }
     };
     auto release = [&](uint64_t *bar) {
         __syncwarp();
@@ -257,8 +325,26 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     // the P·V product is still on the tensor cores (wgmma groups complete in commit order, so
     // wait<1> is S_j alone). O is rescaled only after that product has landed.
     mbar_wait(barQ, 0);
+    if constexpr (kTf32) {  // round this warpgroup's 64 rows of Q (contiguous in each panel) to tf32
+        float *q = reinterpret_cast<float *>(sQ);
+#pragma unroll
+        for (int pn = 0; pn < NP; ++pn) {
+            float4 *rows = reinterpret_cast<float4 *>(q + pn * kBM * PC + cw * 64 * PC);
+#pragma unroll
+            for (int i = tid % 128; i < 64 * PC / 4; i += 128) {
+                float4 x = rows[i];
+                x.x = __uint_as_float(to_tf32(x.x));
+                x.y = __uint_as_float(to_tf32(x.y));
+                x.z = __uint_as_float(to_tf32(x.z));
+                x.w = __uint_as_float(to_tf32(x.w));
+                rows[i] = x;
+            }
+        }
+        fence_proxy_async_smem();  // the generic-proxy writes, before wgmma (async proxy) reads them
+        named_barrier_sync(1 + cw, 128);
+    }
     float s[kBN / 2];
-    uint32_t pa[kBN / 16][4];
+    uint32_t pa[NK][4];
     float alpha[2];
     int n = kt.next(kt.first), it = 0, prev = 0;
     if (n <= kt.last) {

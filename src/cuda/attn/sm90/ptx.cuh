@@ -66,6 +66,15 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N> __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
+// Orders this thread's generic-proxy writes to shared memory before later async-proxy reads
+// (wgmma operands, TMA stores); the readers still need a barrier after it.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 // Keeps the compiler from moving accesses of accumulator registers across a wgmma wait/fence.
 template <int N> __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 #pragma unroll

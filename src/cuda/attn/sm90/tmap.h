@@ -10,9 +10,9 @@
 
 namespace fattn::cuda::attn {
 
-// A [batch, rows, heads, d] view (element strides, innermost 1; 16-bit elements) as a 4-D tensor
-// map whose box is one 64-column panel of box_rows rows, 128-byte swizzled (sm90/ptx.cuh). Rows
-// past `rows` read as zeros. cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled.
+// A [batch, rows, heads, d] view (element strides, innermost 1; bf16, f16 or f32 elements) as a
+// 4-D tensor map whose box is one 128-byte panel (64 16-bit or 32 f32 columns) of box_rows rows,
+// 128-byte swizzled (sm90/ptx.cuh). Rows past `rows` read as zeros. cudaErrorNotSupported when the driver has no cuTensorMapEncodeTiled.
 cudaError_t sm90_map(CUtensorMap *m, const void *data, fattn_dtype dt, int64_t d, int64_t rows, int64_t heads,
                      int64_t batch, int64_t ss, int64_t sh, int64_t sb, int box_rows);
 
