@@ -6,8 +6,9 @@ Each wrapper is one inline-PTX statement whose accumulator list is N/2 registers
 why they are generated. Run from the repository root:  python3 scripts/gen_wgmma.py"""
 import os
 
-SHAPES = [64, 128]
 TYPES = [("bf16", "__nv_bfloat16", 16), ("f16", "__half", 16), ("tf32", "float", 8)]
+# N per type: tf32 also n32 (the dQ kernel's 32-key steps at D128, sm90/bwd_dq_kernel.cuh).
+SHAPES = {16: [64, 128], 8: [32, 64, 128]}
 
 def acc_list(n, first):
     return ", ".join(f"%{first + i}" for i in range(n // 2))
@@ -38,7 +39,7 @@ namespace fattn::cuda::sm90 {
 template <typename T, int N> struct Wgmma;
 """)
 for tn, ct, k in TYPES:
-    for n in SHAPES:
+    for n in SHAPES[k]:
         na = n // 2
         # bf16/f16 take the transpose immediates (A: 0, B: TB); tf32 has none (K-major only).
         tr_ss = ", 0, 0" if k == 16 else ""

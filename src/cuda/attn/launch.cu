@@ -211,7 +211,8 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &, const Choice &c, vo
 // aligned, strides of dims with more than one index whole 16-byte chunks.
 bool sm90_dout_ok(const AttnBwdParams &p) {
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-    auto st_ok = [](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % 8 == 0 && s < (int64_t(1) << 38)); };
+    const int64_t chunk = p.dtype == FATTN_F32 ? 4 : 8, smax = (int64_t(1) << 39) / (p.dtype == FATTN_F32 ? 4 : 2);
+    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % chunk == 0 && s < smax); };
     return aligned16(p.dout) && st_ok(p.do_ss, p.total_q) && st_ok(p.do_sh, p.hq) && st_ok(p.do_sb, bview);
 }
 
@@ -227,6 +228,7 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const Choice &ch
         }
         c.family = Family::MMA_NATIVE;
     }
+    if (c.family == Family::SM90_TF32 && !sm90_dout_ok(p)) c.family = Family::MMA_TF32;  // only AUTO selects it
     cudaStream_t st = static_cast<cudaStream_t>(p.stream);
     cudaError_t e;
     KArgs a = prepare(p, c, FATTN_DIR_BWD, workspace, st, &e);
@@ -254,6 +256,7 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const Choice &ch
         switch (c.family) {
         case Family::SM90_NATIVE:  // the sm90 forward has no stats mode; the portable one serves it
         case Family::MMA_NATIVE: se = native_fwd(p, sa, c.d_bucket, st); break;
+        case Family::SM90_TF32:
         case Family::MMA_TF32: se = tf32_fwd(p, sa, c.d_bucket, st); break;
         case Family::SCALAR_F32: se = scalar_fwd(p, sa, c.d_bucket, st); break;
         default: break;
@@ -263,6 +266,11 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const Choice &ch
     switch (c.family) {
 #ifdef FATTN_HAVE_SM90
     case Family::SM90_NATIVE: return check(sm90_bwd(p, a, c.d_bucket, st), "backward (sm90)", err);
+    case Family::SM90_TF32: {  // dK/dV on mma.sync tf32, dQ on tf32 wgmma
+        cudaError_t be = tf32_dkdv(p, a, c.d_bucket, st);
+        if (be == cudaSuccess) be = sm90_dq_tf32(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_BWD), workspace, st);
+        return check(be, "backward (tf32 dK/dV, sm90 tf32 dQ)", err);
+    }
 #endif
     case Family::MMA_NATIVE: return check(native_bwd(p, a, c.d_bucket, st), "backward (mma)", err);
     case Family::MMA_TF32: return check(tf32_bwd(p, a, c.d_bucket, st), "backward (tf32)", err);

@@ -9,8 +9,9 @@
 //   NATIVE on an sm_90 device -> SM90_NATIVE (wgmma + TMA), forward and backward, where
 //   sm90_fwd_legal says so and the context's family allows it (fattn_ctx_set_cuda_family). The
 //   backward also needs dout TMA-legal, which only the call shows (launch.cu: sm90_dout_ok).
-//   TF32 on an sm_90 device -> the forward on SM90_TF32 (tf32 wgmma) where sm90_fwd_legal says so
-//   and the family is AUTO; the backward stays MMA_TF32 (no sm90 tf32 backward yet).
+//   TF32 on an sm_90 device -> SM90_TF32 where sm90_fwd_legal says so and the family is AUTO: the
+//   forward and the backward's dQ on tf32 wgmma, the backward's dK/dV on mma.sync (MMA_TF32's
+//   kernel; no sm90 tf32 dK/dV yet). A dout that is not TMA-legal gets MMA_TF32's backward.
 #include <cstdint>
 
 #include "cuda/attn/attn_kernels.h"
@@ -122,7 +123,9 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         if (!smem_ok(mma_fwd_smem(c->d_bucket, 4), "the tf32 forward kernel") ||
             !smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel"))
             return FATTN_ERR_UNSUPPORTED;
-        if (dev.family == FATTN_CUDA_FAMILY_AUTO && sm90_fwd_legal(p, dev, nullptr)) c->fwd_family = Family::SM90_TF32;
+        if (dev.family == FATTN_CUDA_FAMILY_AUTO && sm90_fwd_legal(p, dev, nullptr) &&
+            sm90_dq_smem(int(p.d), 4) <= dev.smem_optin)
+            c->fwd_family = c->family = Family::SM90_TF32;
         return FATTN_OK;
     default:
         return no("precision must be resolved (F32, TF32 or NATIVE) before selection");

@@ -81,6 +81,19 @@ constexpr size_t sm90_fwd_smem(int d, size_t es = 2) {
     return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages() * sm90_fwd_bn(d, es)) * size_t(d) * es + 128 + 1024;
 }
 
+// ---- sm_90a dQ kernel (sm90/bwd_dq_kernel.cuh) ----
+// 128 query rows × BN keys per step; Q and dO once, a 2-stage ring of K and V tiles (with tf32
+// also Kᵀ: the B operand of dQ += dS·K must be K-major). Keys per step: S, dP and dQ stay in
+// registers (2·BN/2 + D/2): 16-bit 64 at D128, 128 at D64. tf32 (4-byte elements): 32 at D128
+// (Q + dO 128 KB, three 16 KB tiles per stage: 225 KB in all) and 64 at D64 (161 KB).
+constexpr int sm90_dq_bm() { return 128; }
+constexpr int sm90_dq_bn(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 32 : 64) : (d > 64 ? 64 : 128); }
+constexpr int sm90_dq_stages() { return 2; }
+constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
+    return (size_t(2 * sm90_dq_bm()) + size_t(sm90_dq_stages() * (es == 4 ? 3 : 2) * sm90_dq_bn(d, es))) * size_t(d) * es +
+           128 + 1024;
+}
+
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P
     return (size_t(sc_rows() + sc_cols(db)) * sc_stride(db) + size_t(sc_rows()) * sc_cols(db)) * 4;
 }

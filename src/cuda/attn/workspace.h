@@ -7,11 +7,13 @@
 //                    (common.cuh: bias ceilings); filled by a pre-pass in fwd and again in bwd.
 //   [delta]          bwd only: rowsum(dO∘O) as f32 [B_view, Hq, total_q] (same indexing as lse).
 //   [lse_rel]        bwd with a bias: lse' = lse − ceiling, f32 [B_view, Hq, total_q].
-//   [kr], [vt]       fwd on the sm90 tf32 kernel (Family::SM90_TF32): K and V rounded to tf32 by a
-//                    pre-pass (sm90/fwd.cu), since tf32 wgmma truncates and takes K-major operands
-//                    only. kr = K as f32 [Hkv, R, D] (R = B_view·total_kv flat key rows); vt = Vᵀ
-//                    as f32 [Hkv, Dv, vt_cols], sequence s's keys from column sm90_vt_col0(..) on
-//                    (a multiple of 8), each 8-key group stored in the order of tf32_key_order().
+//   [kr] [vr] [tr]   the sm90 tf32 kernels (Family::SM90_TF32): key-side operands rounded to tf32
+//                    by a pre-pass (sm90/stage_tf32.cu), since tf32 wgmma truncates and takes
+//                    K-major operands only. kr = K as f32 [Hkv, R, D] (R = B_view·total_kv flat key
+//                    rows); vr = V likewise (bwd only: dP = dO·Vᵀ of the dQ kernel); tr = a
+//                    transposed copy, Vᵀ in fwd (O += P·V), Kᵀ in bwd (dQ += dS·K), as f32
+//                    [Hkv, D, vt_cols]: sequence s's keys from column sm90_vt_col0(..) on (a
+//                    multiple of 8), each 8-key group stored in the order of tf32_key_order().
 // Every region starts 256-byte aligned.
 #pragma once
 
@@ -44,7 +46,7 @@ struct Workspace {
     size_t ceil_off = 0, ceil_bytes = 0;
     size_t delta_off = 0, delta_bytes = 0;
     size_t lse_rel_off = 0, lse_rel_bytes = 0;
-    size_t kr_off = 0, kr_bytes = 0, vt_off = 0, vt_bytes = 0;
+    size_t kr_off = 0, kr_bytes = 0, vr_off = 0, vr_bytes = 0, tr_off = 0, tr_bytes = 0;
     int64_t kr_rows = 0, vt_cols = 0;  // R and vt_cols above
     size_t total = 0;
 
@@ -79,15 +81,22 @@ struct Workspace {
                 off = sat_add(off, sat_round(w.lse_rel_bytes, 256));
             }
         }
-        if (dir == FATTN_DIR_FWD && c.fwd_family == Family::SM90_TF32) {
+        const bool fwd = dir == FATTN_DIR_FWD;
+        if ((fwd ? c.fwd_family : c.family) == Family::SM90_TF32) {  // D = Dv there (select.cpp)
             w.kr_rows = bview * p.total_kv;
             w.vt_cols = sm90_vt_cols(w.kr_rows, p.batch);
+            const size_t rows_bytes = sat_prod({p.hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
             w.kr_off = off;
-            w.kr_bytes = sat_prod({p.hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
+            w.kr_bytes = rows_bytes;
             off = sat_add(off, sat_round(w.kr_bytes, 256));
-            w.vt_off = off;
-            w.vt_bytes = sat_prod({p.hkv, p.dim_v, w.vt_cols, int64_t(sizeof(float))});
-            off = sat_add(off, sat_round(w.vt_bytes, 256));
+            if (!fwd) {
+                w.vr_off = off;
+                w.vr_bytes = rows_bytes;
+                off = sat_add(off, sat_round(w.vr_bytes, 256));
+            }
+            w.tr_off = off;
+            w.tr_bytes = sat_prod({p.hkv, p.d, w.vt_cols, int64_t(sizeof(float))});
+            off = sat_add(off, sat_round(w.tr_bytes, 256));
         }
         w.total = off;
         return w;

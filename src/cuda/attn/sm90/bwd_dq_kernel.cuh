@@ -1,4 +1,5 @@
-// bwd_dq_kernel.cuh — the sm_90a dQ kernel of the deterministic backward (bf16/f16, D 64/128).
+// bwd_dq_kernel.cuh — the sm_90a dQ kernel of the deterministic backward (bf16/f16, or f32 inputs
+// on tf32; D 64/128).
 //
 // Query-stationary, like the portable dQ kernel (mma_bwd.cuh): one CTA per (128-row query tile,
 // q head, sequence) loops over the key tiles in order and owns its rows' dQ (a fixed-order sum:
@@ -7,43 +8,51 @@
 // tiles into a 2-stage ring; each consumer warpgroup (64 rows) computes S = Q·Kᵀ and
 // dP = dO·Vᵀ (m64n64k16, K-major operands), P = exp(S − lse) and dS = P∘(dP − δ) per row in
 // registers, then dQ += dS·K (m64nDk16, dS as A fragments from registers, K read MN-major).
+// f32 inputs (T = float, tf32 m64nNk8; the backward's dK/dV then runs on the mma.sync family):
+// K and V come from the pre-pass's rounded row copies and dQ's B operand from its Kᵀ copy, 8-key
+// groups in tf32_key_order (stage_tf32.cu), all three per stage; each consumer warpgroup rounds
+// its own rows of Q and dO in shared memory; dS is packed as tf32 A fragments as the forward
+// packs P.
 #pragma once
 
 #include "cuda/attn/sm90/fwd_kernel.cuh"
 
 namespace fattn::cuda::attn {
 
-namespace sm90dq {
-constexpr int kBM = 128;  // query rows per CTA (two consumer warpgroups × 64)
-// Keys per step: S, dP and dQ stay in registers (2·bn/2 + D/2): 64 at D128, 128 at D64.
-constexpr int bn(int d) { return d > 64 ? 64 : 128; }
-constexpr int kStages = 2;
+namespace sm90dq {  // tile shapes and their reasons: tiles.h (sm90_dq_*)
+constexpr int kBM = sm90_dq_bm();  // query rows per CTA (two consumer warpgroups × 64)
+constexpr int bn(int d, size_t es = 2) { return sm90_dq_bn(d, es); }
+constexpr int kStages = sm90_dq_stages();
 constexpr int kThreads = 384;
 // Register split (128·P + 256·C <= 64K): 24/240 measured ~1% faster than 40/232 at D64 and the
 // same at D128 (H200, fattn-bench --preset targets-bf16, session 6).
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
-constexpr size_t dq_smem(int d) {  // Q, dO [kBM, D]; per stage K, V [bn, D]; barriers; slack
-    return (2 * panel(kBM) + 2 * kStages * panel(bn(d))) * size_t(d / 64) + 128 + 1024;
-}
+constexpr size_t dq_smem(int d, size_t es = 2) { return sm90_dq_smem(d, es); }
 }  // namespace sm90dq
 
+// tm_kt: the Kᵀ copy's tensor map (tf32 only; unused by the 16-bit instances).
 template <typename T, int D>
 __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     sm90_dq_kernel(const AttnBwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps,
-                   const __grid_constant__ CUtensorMap tm_do) {
+                   const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_kt) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using namespace sm90dq;
     using namespace sm90;
-    constexpr int kBN = bn(D);
-    constexpr int NP = D / 64, NS = kBN / 8, NO = D / 8;
+    constexpr bool kTf32 = sizeof(T) == 4;
+    constexpr int kBN = bn(D, sizeof(T));
+    constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
+    constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
+    constexpr int NP = D / PC, NS = kBN / 8, NO = D / 8, NK = kBN / KS;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    T *sQ = reinterpret_cast<T *>(base);                        // NP × [kBM, 64]
-    T *sdO = reinterpret_cast<T *>(base + panel(kBM) * NP);     // NP × [kBM, 64]
-    T *sK = reinterpret_cast<T *>(base + 2 * panel(kBM) * NP);  // kStages × NP × [kBN, 64]
+    T *sQ = reinterpret_cast<T *>(base);                        // NP × [kBM, PC]
+    T *sdO = reinterpret_cast<T *>(base + panel(kBM) * NP);     // NP × [kBM, PC]
+    T *sK = reinterpret_cast<T *>(base + 2 * panel(kBM) * NP);  // kStages × NP × [kBN, PC]
     T *sV = reinterpret_cast<T *>(base + (2 * panel(kBM) + kStages * panel(kBN)) * NP);
-    uint64_t *bars = reinterpret_cast<uint64_t *>(base + (2 * panel(kBM) + 2 * kStages * panel(kBN)) * NP);
+    // tf32: kStages × kBN/32 × [D, 32 keys] (Kᵀ); the 16-bit kernel reads K MN-major instead.
+    T *sKt = reinterpret_cast<T *>(base + (2 * panel(kBM) + 2 * kStages * panel(kBN)) * NP);
+    uint64_t *bars = reinterpret_cast<uint64_t *>(base + (2 * panel(kBM) + (kTf32 ? 3 : 2) * kStages * panel(kBN)) * NP);
     uint64_t *barQ = bars, *fullK = bars + 1, *fullV = fullK + kStages, *empty = fullV + kStages;
     constexpr size_t kStageElems = size_t(kBN) * D;
 
@@ -74,11 +83,32 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         if (lane == 0) {
             mbar_arrive_expect_tx(barQ, uint32_t(2 * kBM * D * sizeof(T)));
             for (int pn = 0; pn < NP; ++pn) {
-                tma_load_4d(sQ + pn * kBM * 64, &maps.q, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
-                tma_load_4d(sdO + pn * kBM * 64, &tm_do, barQ, pn * 64, int(sr.q_begin + m0), int(h), int(sr.batch_index));
+                tma_load_4d(sQ + pn * kBM * PC, &maps.q, barQ, pn * PC, int(sr.q_begin + m0), int(h), int(sr.batch_index));
+                tma_load_4d(sdO + pn * kBM * PC, &tm_do, barQ, pn * PC, int(sr.q_begin + m0), int(h), int(sr.batch_index));
             }
         }
-        sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, empty, empty, lane);
+        if constexpr (kTf32) {  // K, V rows from kr, vr ([Hkv, R, D]); Kᵀ from kt with V (fullV)
+            const int64_t flat0 = sr.batch_index * p.total_kv + sr.kv_begin, col0 = sm90_vt_col0(flat0, blockIdx.z);
+            int it = 0;
+            for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
+                const int st = it % kStages;
+                if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
+                if (lane == 0) {
+                    const int row = int(flat0 + int64_t(n) * kBN), col = int(col0 + int64_t(n) * kBN);
+                    mbar_arrive_expect_tx(&fullK[st], uint32_t(kBN * D * 4));
+                    for (int pn = 0; pn < NP; ++pn)
+                        tma_load_4d(sK + st * kStageElems + pn * kBN * 32, &maps.k, &fullK[st], pn * 32, row, int(hk), 0);
+                    mbar_arrive_expect_tx(&fullV[st], uint32_t(2 * kBN * D * 4));
+                    for (int pn = 0; pn < NP; ++pn)
+                        tma_load_4d(sV + st * kStageElems + pn * kBN * 32, &maps.v, &fullV[st], pn * 32, row, int(hk), 0);
+                    for (int pn = 0; pn < kBN / 32; ++pn)
+                        tma_load_4d(sKt + st * kStageElems + pn * D * 32, &tm_kt, &fullV[st], col + pn * 32, 0, int(hk), 0);
+                }
+                __syncwarp();
+            }
+        } else {
+            sm90_produce_kv<T, D, kBN, kStages>(kt, sr, hk, maps, sK, sV, fullK, fullV, empty, empty, lane);
+        }
         return;
     }
 
@@ -110,16 +140,22 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     const uint32_t q_base = saddr(sQ) + uint32_t(cw * 64 * 128), do_base = saddr(sdO) + uint32_t(cw * 64 * 128);
 
     mbar_wait(barQ, 0);
+    if constexpr (kTf32) {
+        sm90_round_rows_tf32<NP, kBM>(reinterpret_cast<float *>(sQ), cw);
+        sm90_round_rows_tf32<NP, kBM>(reinterpret_cast<float *>(sdO), cw);
+        sm90_rows_written(cw);
+    }
     int it = 0;
     for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
         const int st = it % kStages;
         const uint32_t ph = (it / kStages) & 1;
         const uint32_t k_base = saddr(sK + st * kStageElems), v_base = saddr(sV + st * kStageElems);
+        const uint32_t kt_base = saddr(sKt + st * kStageElems);
         float s[kBN / 2], dp[kBN / 2];
         mbar_wait(&fullK[st], ph);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
+        for (int kk = 0; kk < D / KS; ++kk) {
             const uint32_t offa = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
             const uint32_t offb = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
             Wgmma<T, kBN>::ss(s, desc_sw128(q_base + offa, 16, 1024), desc_sw128(k_base + offb, 16, 1024), kk > 0);
@@ -128,7 +164,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         mbar_wait(&fullV[st], ph);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
+        for (int kk = 0; kk < D / KS; ++kk) {
             const uint32_t offa = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
             const uint32_t offb = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
             Wgmma<T, kBN>::ss(dp, desc_sw128(do_base + offa, 16, 1024), desc_sw128(v_base + offb, 16, 1024), kk > 0);
@@ -178,17 +214,31 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                 }
             }
         }
-        uint32_t sa[kBN / 16][4];
+        // dS as A fragments (the forward's pack_p: 16-bit pairs, or tf32 in Kᵀ's key order).
+        uint32_t sa[NK][4];
 #pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
+        for (int kk = 0; kk < NK; ++kk) {
+            if constexpr (kTf32) {
+                sa[kk][0] = to_tf32(s[4 * kk]);
+                sa[kk][1] = to_tf32(s[4 * kk + 2]);
+                sa[kk][2] = to_tf32(s[4 * kk + 1]);
+                sa[kk][3] = to_tf32(s[4 * kk + 3]);
+            } else {
 #pragma unroll
-            for (int r = 0; r < 4; ++r) sa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+                for (int r = 0; r < 4; ++r) sa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+            }
+        }
 
-        // dQ += dS·K  [64 rows, D]; K read MN-major (keys = K).
+        // dQ += dS·K  [64 rows, D]. 16-bit: K read MN-major (keys = K); tf32: Kᵀ, K-major.
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
-            Wgmma<T, D>::template rs<1>(dq, sa[kk], desc_sw128(k_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBN)), 1024), 1);
+        for (int kk = 0; kk < NK; ++kk) {
+            if constexpr (kTf32)
+                Wgmma<T, D>::template rs<0>(
+                    dq, sa[kk], desc_sw128(kt_base + uint32_t((kk / 4) * panel(D) + (kk % 4) * 32), 16, 1024), 1);
+            else
+                Wgmma<T, D>::template rs<1>(dq, sa[kk], desc_sw128(k_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBN)), 1024), 1);
+        }
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dq);

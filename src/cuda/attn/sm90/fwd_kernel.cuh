@@ -88,6 +88,31 @@ __device__ __forceinline__ void sm90_produce_kv(const KeyTiles &kt, const SeqRan
     }
 }
 
+// tf32 consumers: round warpgroup cw's 64 rows of a [BM, NP·32] f32 tile (NP panels of [BM, 32];
+// the rows are contiguous in each panel, and the swizzle only moves 16-byte chunks within a row).
+template <int NP, int BM>
+__device__ __forceinline__ void sm90_round_rows_tf32(float *tile, int cw) {
+#pragma unroll
+    for (int pn = 0; pn < NP; ++pn) {
+        float4 *rows = reinterpret_cast<float4 *>(tile + pn * BM * 32 + cw * 64 * 32);
+#pragma unroll
+        for (int i = threadIdx.x % 128; i < 64 * 32 / 4; i += 128) {
+            float4 x = rows[i];
+            x.x = __uint_as_float(to_tf32(x.x));
+            x.y = __uint_as_float(to_tf32(x.y));
+            x.z = __uint_as_float(to_tf32(x.z));
+            x.w = __uint_as_float(to_tf32(x.w));
+            rows[i] = x;
+        }
+    }
+}
+// After a warpgroup's generic-proxy writes to shared memory, before its wgmma (async proxy) read
+// them: each thread's fence, then the warpgroup's named barrier (id 1 + cw).
+__device__ __forceinline__ void sm90_rows_written(int cw) {
+    sm90::fence_proxy_async_smem();
+    sm90::named_barrier_sync(1 + cw, 128);
+}
+
 // The tf32 producer: K tiles from the rounded copy kr (maps.k: [Hkv, R, D], D/32 panels of
 // [BN, 32]) and Vᵀ tiles from vt (maps.v: [Hkv, D, vt_cols], BN/32 panels of [D, 32 keys]).
 template <int D, int BN, int Stages>
@@ -325,23 +350,9 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     // the P·V product is still on the tensor cores (wgmma groups complete in commit order, so
     // wait<1> is S_j alone). O is rescaled only after that product has landed.
     mbar_wait(barQ, 0);
-    if constexpr (kTf32) {  // round this warpgroup's 64 rows of Q (contiguous in each panel) to tf32
-        float *q = reinterpret_cast<float *>(sQ);
-#pragma unroll
-        for (int pn = 0; pn < NP; ++pn) {
-            float4 *rows = reinterpret_cast<float4 *>(q + pn * kBM * PC + cw * 64 * PC);
-#pragma unroll
-            for (int i = tid % 128; i < 64 * PC / 4; i += 128) {
-                float4 x = rows[i];
-                x.x = __uint_as_float(to_tf32(x.x));
-                x.y = __uint_as_float(to_tf32(x.y));
-                x.z = __uint_as_float(to_tf32(x.z));
-                x.w = __uint_as_float(to_tf32(x.w));
-                rows[i] = x;
-            }
-        }
-        fence_proxy_async_smem();  // the generic-proxy writes, before wgmma (async proxy) reads them
-        named_barrier_sync(1 + cw, 128);
+    if constexpr (kTf32) {
+        sm90_round_rows_tf32<NP, kBM>(reinterpret_cast<float *>(sQ), cw);
+        sm90_rows_written(cw);
     }
     float s[kBN / 2];
     uint32_t pa[NK][4];
