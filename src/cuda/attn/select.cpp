@@ -41,7 +41,9 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     if (p.d != p.dim_v || (p.d != 64 && p.d != 128))
         return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv = 64 or 128)");
     auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
-    if (p.total_kv < 1) return no("no keys");
+    // A tensor map needs at least one row: no queries (the backward still zeroes dK/dV) or no
+    // keys go to the portable kernels.
+    if (p.total_q < 1 || p.total_kv < 1) return no("no queries or no keys");
     if (!a16(p.q) || (!tf32 && (!a16(p.k) || !a16(p.v)))) return no("q, k, v must be 16-byte aligned (TMA)");
     // Strides of dims with more than one index must be whole 16-byte chunks and > 0.
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
