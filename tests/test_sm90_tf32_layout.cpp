@@ -1,0 +1,124 @@
+// test_sm90_tf32_layout.cpp — the host-side arithmetic of the sm90 tf32 kernels' staged copies
+// (src/cuda/attn/workspace.h), which the device kernels (sm90/stage_tf32.cu, fwd_kernel.cuh,
+// bwd_dq_kernel.cuh) index with: per-sequence column ranges of the transposed copy, the gaps the
+// pre-pass zero-fills between them, the 8-key order that makes the accumulator the tf32 A
+// fragment, and the workspace regions per family and direction. Plain C++: runs in every build.
+// Run: fattn-unit --gtest_filter='Sm90Tf32Layout*'
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cuda/attn/workspace.h"
+
+namespace {
+
+using fattn::cuda::attn::Choice;
+using fattn::cuda::attn::Family;
+using fattn::cuda::attn::sm90_vt_col0;
+using fattn::cuda::attn::sm90_vt_cols;
+using fattn::cuda::attn::tf32_key_order;
+using fattn::cuda::attn::Workspace;
+
+int64_t r8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// Sequences of these lengths, packed one after another (varlen) — or B equal lengths (dense):
+// every sequence's 8-key groups lie inside [0, vt_cols), in order, never overlapping the next
+// sequence's, and the groups plus the gaps the pre-pass fills ([end_s, col0_{s+1}), and up to
+// vt_cols after the last) tile [col0_0, vt_cols) exactly.
+void check_columns(const std::vector<int64_t> &lens) {
+    int64_t rows = 0;
+    for (int64_t l : lens) rows += l;
+    const int64_t seqs = int64_t(lens.size()), cols = sm90_vt_cols(rows, seqs);
+    EXPECT_EQ(cols % 8, 0);
+    int64_t flat0 = 0, covered = sm90_vt_col0(0, 0);
+    EXPECT_EQ(covered, 0);
+    for (int64_t s = 0; s < seqs; ++s) {
+        const int64_t c0 = sm90_vt_col0(flat0, s), end = c0 + r8(lens[s]);
+        EXPECT_EQ(c0 % 8, 0) << "sequence " << s;
+        EXPECT_EQ(c0, covered) << "sequence " << s << ": a column between sequences nobody writes";
+        const int64_t stop = s + 1 < seqs ? sm90_vt_col0(flat0 + lens[s], s + 1) : cols;
+        EXPECT_LE(end, stop) << "sequence " << s << " overlaps the next";
+        covered = stop;
+        flat0 += lens[s];
+    }
+    EXPECT_EQ(covered, cols);
+}
+
+TEST(Sm90Tf32Layout, SequenceColumnsTileTheCopy) {
+    check_columns({1});
+    check_columns({8});
+    check_columns({7, 9, 1, 0, 0, 16, 3});
+    check_columns({0, 0, 0, 5});
+    check_columns(std::vector<int64_t>(4, 1025));  // dense B4 S1025
+    std::mt19937 rng(7);
+    for (int t = 0; t < 200; ++t) {
+        std::vector<int64_t> lens(1 + rng() % 12);
+        for (auto &l : lens) l = rng() % 5 == 0 ? 0 : int64_t(rng() % 300);
+        check_columns(lens);
+    }
+}
+
+// Column c of an 8-key group holds key order(c): a permutation, with thread t of a quad finding
+// its accumulator keys 2t, 2t + 1 at the A fragment's k-columns t, t + 4.
+TEST(Sm90Tf32Layout, KeyOrderIsTheFragmentMap) {
+    bool seen[8] = {};
+    for (int c = 0; c < 8; ++c) {
+        ASSERT_GE(tf32_key_order(c), 0);
+        ASSERT_LT(tf32_key_order(c), 8);
+        EXPECT_FALSE(seen[tf32_key_order(c)]) << c;
+        seen[tf32_key_order(c)] = true;
+    }
+    for (int t = 0; t < 4; ++t) {
+        EXPECT_EQ(tf32_key_order(t), 2 * t);
+        EXPECT_EQ(tf32_key_order(t + 4), 2 * t + 1);
+    }
+}
+
+fattn::AttnFwdParams params(int64_t B, int64_t S, int64_t hq, int64_t hkv, int64_t d) {
+    fattn::AttnFwdParams p{};
+    p.batch = B, p.seqlen_q = p.seqlen_kv = p.total_q = p.total_kv = S;
+    p.hq = hq, p.hkv = hkv, p.d = p.dim_v = d;
+    p.dtype = FATTN_F32;
+    p.prec = FATTN_PREC_TF32;
+    return p;
+}
+
+// The staged copies exist only where their family runs (fwd: kr + Vᵀ; bwd: kr, vr + Kᵀ), after
+// every other region, 256-byte aligned, disjoint, and as large as the kernels index.
+TEST(Sm90Tf32Layout, WorkspaceRegions) {
+    const fattn::AttnFwdParams p = params(3, 1000, 8, 2, 128);
+    Choice portable;
+    portable.family = portable.fwd_family = Family::MMA_TF32;
+    Choice sm90 = portable;
+    sm90.family = sm90.fwd_family = Family::SM90_TF32;
+    for (fattn_dir dir : {FATTN_DIR_FWD, FATTN_DIR_BWD}) {
+        const Workspace a = Workspace::layout(p, portable, dir), w = Workspace::layout(p, sm90, dir);
+        EXPECT_EQ(a.kr_bytes + a.vr_bytes + a.tr_bytes, 0u);
+        const int64_t rows = p.batch * p.total_kv, cols = sm90_vt_cols(rows, p.batch);
+        EXPECT_EQ(w.kr_rows, rows);
+        EXPECT_EQ(w.vt_cols, cols);
+        EXPECT_GE(w.kr_bytes, size_t(p.hkv * rows * p.d * 4));
+        EXPECT_GE(w.tr_bytes, size_t(p.hkv * p.d * cols * 4));
+        EXPECT_EQ(w.vr_bytes, dir == FATTN_DIR_BWD ? w.kr_bytes : 0u);
+        EXPECT_GE(w.kr_off, a.total);  // the portable regions keep their offsets
+        EXPECT_EQ(w.kr_off % 256, 0u);
+        EXPECT_EQ(w.tr_off % 256, 0u);
+        if (dir == FATTN_DIR_BWD) {
+            EXPECT_EQ(w.vr_off % 256, 0u);
+            EXPECT_GE(w.vr_off, w.kr_off + w.kr_bytes);
+            EXPECT_GE(w.tr_off, w.vr_off + w.vr_bytes);
+        } else {
+            EXPECT_GE(w.tr_off, w.kr_off + w.kr_bytes);
+        }
+        EXPECT_GE(w.total, w.tr_off + w.tr_bytes);
+    }
+    // The forward's family alone decides its copies; the backward's alone decides its own.
+    Choice fwd_only = portable;
+    fwd_only.fwd_family = Family::SM90_TF32;
+    EXPECT_GT(Workspace::layout(p, fwd_only, FATTN_DIR_FWD).tr_bytes, 0u);
+    EXPECT_EQ(Workspace::layout(p, fwd_only, FATTN_DIR_BWD).tr_bytes, 0u);
+}
+
+}  // namespace
