@@ -11,9 +11,9 @@
 #   parts: build parity determinism sanitize bench torch   (+ nobuild)
 #
 # Never hangs: every step runs under `timeout`, capped by a global budget (GPU_CHECK_BUDGET
-# seconds, default 520, so one device call of 10 minutes holds it), and the summary is printed
+# seconds, default 570, so one device call of 10 minutes holds it), and the summary is printed
 # whatever fails. Environment knobs: BENCH_PRESETS (default "hotstep-sites:40 targets:110
-# hotstep:40", preset:seconds), TORCH_RESERVE (120 s kept for the torch step),
+# hotstep:40", preset:seconds), TORCH_RESERVE (200 s kept for the torch step),
 # BENCH_REPS (10), BENCH_ARMS (fused,portable,exact,cudnn), SAN_FILTER (fattn-test -p regex for the
 # sanitizers; default: the quick subset plus the D128 sm90 padding-mask cases).
 # The cudnn-frontend headers for the cuDNN SDPA arm come from .carry/cudnn-frontend/include
@@ -25,7 +25,7 @@ OUT=${OUT:-out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 BUILD=${BUILD_DIR:-build-gpu}
-BUDGET=${GPU_CHECK_BUDGET:-520}
+BUDGET=${GPU_CHECK_BUDGET:-570}
 T0=$(date +%s)
 SUMMARY="$OUT/summary.txt"
 : >"$SUMMARY"
@@ -176,7 +176,7 @@ if want bench; then
     rm -f "$OUT/bench.csv"
     # The torch step keeps its slice: the bench presets share what is left before it.
     RESERVE=0
-    want torch && [ -f scripts/gpu-check-torch.sh ] && RESERVE=${TORCH_RESERVE:-120}
+    want torch && [ -f scripts/gpu-check-torch.sh ] && RESERVE=${TORCH_RESERVE:-200}
     for entry in ${BENCH_PRESETS:-hotstep-sites:35 targets:100 hotstep:40}; do
         preset=${entry%%:*}
         cap=${entry#*:}
@@ -200,7 +200,7 @@ fi
 if want torch; then
     if [ -f scripts/gpu-check-torch.sh ]; then
         mkdir -p "$OUT/torch"
-        run_step torch 150 "$OUT/torch.log" bash scripts/gpu-check-torch.sh "$OUT/torch"
+        run_step torch 200 "$OUT/torch.log" bash scripts/gpu-check-torch.sh "$OUT/torch"
         last=$(grep -v '^== \[torch\]' "$OUT/torch.log" | grep -v '^\s*$' | tail -n1)
         record torch "$(status_of $STEP_RC)" "$STEP_S" "$last"
         [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
