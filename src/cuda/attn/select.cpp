@@ -24,7 +24,7 @@ namespace {
 
 // Can the sm90 forward run p? Its TMA tensor maps need 16-byte aligned bases and strides, and the
 // kernel is instantiated for D = Dv = 64 or 128. With f32 inputs (tf32) only q is read through
-// TMA: k and v reach the kernel as the pre-pass's rounded copies (workspace.h: kr, vt).
+// TMA: k and v reach the kernel as the pre-pass's rounded copies (workspace.h: kr, tr).
 bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *why) {
     auto no = [&](const std::string &m) {
         if (why) *why = "sm90 forward: " + m;
