@@ -113,6 +113,19 @@ TEST(Sm90Tf32Layout, WorkspaceRegions) {
             EXPECT_GE(w.tr_off, w.kr_off + w.kr_bytes);
         }
         EXPECT_GE(w.total, w.tr_off + w.tr_bytes);
+        if (dir == FATTN_DIR_BWD) {  // the dK/dV kernel's query side: Q, dO rows, Qᵀ, dOᵀ
+            const int64_t qrows = p.batch * p.total_q, qcols = sm90_vt_cols(qrows, p.batch);
+            EXPECT_EQ(w.q_rows, qrows);
+            EXPECT_EQ(w.q_cols, qcols);
+            EXPECT_GE(w.q_rows_bytes, size_t(p.hq * qrows * p.d * 4));
+            EXPECT_GE(w.q_t_bytes, size_t(p.hq * p.d * qcols * 4));
+            EXPECT_GE(w.qr_off, w.tr_off + w.tr_bytes);
+            EXPECT_GE(w.dor_off, w.qr_off + w.q_rows_bytes);
+            EXPECT_GE(w.qt_off, w.dor_off + w.q_rows_bytes);
+            EXPECT_GE(w.dot_off, w.qt_off + w.q_t_bytes);
+            EXPECT_GE(w.total, w.dot_off + w.q_t_bytes);
+            for (size_t off : {w.qr_off, w.dor_off, w.qt_off, w.dot_off}) EXPECT_EQ(off % 256, 0u);
+        }
     }
     // The forward's family alone decides its copies; the backward's alone decides its own.
     Choice fwd_only = portable;

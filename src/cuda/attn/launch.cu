@@ -219,16 +219,15 @@ bool sm90_dout_ok(const AttnBwdParams &p) {
 fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const Choice &chosen, void *workspace, std::string *err) {
     if (p.batch == 0 || p.hq == 0) return FATTN_OK;
     Choice c = chosen;
-    if (c.family == Family::SM90_NATIVE && !sm90_dout_ok(p)) {
+    if ((c.family == Family::SM90_NATIVE || c.family == Family::SM90_TF32) && !sm90_dout_ok(p)) {
         // AUTO serves such a dout with the portable backward (same results, same contract); a
         // context pinned to SM90 gets the reason instead.
         if (dev.family == FATTN_CUDA_FAMILY_SM90) {
-            if (err) *err = "cuda fused attn: sm90 backward: dout must be 16-byte aligned with strides in whole 8-element chunks (TMA)";
+            if (err) *err = "cuda fused attn: sm90 backward: dout must be 16-byte aligned with strides in whole 16-byte chunks (TMA)";
             return FATTN_ERR_UNSUPPORTED;
         }
-        c.family = Family::MMA_NATIVE;
+        c.family = c.family == Family::SM90_TF32 ? Family::MMA_TF32 : Family::MMA_NATIVE;
     }
-    if (c.family == Family::SM90_TF32 && !sm90_dout_ok(p)) c.family = Family::MMA_TF32;  // only AUTO selects it
     cudaStream_t st = static_cast<cudaStream_t>(p.stream);
     cudaError_t e;
     KArgs a = prepare(p, c, FATTN_DIR_BWD, workspace, st, &e);
@@ -266,11 +265,9 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const Choice &ch
     switch (c.family) {
 #ifdef FATTN_HAVE_SM90
     case Family::SM90_NATIVE: return check(sm90_bwd(p, a, c.d_bucket, st), "backward (sm90)", err);
-    case Family::SM90_TF32: {  // dK/dV on mma.sync tf32, dQ on tf32 wgmma
-        cudaError_t be = tf32_dkdv(p, a, c.d_bucket, st);
-        if (be == cudaSuccess) be = sm90_dq_tf32(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_BWD), workspace, st);
-        return check(be, "backward (tf32 dK/dV, sm90 tf32 dQ)", err);
-    }
+    case Family::SM90_TF32:
+        return check(sm90_bwd_tf32(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_BWD), workspace, st),
+                     "backward (sm90 tf32)", err);
 #endif
     case Family::MMA_NATIVE: return check(native_bwd(p, a, c.d_bucket, st), "backward (mma)", err);
     case Family::MMA_TF32: return check(tf32_bwd(p, a, c.d_bucket, st), "backward (tf32)", err);

@@ -15,7 +15,6 @@ cudaError_t native_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStrea
 cudaError_t native_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
-cudaError_t tf32_dkdv(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);  // dK/dV only
 cudaError_t scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t sm90_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/fwd.cu
@@ -23,9 +22,9 @@ cudaError_t sm90_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_
 struct Workspace;
 cudaError_t sm90_fwd_tf32(const AttnFwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace,
                           cudaStream_t st);
-// f32 inputs, backward: the dQ kernel on tf32 wgmma (sm90/bwd.cu) beside tf32_dkdv (mma.sync).
-cudaError_t sm90_dq_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace,
-                         cudaStream_t st);
+// f32 inputs, backward: dK/dV and dQ on tf32 wgmma (sm90/bwd.cu), after staging rounded copies.
+cudaError_t sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace,
+                          cudaStream_t st);
 cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/bwd.cu
 
 // Opt in to more than 48 KiB of dynamic shared memory once per kernel, then launch.

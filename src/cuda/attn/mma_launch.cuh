@@ -14,12 +14,11 @@ cudaError_t mma_fwd_launch(const AttnFwdParams &p, const KArgs &a, cudaStream_t 
     return launch_kernel(mma_fwd_kernel<T, DB>, grid, 32 * mma_fwd_warps(sizeof(T)), mma_fwd_smem(DB, sizeof(T)), st, p, a);
 }
 
-// with_dq false: dK/dV only (the sm90 tf32 dQ kernel forms dQ: launch.cu).
 template <typename T, int DB>
-cudaError_t mma_bwd_launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st, bool with_dq = true) {
+cudaError_t mma_bwd_launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     const dim3 gkv(ceil_div_u(p.seqlen_kv, mma_bwd_bn()), unsigned(p.hkv), unsigned(p.batch));
     cudaError_t e = launch_kernel(mma_dkdv_kernel<T, DB>, gkv, mma_threads(), mma_dkdv_smem(DB, sizeof(T)), st, p, a);
-    if (e != cudaSuccess || !with_dq) return e;
+    if (e != cudaSuccess) return e;
     const dim3 gq(ceil_div_u(p.seqlen_q, mma_dq_bm(DB, sizeof(T))), unsigned(p.hq), unsigned(p.batch));
     return launch_kernel(mma_dq_kernel<T, DB>, gq, 32 * mma_fwd_warps(sizeof(T)), mma_dq_smem(DB, sizeof(T)), st, p, a);
 }

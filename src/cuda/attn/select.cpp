@@ -9,9 +9,8 @@
 //   NATIVE on an sm_90 device -> SM90_NATIVE (wgmma + TMA), forward and backward, where
 //   sm90_fwd_legal says so and the context's family allows it (fattn_ctx_set_cuda_family). The
 //   backward also needs dout TMA-legal, which only the call shows (launch.cu: sm90_dout_ok).
-//   TF32 on an sm_90 device -> SM90_TF32 where sm90_fwd_legal says so and the family is AUTO: the
-//   forward and the backward's dQ on tf32 wgmma, the backward's dK/dV on mma.sync (MMA_TF32's
-//   kernel; no sm90 tf32 dK/dV yet). A dout that is not TMA-legal gets MMA_TF32's backward.
+//   TF32 on an sm_90 device -> SM90_TF32 (tf32 wgmma: forward, dK/dV, dQ) where sm90_fwd_legal
+//   says so and the family allows it; as for NATIVE, the backward also needs dout TMA-legal.
 #include <cstdint>
 
 #include "cuda/attn/attn_kernels.h"
@@ -119,15 +118,20 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         if (dmax > 128)
             return no("prec TF32: head dim " + std::to_string(dmax) +
                       " > 128 is not instantiated for tensor cores (use prec F32)");
-        if (dev.family == FATTN_CUDA_FAMILY_SM90) return no("family SM90 has no TF32 backward yet");
         c->family = c->fwd_family = Family::MMA_TF32;
         c->d_bucket = dmax <= 64 ? 64 : 128;
         if (!smem_ok(mma_fwd_smem(c->d_bucket, 4), "the tf32 forward kernel") ||
             !smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel"))
             return FATTN_ERR_UNSUPPORTED;
-        if (dev.family == FATTN_CUDA_FAMILY_AUTO && sm90_fwd_legal(p, dev, nullptr) &&
-            sm90_dq_smem(int(p.d), 4) <= dev.smem_optin)
-            c->fwd_family = c->family = Family::SM90_TF32;
+        if (dev.family != FATTN_CUDA_FAMILY_PORTABLE) {
+            std::string w;
+            // The dQ kernel's tiles are the largest of the three (225 KB; dK/dV 193 KB: sm90/bwd.cu).
+            if (sm90_fwd_legal(p, dev, &w) && sm90_dq_smem(int(p.d), 4) <= dev.smem_optin)
+                c->fwd_family = c->family = Family::SM90_TF32;
+            else if (dev.family == FATTN_CUDA_FAMILY_SM90)
+                return no((w.empty() ? std::string("sm90 tf32 dQ: needs more shared memory than the device allows") : w) +
+                          " (family SM90 was asked for)");
+        }
         return FATTN_OK;
     default:
         return no("precision must be resolved (F32, TF32 or NATIVE) before selection");

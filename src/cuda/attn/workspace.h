@@ -14,6 +14,9 @@
 //                    transposed copy, Vᵀ in fwd (O += P·V), Kᵀ in bwd (dQ += dS·K), as f32
 //                    [Hkv, D, vt_cols]: sequence s's keys from column sm90_vt_col0(..) on (a
 //                    multiple of 8), each 8-key group stored in the order of tf32_key_order().
+//   [qr] [dor] [qt] [dot]  bwd on SM90_TF32, the dK/dV kernel's query side: Q and dO rounded as
+//                    rows [Hq, Rq, D] (Rq = B_view·total_q), and Qᵀ, dOᵀ as [Hq, D, q_cols] in the
+//                    same per-sequence column scheme over the queries.
 // Every region starts 256-byte aligned.
 #pragma once
 
@@ -48,6 +51,8 @@ struct Workspace {
     size_t lse_rel_off = 0, lse_rel_bytes = 0;
     size_t kr_off = 0, kr_bytes = 0, vr_off = 0, vr_bytes = 0, tr_off = 0, tr_bytes = 0;
     int64_t kr_rows = 0, vt_cols = 0;  // R and vt_cols above
+    size_t qr_off = 0, dor_off = 0, qt_off = 0, dot_off = 0, q_rows_bytes = 0, q_t_bytes = 0;
+    int64_t q_rows = 0, q_cols = 0;  // Rq and q_cols above
     size_t total = 0;
 
     static size_t align(size_t x) { return (x + 255) & ~size_t(255); }
@@ -97,6 +102,17 @@ struct Workspace {
             w.tr_off = off;
             w.tr_bytes = sat_prod({p.hkv, p.d, w.vt_cols, int64_t(sizeof(float))});
             off = sat_add(off, sat_round(w.tr_bytes, 256));
+            if (!fwd) {
+                w.q_rows = bview * p.total_q;
+                w.q_cols = sm90_vt_cols(w.q_rows, p.batch);
+                w.q_rows_bytes = sat_prod({p.hq, w.q_rows, p.d, int64_t(sizeof(float))});
+                w.q_t_bytes = sat_prod({p.hq, p.d, w.q_cols, int64_t(sizeof(float))});
+                size_t *at[4] = {&w.qr_off, &w.dor_off, &w.qt_off, &w.dot_off};
+                for (int i = 0; i < 4; ++i) {
+                    *at[i] = off;
+                    off = sat_add(off, sat_round(i < 2 ? w.q_rows_bytes : w.q_t_bytes, 256));
+                }
+            }
         }
         w.total = off;
         return w;

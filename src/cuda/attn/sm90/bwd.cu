@@ -13,7 +13,7 @@ namespace fattn::cuda::attn {
 namespace {
 
 static_assert(sm90bwd::dkdv_smem(128) <= 227 * 1024 && sm90dq::dq_smem(128) <= 227 * 1024 &&
-                  sm90dq::dq_smem(128, 4) <= 227 * 1024,
+                  sm90dq::dq_smem(128, 4) <= 227 * 1024 && sm90bwd::dkdv_smem(128, 4) <= 227 * 1024,
               "sm90 bwd smem");
 
 // q and dout with query tiles of qrows rows, k and v with key tiles of kvrows rows.
@@ -34,13 +34,13 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     CUtensorMap tm_do;
     cudaError_t e;
     {  // dK/dV: 128-key CTAs, 64-row (D128) or 128-row (D64) query items
-        if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::kBN, &m, &tm_do)) != cudaSuccess) return e;
-        const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::kBN), unsigned(p.hkv), unsigned(p.batch));
+        if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess) return e;
+        const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn()), unsigned(p.hkv), unsigned(p.batch));
         const size_t smem = sm90bwd::dkdv_smem(D);
         auto k = sm90_dkdv_kernel<T, D>;
         if (grid.x && grid.y && grid.z) {
             if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess) return e;
-            k<<<grid, sm90bwd::kThreads, smem, st>>>(p, a, m, tm_do);
+            k<<<grid, sm90bwd::threads(), smem, st>>>(p, a, m, tm_do, tm_do, tm_do);  // no Qᵀ/dOᵀ maps: 16-bit
             if ((e = cudaGetLastError()) != cudaSuccess) return e;
         }
     }
@@ -58,47 +58,81 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     return cudaSuccess;
 }
 
-// f32 inputs: the dQ kernel on tf32 wgmma over the pre-pass's rounded K, V rows and Kᵀ
-// (stage_tf32.cu); dK/dV come from the mma.sync tf32 kernel (launch.cu).
+// f32 inputs: the dK/dV and dQ kernels on tf32 wgmma over the pre-pass's rounded copies
+// (stage_tf32.cu; workspace.h): K, V rows and Kᵀ (key side), Q, dO rows and Qᵀ, dOᵀ (query side).
 template <int D>
-cudaError_t launch_dq_tf32(const AttnBwdParams &p, const KArgs &a, const Workspace &w, void *workspace, cudaStream_t st) {
-    constexpr int bn = sm90dq::bn(D, 4);
+cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a, const Workspace &w, void *workspace, cudaStream_t st) {
     char *ws = static_cast<char *>(workspace);
-    float *kr = reinterpret_cast<float *>(ws + w.kr_off), *vr = reinterpret_cast<float *>(ws + w.vr_off);
-    float *kt = reinterpret_cast<float *>(ws + w.tr_off);
-    Sm90Stage sg{};
-    sg.row_src[0] = {static_cast<const float *>(p.k), p.k_sb, p.k_ss, p.k_sh};
-    sg.row_src[1] = {static_cast<const float *>(p.v), p.v_sb, p.v_ss, p.v_sh};
-    sg.rows[0] = kr;
-    sg.rows[1] = vr;
-    sg.nrows = 2;
-    sg.t_src = sg.row_src[0];
-    sg.tr = kt;
+    auto at = [&](size_t off) { return reinterpret_cast<float *>(ws + off); };
+    float *kr = at(w.kr_off), *vr = at(w.vr_off), *kt = at(w.tr_off);
+    float *qr = at(w.qr_off), *dor = at(w.dor_off), *qt = at(w.qt_off), *dot = at(w.dot_off);
+    const Sm90Stage::Src k{static_cast<const float *>(p.k), p.k_sb, p.k_ss, p.k_sh},
+        v{static_cast<const float *>(p.v), p.v_sb, p.v_ss, p.v_sh},
+        q{static_cast<const float *>(p.q), p.q_sb, p.q_ss, p.q_sh},
+        dout{static_cast<const float *>(p.dout), p.do_sb, p.do_ss, p.do_sh};
+    Sm90Stage keys{false, {k, v}, {kr, vr}, 2, {k, {}}, {kt, nullptr}, 1};
+    Sm90Stage queries{true, {q, dout}, {qr, dor}, 2, {q, dout}, {qt, dot}, 2};
     cudaError_t e;
-    if ((e = sm90_tf32_stage(p, D, sg, w, st)) != cudaSuccess) return e;
-    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-    Sm90Maps m;
-    CUtensorMap tm_do, tm_kt;
-    if ((e = sm90_map(&m.q, p.q, FATTN_F32, D, p.total_q, p.hq, bview, p.q_ss, p.q_sh, p.q_sb, sm90dq::kBM)) != cudaSuccess ||
-        (e = sm90_map(&tm_do, p.dout, FATTN_F32, D, p.total_q, p.hq, bview, p.do_ss, p.do_sh, p.do_sb, sm90dq::kBM)) != cudaSuccess ||
-        (e = sm90_map(&m.k, kr, FATTN_F32, D, w.kr_rows, p.hkv, 1, D, w.kr_rows * D, 0, bn)) != cudaSuccess ||
-        (e = sm90_map(&m.v, vr, FATTN_F32, D, w.kr_rows, p.hkv, 1, D, w.kr_rows * D, 0, bn)) != cudaSuccess ||
-        (e = sm90_map(&tm_kt, kt, FATTN_F32, w.vt_cols, D, p.hkv, 1, w.vt_cols, D * w.vt_cols, 0, D)) != cudaSuccess)
+    if ((e = sm90_tf32_stage(p, D, keys, w.kr_rows, w.vt_cols, st)) != cudaSuccess ||
+        (e = sm90_tf32_stage(p, D, queries, w.q_rows, w.q_cols, st)) != cudaSuccess)
         return e;
-    const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(p.hq), unsigned(p.batch));
-    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
-    const size_t smem = sm90dq::dq_smem(D, 4);
-    auto k = sm90_dq_kernel<float, D>;
-    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess) return e;
-    k<<<grid, sm90dq::kThreads, smem, st>>>(p, a, m, tm_do, tm_kt);
-    return cudaGetLastError();
+    auto launch = [&](auto kernel, dim3 grid, int threads, size_t smem, const Sm90Maps &m, const CUtensorMap &t0,
+                      const CUtensorMap &t1, const CUtensorMap &t2) -> cudaError_t {
+        if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
+        cudaError_t le = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        if (le != cudaSuccess) return le;
+        kernel<<<grid, threads, smem, st>>>(p, a, m, t0, t1, t2);
+        return cudaGetLastError();
+    };
+    // Row copies [heads, flat rows, D] (one batch entry), transposed copies [heads, D, cols].
+    auto rows_map = [&](CUtensorMap *mp, float *x, int64_t rows, int64_t heads, int box) {
+        return sm90_map(mp, x, FATTN_F32, D, rows, heads, 1, D, rows * D, 0, box);
+    };
+    auto t_map = [&](CUtensorMap *mp, float *x, int64_t cols, int64_t heads) {
+        return sm90_map(mp, x, FATTN_F32, cols, D, heads, 1, cols, D * cols, 0, D);
+    };
+    {  // dK/dV: 64-key CTAs, 32-query items
+        Sm90Maps m;
+        CUtensorMap tm_do, tm_qt, tm_dot;
+        if ((e = rows_map(&m.k, kr, w.kr_rows, p.hkv, sm90bwd::bn(4))) != cudaSuccess ||
+            (e = rows_map(&m.v, vr, w.kr_rows, p.hkv, sm90bwd::bn(4))) != cudaSuccess ||
+            (e = rows_map(&m.q, qr, w.q_rows, p.hq, sm90bwd::bm(D, 4))) != cudaSuccess ||
+            (e = rows_map(&tm_do, dor, w.q_rows, p.hq, sm90bwd::bm(D, 4))) != cudaSuccess ||
+            (e = t_map(&tm_qt, qt, w.q_cols, p.hq)) != cudaSuccess || (e = t_map(&tm_dot, dot, w.q_cols, p.hq)) != cudaSuccess)
+            return e;
+        const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(4)), unsigned(p.hkv), unsigned(p.batch));
+        if ((e = launch(sm90_dkdv_kernel<float, D>, grid, sm90bwd::threads(4), sm90bwd::dkdv_smem(D, 4), m, tm_do, tm_qt,
+                        tm_dot)) != cudaSuccess)
+            return e;
+    }
+    {  // dQ: 128-row CTAs over K, V rows and Kᵀ; q and dout read in place (TMA-legal: select.cpp)
+        const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
+        Sm90Maps m;
+        CUtensorMap tm_do, tm_kt;
+        if ((e = sm90_map(&m.q, p.q, FATTN_F32, D, p.total_q, p.hq, bview, p.q_ss, p.q_sh, p.q_sb, sm90dq::kBM)) != cudaSuccess ||
+            (e = sm90_map(&tm_do, p.dout, FATTN_F32, D, p.total_q, p.hq, bview, p.do_ss, p.do_sh, p.do_sb, sm90dq::kBM)) != cudaSuccess ||
+            (e = rows_map(&m.k, kr, w.kr_rows, p.hkv, sm90dq::bn(D, 4))) != cudaSuccess ||
+            (e = rows_map(&m.v, vr, w.kr_rows, p.hkv, sm90dq::bn(D, 4))) != cudaSuccess ||
+            (e = t_map(&tm_kt, kt, w.vt_cols, p.hkv)) != cudaSuccess)
+            return e;
+        auto dq = [&](auto kernel) {  // the dQ kernel takes one extra map (Kᵀ)
+            const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(p.hq), unsigned(p.batch));
+            if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
+            const size_t smem = sm90dq::dq_smem(D, 4);
+            cudaError_t le = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+            if (le != cudaSuccess) return le;
+            kernel<<<grid, sm90dq::kThreads, smem, st>>>(p, a, m, tm_do, tm_kt);
+            return cudaGetLastError();
+        };
+        return dq(sm90_dq_kernel<float, D>);
+    }
 }
 
 }  // namespace
 
-cudaError_t sm90_dq_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace,
-                         cudaStream_t st) {
-    return db == 64 ? launch_dq_tf32<64>(p, a, w, workspace, st) : launch_dq_tf32<128>(p, a, w, workspace, st);
+cudaError_t sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace,
+                          cudaStream_t st) {
+    return db == 64 ? launch_tf32<64>(p, a, w, workspace, st) : launch_tf32<128>(p, a, w, workspace, st);
 }
 
 cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st) {

@@ -1,4 +1,5 @@
-// bwd_dkdv_kernel.cuh — the sm_90a dK/dV kernel of the deterministic backward (bf16/f16, D 64/128).
+// bwd_dkdv_kernel.cuh — the sm_90a dK/dV kernel of the deterministic backward (bf16/f16, or f32
+// inputs on tf32; D 64/128).
 //
 // K/V-stationary, like the portable dK/dV kernel (mma_bwd.cuh): one CTA per (128-key tile, kv
 // head, sequence) owns those keys' dK and dV in f32 registers and loops over the query heads of
@@ -13,46 +14,66 @@
 //        registers (columns are queries), then dV += Pᵀ·dO and dK += dSᵀ·Q (m64nDk16, Pᵀ/dSᵀ as
 //        16-bit A fragments from registers, Q and dO read MN-major).
 // Masks, bias tiles and ceilings follow the portable kernel exactly (common.cuh).
+// f32 inputs (T = float, tf32 m64nNk8): one consumer warpgroup (64 keys per CTA) and 32-query
+// items, since every operand is 4 bytes and tf32 reads K-major operands only: K, V, Q and dO come
+// as the pre-pass's rounded row copies, and the B operands of dV += Pᵀ·dO and dK += dSᵀ·Q as its
+// dOᵀ and Qᵀ copies (8-query groups in tf32_key_order: stage_tf32.cu), four tiles per stage.
 #pragma once
 
 #include "cuda/attn/sm90/fwd_kernel.cuh"
 
 namespace fattn::cuda::attn {
 
-namespace sm90bwd {
-constexpr int kBN = 128;       // keys per CTA (two consumer warpgroups × 64)
+namespace sm90bwd {  // es: element size (2: bf16/f16, 4: f32 inputs on tf32)
+// Consumer warpgroups (64 keys each) and keys per CTA: 2 and 128; tf32 1 and 64 (its 4-byte K
+// and V of 128 keys alone would take 128 KB at D128).
+constexpr int consumers(size_t es = 2) { return es == 4 ? 1 : 2; }
+constexpr int bn(size_t es = 2) { return 64 * consumers(es); }
 // Query rows per work item: 64 (at D64, 128 rows spilled ~250 B: Sᵀ, dPᵀ and their fragments
-// double while dK + dV only halve).
-constexpr int bm(int) { return 64; }
+// double while dK + dV only halve). tf32: 32, so that two stages of Q, dO, Qᵀ and dOᵀ (16 KB each
+// at D128) fit beside K and V: 193 KB.
+constexpr int bm(int, size_t es = 2) { return es == 4 ? 32 : 64; }
 constexpr int kStages = 2;
-constexpr int kThreads = 384;
-// Register split (128·P + 256·C <= 64K): the producer's item walk spills under 56 registers; at
-// D128 the consumers' dK + dV (128) + Sᵀ, dPᵀ (64) + fragments need more than 224 (ptxas -v).
+constexpr int threads(size_t es = 2) { return 128 * (1 + consumers(es)); }
+// Register split (128·P + 128·consumers·C <= 64K): the producer's item walk spills under 56
+// registers; at D128 the consumers' dK + dV (128) + Sᵀ, dPᵀ (64) + fragments need more than 224
+// (ptxas -v). tf32 (256 threads) needs no split: 256 × 255 registers fit the file, and with
+// 40/240 its producer spilled (432 B at D128).
 constexpr int producer_regs(int d) { return d > 64 ? 40 : 56; }
 constexpr int consumer_regs(int d) { return d > 64 ? 232 : 224; }
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
-// K, V [kBN, D]; per stage Q, dO [bm, D]; per stage 4 row arrays of bm floats; barriers; slack.
-constexpr size_t dkdv_smem(int d) {
-    return (2 * panel(kBN) + 2 * kStages * panel(bm(d))) * size_t(d / 64) + size_t(kStages) * 4 * bm(d) * 4 + 128 + 1024;
+// K, V [bn, D]; per stage Q, dO [bm, D] (tf32 also Qᵀ, dOᵀ [D, bm]: the same bytes) and 4 row
+// arrays of bm floats; barriers; slack.
+constexpr size_t dkdv_smem(int d, size_t es = 2) {
+    return (size_t(2 * bn(es)) + size_t(kStages * (es == 4 ? 4 : 2) * bm(d, es))) * size_t(d) * es +
+           size_t(kStages) * 4 * bm(d, es) * 4 + 128 + 1024;
 }
 }  // namespace sm90bwd
 
+// tm_qt, tm_dot: the Qᵀ and dOᵀ copies' tensor maps (tf32 only; unused by the 16-bit instances).
 template <typename T, int D>
-__global__ void __launch_bounds__(sm90bwd::kThreads, 1)
+__global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     sm90_dkdv_kernel(const AttnBwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps,
-                     const __grid_constant__ CUtensorMap tm_do) {
+                     const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_qt,
+                     const __grid_constant__ CUtensorMap tm_dot) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using namespace sm90bwd;
     using namespace sm90;
-    constexpr int kBM = bm(D);
-    constexpr int NP = D / 64, NO = D / 8, NQ = kBM / 8;
+    constexpr bool kTf32 = sizeof(T) == 4;
+    constexpr int kBN = bn(sizeof(T)), kBM = bm(D, sizeof(T)), NC = consumers(sizeof(T));
+    constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
+    constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
+    constexpr int NP = D / PC, NO = D / 8, NQ = kBM / 8, NK = kBM / KS;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    T *sK = reinterpret_cast<T *>(base);                           // NP × [kBN, 64]
-    T *sV = reinterpret_cast<T *>(base + panel(kBN) * NP);         // NP × [kBN, 64]
-    T *sQ = reinterpret_cast<T *>(base + 2 * panel(kBN) * NP);     // kStages × NP × [kBM, 64]
+    T *sK = reinterpret_cast<T *>(base);                           // NP × [kBN, PC]
+    T *sV = reinterpret_cast<T *>(base + panel(kBN) * NP);         // NP × [kBN, PC]
+    T *sQ = reinterpret_cast<T *>(base + 2 * panel(kBN) * NP);     // kStages × NP × [kBM, PC]
     T *sdO = reinterpret_cast<T *>(base + (2 * panel(kBN) + kStages * panel(kBM)) * NP);
-    float *sRow = reinterpret_cast<float *>(base + (2 * panel(kBN) + 2 * kStages * panel(kBM)) * NP);
+    // tf32: kStages × kBM/32 × [D, 32 queries] each (Qᵀ, dOᵀ); 16-bit reads Q, dO MN-major instead.
+    T *sQt = reinterpret_cast<T *>(base + (2 * panel(kBN) + 2 * kStages * panel(kBM)) * NP);
+    T *sdOt = reinterpret_cast<T *>(base + (2 * panel(kBN) + 3 * kStages * panel(kBM)) * NP);
+    float *sRow = reinterpret_cast<float *>(base + (2 * panel(kBN) + (kTf32 ? 4 : 2) * kStages * panel(kBM)) * NP);
     // per stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
     uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * 4 * kBM);
     uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages;
@@ -94,20 +115,25 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
         mbar_init(barKV, 1);
         for (int s = 0; s < kStages; ++s) {
             mbar_init(&full[s], 1 + 32);  // the TMA arrival + the producer lanes' row stores
-            mbar_init(&empty[s], 256);  // every consumer thread: each read the stage's row arrays
+            mbar_init(&empty[s], 128 * NC);  // every consumer thread: each read the stage's row arrays
         }
         mbar_fence_init();
     }
     __syncthreads();
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
-        regs_dealloc<producer_regs(D)>();
+        if constexpr (!kTf32) regs_dealloc<producer_regs(D)>();
         if (warp != 0) return;
+        // tf32: the row copies are [heads, flat rows, D] (no batch dim); Qᵀ/dOᵀ columns per sequence.
+        const int64_t kv_row0 = kTf32 ? sr.batch_index * p.total_kv + sr.kv_begin : sr.kv_begin;
+        const int64_t q_row0 = kTf32 ? sr.batch_index * p.total_q + sr.q_begin : sr.q_begin;
+        const int bidx = kTf32 ? 0 : int(sr.batch_index);
+        const int64_t q_col0 = sm90_vt_col0(sr.batch_index * p.total_q + sr.q_begin, blockIdx.z);
         if (lane == 0) {
             mbar_arrive_expect_tx(barKV, uint32_t(2 * kBN * D * sizeof(T)));
             for (int pn = 0; pn < NP; ++pn) {
-                tma_load_4d(sK + pn * kBN * 64, &maps.k, barKV, pn * 64, int(sr.kv_begin + n0), int(hk), int(sr.batch_index));
-                tma_load_4d(sV + pn * kBN * 64, &maps.v, barKV, pn * 64, int(sr.kv_begin + n0), int(hk), int(sr.batch_index));
+                tma_load_4d(sK + pn * kBN * PC, &maps.k, barKV, pn * PC, int(kv_row0 + n0), int(hk), bidx);
+                tma_load_4d(sV + pn * kBN * PC, &maps.v, barKV, pn * PC, int(kv_row0 + n0), int(hk), bidx);
             }
         }
         int it = 0;
@@ -116,13 +142,19 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
             if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
             const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
             if (lane == 0) {
-                mbar_arrive_expect_tx(&full[st], uint32_t(2 * kBM * D * sizeof(T)));
+                mbar_arrive_expect_tx(&full[st], uint32_t((kTf32 ? 4 : 2) * kBM * D * sizeof(T)));
                 for (int pn = 0; pn < NP; ++pn) {
-                    tma_load_4d(sQ + st * kTileElems + pn * kBM * 64, &maps.q, &full[st], pn * 64, int(sr.q_begin + m0),
-                                int(h), int(sr.batch_index));
-                    tma_load_4d(sdO + st * kTileElems + pn * kBM * 64, &tm_do, &full[st], pn * 64, int(sr.q_begin + m0),
-                                int(h), int(sr.batch_index));
+                    tma_load_4d(sQ + st * kTileElems + pn * kBM * PC, &maps.q, &full[st], pn * PC, int(q_row0 + m0),
+                                int(h), bidx);
+                    tma_load_4d(sdO + st * kTileElems + pn * kBM * PC, &tm_do, &full[st], pn * PC, int(q_row0 + m0),
+                                int(h), bidx);
                 }
+                if constexpr (kTf32)
+                    for (int pn = 0; pn < kBM / 32; ++pn) {
+                        const int col = int(q_col0 + m0 + pn * 32);
+                        tma_load_4d(sQt + st * kTileElems + pn * D * 32, &tm_qt, &full[st], col, 0, int(h), 0);
+                        tma_load_4d(sdOt + st * kTileElems + pn * D * 32, &tm_dot, &full[st], col, 0, int(h), 0);
+                    }
             }
             float *rows = sRow + st * 4 * kBM;
             for (int c = lane; c < kBM; c += 32) {
@@ -139,7 +171,7 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
     }
 
     // -------------------------------------------------------------------------------- consumers
-    regs_alloc<consumer_regs(D)>();
+    if constexpr (!kTf32) regs_alloc<consumer_regs(D)>();
     const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
     const int64_t k0w = n0 + 64 * cw;  // this warpgroup's first key
     const int64_t kj[2] = {k0w + 16 * wl + g, k0w + 16 * wl + g + 8};
@@ -157,18 +189,19 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
         const float *cL = sRow + st * 4 * kBM, *cD = cL + kBM, *cLr = cL + 2 * kBM, *cC = cL + 3 * kBM;
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
+        const uint32_t qt_base = saddr(sQt + st * kTileElems), dot_base = saddr(sdOt + st * kTileElems);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [64 keys, kBM queries]
         float s[kBM / 2], dp[kBM / 2];
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
+        for (int kk = 0; kk < D / KS; ++kk) {
             const uint32_t off = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
             const uint32_t offq = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
             Wgmma<T, kBM>::ss(s, desc_sw128(k_base + off, 16, 1024), desc_sw128(q_base + offq, 16, 1024), kk > 0);
         }
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
+        for (int kk = 0; kk < D / KS; ++kk) {
             const uint32_t off = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
             const uint32_t offq = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
             Wgmma<T, kBM>::ss(dp, desc_sw128(v_base + off, 16, 1024), desc_sw128(do_base + offq, 16, 1024), kk > 0);
@@ -215,26 +248,49 @@ __global__ void __launch_bounds__(sm90bwd::kThreads, 1)
                     }
                     const float pr = ok ? fast_exp2(x - l2) : 0.f;
                     s[4 * j + e] = pr;
-                    dp[4 * j + e] = pr * (dp[4 * j + e] - cD[c]);
+                    // A select, not pr · (..): a masked row's dPᵀ may be NaN (rows past a
+                    // sequence are not inputs of this call), and dK sums over the query columns.
+                    dp[4 * j + e] = ok ? pr * (dp[4 * j + e] - cD[c]) : 0.f;
                 }
         }
-        uint32_t pa[kBM / 16][4], sa[kBM / 16][4];
+        uint32_t pa[NK][4], sa[NK][4];
 #pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)
+        for (int kk = 0; kk < NK; ++kk) {
+            if constexpr (kTf32) {  // in Qᵀ/dOᵀ's query order, as the forward packs P
+                const int r[4] = {0, 2, 1, 3};
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-                sa[kk][r] = pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+                for (int i = 0; i < 4; ++i) {
+                    pa[kk][i] = to_tf32(s[4 * kk + r[i]]);
+                    sa[kk][i] = to_tf32(dp[4 * kk + r[i]]);
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+                    sa[kk][r] = pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+                }
             }
+        }
 
-        // dV += Pᵀ·dO, dK += dSᵀ·Q  [64 keys, D]; dO and Q read MN-major (queries = K).
+        // dV += Pᵀ·dO, dK += dSᵀ·Q  [64 keys, D]. 16-bit: dO and Q read MN-major (queries = K);
+        // tf32: dOᵀ and Qᵀ, K-major.
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)
-            Wgmma<T, D>::template rs<1>(dv, pa[kk], desc_sw128(do_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
+        for (int kk = 0; kk < NK; ++kk) {
+            if constexpr (kTf32)
+                Wgmma<T, D>::template rs<0>(
+                    dv, pa[kk], desc_sw128(dot_base + uint32_t((kk / 4) * panel(D) + (kk % 4) * 32), 16, 1024), 1);
+            else
+                Wgmma<T, D>::template rs<1>(dv, pa[kk], desc_sw128(do_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
+        }
 #pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk)
-            Wgmma<T, D>::template rs<1>(dk, sa[kk], desc_sw128(q_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
+        for (int kk = 0; kk < NK; ++kk) {
+            if constexpr (kTf32)
+                Wgmma<T, D>::template rs<0>(
+                    dk, sa[kk], desc_sw128(qt_base + uint32_t((kk / 4) * panel(D) + (kk % 4) * 32), 16, 1024), 1);
+            else
+                Wgmma<T, D>::template rs<1>(dk, sa[kk], desc_sw128(q_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
+        }
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dv);

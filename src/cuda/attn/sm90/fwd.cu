@@ -47,10 +47,11 @@ cudaError_t launch_tf32(const AttnFwdParams &p, const KArgs &a, const Workspace 
     sg.row_src[0] = {static_cast<const float *>(p.k), p.k_sb, p.k_ss, p.k_sh};
     sg.rows[0] = kr;
     sg.nrows = 1;
-    sg.t_src = {static_cast<const float *>(p.v), p.v_sb, p.v_ss, p.v_sh};
-    sg.tr = vt;
+    sg.t_src[0] = {static_cast<const float *>(p.v), p.v_sb, p.v_ss, p.v_sh};
+    sg.tr[0] = vt;
+    sg.ntr = 1;
     cudaError_t e;
-    if ((e = sm90_tf32_stage(p, D, sg, w, st)) != cudaSuccess) return e;
+    if ((e = sm90_tf32_stage(p, D, sg, w.kr_rows, w.vt_cols, st)) != cudaSuccess) return e;
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
     Sm90Maps maps;
     if ((e = sm90_map(&maps.q, p.q, FATTN_F32, p.d, p.total_q, p.hq, bview, p.q_ss, p.q_sh, p.q_sb, sm90cfg::kBM)) != cudaSuccess ||

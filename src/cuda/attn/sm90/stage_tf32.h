@@ -8,19 +8,24 @@
 
 namespace fattn::cuda::attn {
 
+// One side of the problem: the key side (k, v: total_kv rows, Hkv heads, the sequences' kv ranges)
+// or the query side (q, dout: total_q rows, Hq heads, their q ranges).
 struct Sm90Stage {
     struct Src {
-        const float *x;  // a [B_view, total_kv, Hkv, D] view (element strides, innermost 1)
+        const float *x;  // a [B_view, rows, heads, D] view (element strides, innermost 1)
         int64_t sb, ss, sh;
     };
-    Src row_src[2];   // copied as rows [Hkv, R, D] into rows[i], i < nrows
+    bool queries;     // the query side (else the key side)
+    Src row_src[2];   // copied as rows [heads, R, D] into rows[i], i < nrows
     float *rows[2];
     int nrows;
-    Src t_src;        // copied transposed into tr [Hkv, D, vt_cols], 8-key groups in tf32_key_order
-    float *tr;
+    Src t_src[2];     // copied transposed into tr[i] [heads, D, cols], 8-row groups in tf32_key_order
+    float *tr[2];
+    int ntr;
 };
 
-// D = Dv = d (64 or 128); w: the workspace layout of the call (kr_rows, vt_cols).
-cudaError_t sm90_tf32_stage(const AttnFwdParams &p, int d, const Sm90Stage &sg, const Workspace &w, cudaStream_t st);
+// D = Dv = d (64 or 128); rows, cols: the side's R and transposed-copy columns (workspace.h).
+cudaError_t sm90_tf32_stage(const AttnFwdParams &p, int d, const Sm90Stage &sg, int64_t rows, int64_t cols,
+                            cudaStream_t st);
 
 }  // namespace fattn::cuda::attn
