@@ -91,7 +91,7 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a, const Workspace 
     auto t_map = [&](CUtensorMap *mp, float *x, int64_t cols, int64_t heads) {
         return sm90_map(mp, x, FATTN_F32, cols, D, heads, 1, cols, D * cols, 0, D);
     };
-    {  // dK/dV: 64-key CTAs, 32-query items
+    {  // dK/dV: 128-key CTAs, 32-query items
         Sm90Maps m;
         CUtensorMap tm_do, tm_qt, tm_dot;
         if ((e = rows_map(&m.k, kr, w.kr_rows, p.hkv, sm90bwd::bn(4))) != cudaSuccess ||

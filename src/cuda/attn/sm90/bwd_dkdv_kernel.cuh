@@ -14,10 +14,13 @@
 //        registers (columns are queries), then dV += Pᵀ·dO and dK += dSᵀ·Q (m64nDk16, Pᵀ/dSᵀ as
 //        16-bit A fragments from registers, Q and dO read MN-major).
 // Masks, bias tiles and ceilings follow the portable kernel exactly (common.cuh).
-// f32 inputs (T = float, tf32 m64nNk8): one consumer warpgroup (64 keys per CTA) and 32-query
-// items, since every operand is 4 bytes and tf32 reads K-major operands only: K, V, Q and dO come
-// as the pre-pass's rounded row copies, and the B operands of dV += Pᵀ·dO and dK += dSᵀ·Q as its
-// dOᵀ and Qᵀ copies (8-query groups in tf32_key_order: stage_tf32.cu), four tiles per stage.
+// f32 inputs (T = float, tf32 m64nNk8): 32-query items, since every operand is 4 bytes and tf32
+// reads K-major operands only: K, V, Q and dO come as the pre-pass's rounded row copies, and the B
+// operands of dV += Pᵀ·dO and dK += dSᵀ·Q as its dOᵀ and Qᵀ copies (8-query groups in
+// tf32_key_order: stage_tf32.cu). The rows (for Sᵀ, dPᵀ) and the transposed tiles (for dV, dK) have
+// rings of their own: a consumer releases an item's rows after its softmax, its transposed tiles
+// after dV/dK, so at D128 (K and V of 128 keys: 128 KB) two row stages and one transposed stage
+// fit, and the next item's rows load under this item's dV/dK.
 #pragma once
 
 #include "cuda/attn/sm90/fwd_kernel.cuh"
@@ -25,27 +28,29 @@
 namespace fattn::cuda::attn {
 
 namespace sm90bwd {  // es: element size (2: bf16/f16, 4: f32 inputs on tf32)
-// Consumer warpgroups (64 keys each) and keys per CTA: 2 and 128; tf32 1 and 64 (its 4-byte K
-// and V of 128 keys alone would take 128 KB at D128).
-constexpr int consumers(size_t es = 2) { return es == 4 ? 1 : 2; }
+// Consumer warpgroups (64 keys each) and keys per CTA: 2 and 128. (tf32 with one warpgroup of 64
+// keys ran L2-bound: every item's four query-side tiles serve half the keys; session 9.)
+constexpr int consumers(size_t = 2) { return 2; }
 constexpr int bn(size_t es = 2) { return 64 * consumers(es); }
 // Query rows per work item: 64 (at D64, 128 rows spilled ~250 B: Sᵀ, dPᵀ and their fragments
 // double while dK + dV only halve). tf32: 32, so that two stages of Q, dO, Qᵀ and dOᵀ (16 KB each
 // at D128) fit beside K and V: 193 KB.
 constexpr int bm(int, size_t es = 2) { return es == 4 ? 32 : 64; }
-constexpr int kStages = 2;
+constexpr int kStages = 2;  // row stages (Q, dO and the rows' lse/δ)
+// tf32's stages of Qᵀ, dOᵀ [D, bm]; 16-bit reads Q, dO MN-major from the row stage instead.
+constexpr int t_stages(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 1 : 2) : 0; }
 constexpr int threads(size_t es = 2) { return 128 * (1 + consumers(es)); }
 // Register split (128·P + 128·consumers·C <= 64K): the producer's item walk spills under 56
 // registers; at D128 the consumers' dK + dV (128) + Sᵀ, dPᵀ (64) + fragments need more than 224
-// (ptxas -v). tf32 (256 threads) needs no split: 256 × 255 registers fit the file, and with
-// 40/240 its producer spilled (432 B at D128).
+// (ptxas -v). tf32 D128 (with the opaque K/V bases below): 40/232 ran 2% faster fwd+bwd than
+// 24/240, whose producer spills ~1.8 KB of loads (its consumers 12 B against 112 B at 232).
 constexpr int producer_regs(int d) { return d > 64 ? 40 : 56; }
 constexpr int consumer_regs(int d) { return d > 64 ? 232 : 224; }
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
-// K, V [bn, D]; per stage Q, dO [bm, D] (tf32 also Qᵀ, dOᵀ [D, bm]: the same bytes) and 4 row
-// arrays of bm floats; barriers; slack.
+// K, V [bn, D]; per row stage Q, dO [bm, D] and 4 row arrays of bm floats; per transposed stage
+// Qᵀ, dOᵀ (the same bytes as Q, dO); barriers; slack.
 constexpr size_t dkdv_smem(int d, size_t es = 2) {
-    return (size_t(2 * bn(es)) + size_t(kStages * (es == 4 ? 4 : 2) * bm(d, es))) * size_t(d) * es +
+    return (size_t(2 * bn(es)) + size_t(2 * (kStages + t_stages(d, es)) * bm(d, es))) * size_t(d) * es +
            size_t(kStages) * 4 * bm(d, es) * 4 + 128 + 1024;
 }
 }  // namespace sm90bwd
@@ -60,7 +65,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     using namespace sm90bwd;
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
-    constexpr int kBN = bn(sizeof(T)), kBM = bm(D, sizeof(T)), NC = consumers(sizeof(T));
+    constexpr int kBN = bn(sizeof(T)), kBM = bm(D, sizeof(T)), NC = consumers(sizeof(T)), TS = t_stages(D, sizeof(T));
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC, NO = D / 8, NQ = kBM / 8, NK = kBM / KS;
@@ -70,13 +75,13 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     T *sV = reinterpret_cast<T *>(base + panel(kBN) * NP);         // NP × [kBN, PC]
     T *sQ = reinterpret_cast<T *>(base + 2 * panel(kBN) * NP);     // kStages × NP × [kBM, PC]
     T *sdO = reinterpret_cast<T *>(base + (2 * panel(kBN) + kStages * panel(kBM)) * NP);
-    // tf32: kStages × kBM/32 × [D, 32 queries] each (Qᵀ, dOᵀ); 16-bit reads Q, dO MN-major instead.
+    // tf32: TS × kBM/32 × [D, 32 queries] each (Qᵀ, dOᵀ)
     T *sQt = reinterpret_cast<T *>(base + (2 * panel(kBN) + 2 * kStages * panel(kBM)) * NP);
-    T *sdOt = reinterpret_cast<T *>(base + (2 * panel(kBN) + 3 * kStages * panel(kBM)) * NP);
-    float *sRow = reinterpret_cast<float *>(base + (2 * panel(kBN) + (kTf32 ? 4 : 2) * kStages * panel(kBM)) * NP);
-    // per stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
+    T *sdOt = reinterpret_cast<T *>(base + (2 * panel(kBN) + (2 * kStages + TS) * panel(kBM)) * NP);
+    float *sRow = reinterpret_cast<float *>(base + (2 * panel(kBN) + 2 * (kStages + TS) * panel(kBM)) * NP);
+    // per row stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
     uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * 4 * kBM);
-    uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages;
+    uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages, *tfull = empty + kStages, *tempty = tfull + TS;
     constexpr size_t kTileElems = size_t(kBM) * D;
 
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
@@ -117,12 +122,16 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             mbar_init(&full[s], 1 + 32);  // the TMA arrival + the producer lanes' row stores
             mbar_init(&empty[s], 128 * NC);  // every consumer thread: each read the stage's row arrays
         }
+        for (int s = 0; s < TS; ++s) {
+            mbar_init(&tfull[s], 1);
+            mbar_init(&tempty[s], 128 * NC);
+        }
         mbar_fence_init();
     }
     __syncthreads();
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
-        if constexpr (!kTf32) regs_dealloc<producer_regs(D)>();
+        regs_dealloc<producer_regs(D)>();
         if (warp != 0) return;
         // tf32: the row copies are [heads, flat rows, D] (no batch dim); Qᵀ/dOᵀ columns per sequence.
         const int64_t kv_row0 = kTf32 ? sr.batch_index * p.total_kv + sr.kv_begin : sr.kv_begin;
@@ -142,19 +151,13 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
             const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
             if (lane == 0) {
-                mbar_arrive_expect_tx(&full[st], uint32_t((kTf32 ? 4 : 2) * kBM * D * sizeof(T)));
+                mbar_arrive_expect_tx(&full[st], uint32_t(2 * kBM * D * sizeof(T)));
                 for (int pn = 0; pn < NP; ++pn) {
                     tma_load_4d(sQ + st * kTileElems + pn * kBM * PC, &maps.q, &full[st], pn * PC, int(q_row0 + m0),
                                 int(h), bidx);
                     tma_load_4d(sdO + st * kTileElems + pn * kBM * PC, &tm_do, &full[st], pn * PC, int(q_row0 + m0),
                                 int(h), bidx);
                 }
-                if constexpr (kTf32)
-                    for (int pn = 0; pn < kBM / 32; ++pn) {
-                        const int col = int(q_col0 + m0 + pn * 32);
-                        tma_load_4d(sQt + st * kTileElems + pn * D * 32, &tm_qt, &full[st], col, 0, int(h), 0);
-                        tma_load_4d(sdOt + st * kTileElems + pn * D * 32, &tm_dot, &full[st], col, 0, int(h), 0);
-                    }
             }
             float *rows = sRow + st * 4 * kBM;
             for (int c = lane; c < kBM; c += 32) {
@@ -166,12 +169,24 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                 rows[3 * kBM + c] = ok ? row_ceil(p, a, sr, h, i) : 0.f;
             }
             mbar_arrive(&full[st]);  // release: the row stores above are visible to the waiters
+            if constexpr (kTf32) {  // this item's Qᵀ, dOᵀ once every consumer is done with the last one's
+                const int ts = it % TS;
+                if (it >= TS) mbar_wait(&tempty[ts], ((it / TS) - 1) & 1);
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(&tfull[ts], uint32_t(2 * kBM * D * sizeof(T)));
+                    for (int pn = 0; pn < kBM / 32; ++pn) {
+                        const int col = int(q_col0 + m0 + pn * 32);
+                        tma_load_4d(sQt + ts * kTileElems + pn * D * 32, &tm_qt, &tfull[ts], col, 0, int(h), 0);
+                        tma_load_4d(sdOt + ts * kTileElems + pn * D * 32, &tm_dot, &tfull[ts], col, 0, int(h), 0);
+                    }
+                }
+            }
         }
         return;
     }
 
     // -------------------------------------------------------------------------------- consumers
-    if constexpr (!kTf32) regs_alloc<consumer_regs(D)>();
+    regs_alloc<consumer_regs(D)>();
     const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
     const int64_t k0w = n0 + 64 * cw;  // this warpgroup's first key
     const int64_t kj[2] = {k0w + 16 * wl + g, k0w + 16 * wl + g + 8};
@@ -179,7 +194,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
     const float sl2 = p.scale * kLog2e;
-    const uint32_t k_base = saddr(sK) + uint32_t(cw * 64 * 128), v_base = saddr(sV) + uint32_t(cw * 64 * 128);
+    const uint32_t k_base0 = saddr(sK) + uint32_t(cw * 64 * 128), v_base0 = saddr(sV) + uint32_t(cw * 64 * 128);
 
     mbar_wait(barKV, 0);
     int it = 0;
@@ -189,10 +204,14 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
         const float *cL = sRow + st * 4 * kBM, *cD = cL + kBM, *cLr = cL + 2 * kBM, *cC = cL + 3 * kBM;
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
-        const uint32_t qt_base = saddr(sQt + st * kTileElems), dot_base = saddr(sdOt + st * kTileElems);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [64 keys, kBM queries]
         float s[kBM / 2], dp[kBM / 2];
+        // tf32: opaque per item, so ptxas forms the descriptors of K and V here instead of keeping
+        // all 2·D/KS of them live across the loop (D128 consumers spilled 172 B in the item loop,
+        // 48 B without; the dK/dV kernel 3.30 -> 2.56 ms by ncu at 24/240). The 16-bit kernel ran
+        // 2-6% slower fwd+bwd with it at D128, so it keeps the hoisted form.
+        const uint32_t k_base = kTf32 ? opaque(k_base0) : k_base0, v_base = kTf32 ? opaque(v_base0) : v_base0;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / KS; ++kk) {
@@ -253,6 +272,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                     dp[4 * j + e] = ok ? pr * (dp[4 * j + e] - cD[c]) : 0.f;
                 }
         }
+        if constexpr (kTf32) mbar_arrive(&empty[st]);  // the rows and row arrays are read (dV/dK read Qᵀ, dOᵀ)
         uint32_t pa[NK][4], sa[NK][4];
 #pragma unroll
         for (int kk = 0; kk < NK; ++kk) {
@@ -274,6 +294,9 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
 
         // dV += Pᵀ·dO, dK += dSᵀ·Q  [64 keys, D]. 16-bit: dO and Q read MN-major (queries = K);
         // tf32: dOᵀ and Qᵀ, K-major.
+        const int ts = kTf32 ? it % (TS > 0 ? TS : 1) : 0;
+        if constexpr (kTf32) mbar_wait(&tfull[ts], (it / TS) & 1);
+        const uint32_t qt_base = saddr(sQt + ts * kTileElems), dot_base = saddr(sdOt + ts * kTileElems);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < NK; ++kk) {
@@ -295,7 +318,11 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         wgmma_wait<0>();
         reg_fence(dv);
         reg_fence(dk);
-        mbar_arrive(&empty[st]);  // releases this thread's reads of the stage (the producer stores into it next)
+        // releases this thread's reads of the stage (the producer stores into it next)
+        if constexpr (kTf32)
+            mbar_arrive(&tempty[ts]);
+        else
+            mbar_arrive(&empty[st]);
     }
 
 #pragma unroll

@@ -102,6 +102,13 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t
            (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
 
+// x, but opaque to the optimizer: a value formed from it is not hoisted out of the loop it is read
+// in (so loop-invariant wgmma descriptors are rebuilt where used instead of held in registers).
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+    asm volatile("mov.b32 %0, %0;" : "+r"(x));
+    return x;
+}
+
 // ---- warpgroup register reallocation (needs a register cap at entry: __launch_bounds__(n, 1)) ----
 template <int R> __device__ __forceinline__ void regs_dealloc() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
