@@ -121,6 +121,8 @@ std::vector<AttnCase> make_table() {
         C("bhsd").shape(2, 57, 57, 2, 2, 64).layout_(Layout::BHSD).is_quick(),
         C("bhsd_cross_f16_bias").shape(2, 30, 77, 4, 2, 64).dt(F16).with_bias(BiasKind::DENSE).layout_(Layout::BHSD),
         C("bhsd_causal_br_d96").shape(1, 100, 100, 2, 2, 96).causal_(BR).layout_(Layout::BHSD),
+        C("odd_kv_d128_causal").shape(2, 77, 77, 4, 2, 128).causal_(BR).layout_(Layout::ODD_KV),
+        C("odd_kv_varlen_d64").shape(1, 0, 0, 2, 2, 64).varlen({33, 1, 40}, {20, 9, 41}).layout_(Layout::ODD_KV),
         // ---- algorithm pinned (the rest run both)
         C("exact_only_s257").shape(1, 257, 257, 2, 2, 64).algo_(AlgoSel::EXACT),
         C("fused_only_s257").shape(1, 257, 257, 2, 2, 64).algo_(AlgoSel::FUSED),

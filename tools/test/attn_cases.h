@@ -34,6 +34,8 @@ enum class Layout {
     FUSED_QKV,  // q, k, v (and dq, dk, dv) strided views of one [B, S, Hq·D + Hkv·D + Hkv·Dv]
                 // buffer; o and dout with a padded token stride
     BHSD,       // every tensor stored [B, H, S, D] and viewed through transposed strides
+    ODD_KV,     // k and v one element into their buffers, token stride Hkv·D + 1: no 16-byte
+                // alignment anywhere (the sm90 tf32 pre-pass's element-wise path)
 };
 
 enum class AlgoSel { BOTH, FUSED, EXACT };

@@ -211,6 +211,13 @@ void setup_inst(const AttnCase &c, Inst *inp) {
         in.dq = own_view(c.layout, BUF_DQ, B, Sq, Hq, D);
         in.dk = own_view(c.layout, BUF_DK, B, Skv, Hkv, D);
         in.dv = own_view(c.layout, BUF_DV, B, Skv, Hkv, Dv);
+        if (c.layout == Layout::ODD_KV) {
+            const int64_t wk = Hkv * D + 1, wv = Hkv * Dv + 1;
+            make_buf(in.buf[BUF_K], "k", dt, B * Skv * wk + 1, false);
+            make_buf(in.buf[BUF_V], "v", dt, B * Skv * wv + 1, false);
+            in.k = view(BUF_K, 1, B, Skv, Hkv, D, Skv * wk, wk, D);
+            in.v = view(BUF_V, 1, B, Skv, Hkv, Dv, Skv * wv, wv, Dv);
+        }
     }
     make_buf(in.buf[BUF_LSE], "lse", FATTN_F32, B * Hq * Sq, true);
     in.lse = view(BUF_LSE, 0, B, Hq, Sq, 1, Hq * Sq, Sq, 1);

@@ -37,25 +37,62 @@ __global__ void __launch_bounds__(256)
         }
     }
     if (j0 >= len) return;
-    auto rounded = [](float x) { return __uint_as_float(to_tf32(x)); };
-    auto src = [&](const Sm90Stage::Src &x, int64_t j, int c) {
-        return x.x[sr.batch_index * x.sb + (begin + j) * x.ss + hh * x.sh + c];
+    // A transposed source that is also a row source is read once (the query side's q and dout,
+    // the backward's k): its rounded values go to the row copy and to the tile together.
+    int t_of_row[2] = {-1, -1};
+    for (int t = 0; t < sg.ntr; ++t)
+        for (int i = 0; i < sg.nrows; ++i)
+            if (sg.t_src[t].x == sg.row_src[i].x && sg.t_src[t].sb == sg.row_src[i].sb &&
+                sg.t_src[t].ss == sg.row_src[i].ss && sg.t_src[t].sh == sg.row_src[i].sh)
+                t_of_row[i] = t;
+    // 16-byte loads where every source allows them (block-uniform); the copies' regions are 16-byte
+    // aligned (TMA reads them) and their rows multiples of 4 floats.
+    auto a16 = [](const Sm90Stage::Src &x) {
+        return (reinterpret_cast<uintptr_t>(x.x) & 15) == 0 && x.sb % 4 == 0 && x.ss % 4 == 0 && x.sh % 4 == 0;
     };
-    for (int e = threadIdx.x; e < 32 * D; e += 256) {
-        const int r = e / D, c = e % D;
+    bool vec = true;
+    for (int i = 0; i < sg.nrows; ++i) vec = vec && a16(sg.row_src[i]);
+    for (int t = 0; t < sg.ntr; ++t) vec = vec && a16(sg.t_src[t]);
+    auto at = [&](const Sm90Stage::Src &x, int64_t j) { return x.x + sr.batch_index * x.sb + (begin + j) * x.ss + hh * x.sh; };
+    auto put = [&](int t, int r, int c, float4 v) {
+        tile[t][r][c] = v.x, tile[t][r][c + 1] = v.y, tile[t][r][c + 2] = v.z, tile[t][r][c + 3] = v.w;
+    };
+    auto round4 = [](float4 v) {
+        return make_float4(__uint_as_float(to_tf32(v.x)), __uint_as_float(to_tf32(v.y)), __uint_as_float(to_tf32(v.z)),
+                           __uint_as_float(to_tf32(v.w)));
+    };
+    constexpr int Q4 = D / 4;
+    for (int e = threadIdx.x; e < 32 * Q4; e += 256) {  // 4 columns c..c+3 of chunk row r
+        const int r = e / Q4, c = 4 * (e % Q4);
         const int64_t j = j0 + r;
         const bool in = j < len;
-        for (int i = 0; i < sg.nrows; ++i)
-            if (in) sg.rows[i][(hh * nrows_flat + flat0 + j) * D + c] = rounded(src(sg.row_src[i], j, c));
-        for (int i = 0; i < sg.ntr; ++i) tile[i][r][c] = in ? rounded(src(sg.t_src[i], j, c)) : 0.f;
+        auto load = [&](const Sm90Stage::Src &x) {
+            if (!in) return make_float4(0.f, 0.f, 0.f, 0.f);
+            const float *q = at(x, j) + c;
+            return round4(vec ? *reinterpret_cast<const float4 *>(q) : make_float4(q[0], q[1], q[2], q[3]));
+        };
+        for (int i = 0; i < sg.nrows; ++i) {
+            const float4 v = load(sg.row_src[i]);
+            if (in) *reinterpret_cast<float4 *>(sg.rows[i] + (hh * nrows_flat + flat0 + j) * D + c) = v;
+            if (t_of_row[i] >= 0) put(t_of_row[i], r, c, v);
+        }
+        for (int t = 0; t < sg.ntr; ++t)
+            if (t_of_row[0] != t && t_of_row[1] != t) put(t, r, c, load(sg.t_src[t]));
     }
     __syncthreads();
-    const int64_t ncol = (len + 7) / 8 * 8 - j0;  // this chunk's columns: whole 8-row groups
-    for (int i = 0; i < sg.ntr; ++i) {
-        float *tcols = sg.tr[i] + hh * int64_t(D) * cols + sm90_vt_col0(flat0, s) + j0;
-        for (int e = threadIdx.x; e < 32 * D; e += 256) {
-            const int d = e / 32, c = e % 32;
-            if (c < ncol) tcols[int64_t(d) * cols + c] = tile[i][(c & ~7) + tf32_key_order(c & 7)][d];
+    // Transposed: per d, this chunk's columns (whole 8-row groups), 4 per thread.
+    const int64_t ncol = (len + 7) / 8 * 8 - j0;
+    for (int t = 0; t < sg.ntr; ++t) {
+        float *tcols = sg.tr[t] + hh * int64_t(D) * cols + sm90_vt_col0(flat0, s) + j0;
+        for (int e = threadIdx.x; e < 8 * D; e += 256) {
+            const int d = e / 8, c = 4 * (e % 8);
+            if (c >= ncol) continue;
+            float4 v;
+            v.x = tile[t][(c & ~7) + tf32_key_order(c & 7)][d];
+            v.y = tile[t][(c & ~7) + tf32_key_order((c + 1) & 7)][d];
+            v.z = tile[t][(c & ~7) + tf32_key_order((c + 2) & 7)][d];
+            v.w = tile[t][(c & ~7) + tf32_key_order((c + 3) & 7)][d];
+            *reinterpret_cast<float4 *>(tcols + int64_t(d) * cols + c) = v;  // cols, col0 and c: multiples of 4
         }
     }
 }
