@@ -273,23 +273,12 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                 }
         }
         if constexpr (kTf32) mbar_arrive(&empty[st]);  // the rows and row arrays are read (dV/dK read Qᵀ, dOᵀ)
+        // Pᵀ and dSᵀ as A fragments (sm90_a_frag; tf32: in Qᵀ/dOᵀ's query order).
         uint32_t pa[NK][4], sa[NK][4];
 #pragma unroll
         for (int kk = 0; kk < NK; ++kk) {
-            if constexpr (kTf32) {  // in Qᵀ/dOᵀ's query order, as the forward packs P
-                const int r[4] = {0, 2, 1, 3};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    pa[kk][i] = to_tf32(s[4 * kk + r[i]]);
-                    sa[kk][i] = to_tf32(dp[4 * kk + r[i]]);
-                }
-            } else {
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-                    sa[kk][r] = pack2<T>(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
-                }
-            }
+            sm90_a_frag<T>(s, kk, pa[kk]);
+            sm90_a_frag<T>(dp, kk, sa[kk]);
         }
 
         // dV += Pᵀ·dO, dK += dSᵀ·Q  [64 keys, D]. 16-bit: dO and Q read MN-major (queries = K);

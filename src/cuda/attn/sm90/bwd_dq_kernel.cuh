@@ -214,20 +214,10 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                 }
             }
         }
-        // dS as A fragments (the forward's pack_p: 16-bit pairs, or tf32 in Kᵀ's key order).
+        // dS as A fragments (sm90_a_frag; tf32: in Kᵀ's key order).
         uint32_t sa[NK][4];
 #pragma unroll
-        for (int kk = 0; kk < NK; ++kk) {
-            if constexpr (kTf32) {
-                sa[kk][0] = to_tf32(s[4 * kk]);
-                sa[kk][1] = to_tf32(s[4 * kk + 2]);
-                sa[kk][2] = to_tf32(s[4 * kk + 1]);
-                sa[kk][3] = to_tf32(s[4 * kk + 3]);
-            } else {
-#pragma unroll
-                for (int r = 0; r < 4; ++r) sa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-            }
-        }
+        for (int kk = 0; kk < NK; ++kk) sm90_a_frag<T>(s, kk, sa[kk]);
 
         // dQ += dS·K  [64 rows, D]. 16-bit: K read MN-major (keys = K); tf32: Kᵀ, K-major.
         wgmma_fence();
@@ -242,8 +232,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dq);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[st]);
+        mbar_arrive_warp(&empty[st]);
     }
 
 #pragma unroll

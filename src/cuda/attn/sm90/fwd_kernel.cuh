@@ -106,6 +106,24 @@ __device__ __forceinline__ void sm90_round_rows_tf32(float *tile, int cw) {
         }
     }
 }
+// K-step kk of an accumulator (its columns are the next product's k) as a wgmma A fragment.
+// 16-bit: blocks 2kk (a0, a1) and 2kk + 1 (a2, a3) as pairs. tf32: block kk; a0..a3 = (g, t),
+// (g + 8, t), (g, t + 4), (g + 8, t + 4) in the fragment's k-columns, which the B operand's copy
+// maps to this thread's columns 2t, 2t, 2t + 1, 2t + 1 by storing each 8-group in tf32_key_order
+// (workspace.h): no shuffles. Used for P (forward), dS (dQ), Pᵀ and dSᵀ (dK/dV).
+template <typename T, int N>
+__device__ __forceinline__ void sm90_a_frag(const float (&acc)[N], int kk, uint32_t (&a)[4]) {
+    if constexpr (sizeof(T) == 4) {
+        a[0] = to_tf32(acc[4 * kk]);
+        a[1] = to_tf32(acc[4 * kk + 2]);
+        a[2] = to_tf32(acc[4 * kk + 1]);
+        a[3] = to_tf32(acc[4 * kk + 3]);
+    } else {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) a[r] = pack2<T>(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+    }
+}
+
 // After a warpgroup's generic-proxy writes to shared memory, before its wgmma (async proxy) read
 // them: each thread's fence, then the warpgroup's named barrier (id 1 + cw).
 __device__ __forceinline__ void sm90_rows_written(int cw) {
@@ -323,27 +341,10 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
                 o[4 * j + 2 * hf + 1] *= alpha[hf];
             }
     };
-    // P as A fragments. 16-bit: k-step kk covers S blocks 2kk (a0, a1) and 2kk + 1 (a2, a3).
-    // tf32: k-step kk is S block kk; a0..a3 = (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4) in
-    // the fragment's k-columns, which Vᵀ's key order maps to this thread's keys 2t, 2t, 2t + 1,
-    // 2t + 1 (workspace.h: tf32_key_order).
+    // P as A fragments (sm90_a_frag; tf32: in Vᵀ's key order).
     auto pack_p = [&](const float (&s)[kBN / 2], uint32_t (&pa)[NK][4]) {
 #pragma unroll
-        for (int kk = 0; kk < NK; ++kk) {
-            if constexpr (kTf32) {
-                pa[kk][0] = to_tf32(s[4 * kk]);
-                pa[kk][1] = to_tf32(s[4 * kk + 2]);
-                pa[kk][2] = to_tf32(s[4 * kk + 1]);
-                pa[kk][3] = to_tf32(s[4 * kk + 3]);
-            } else {
-#pragma unroll
-                for (int r = 0; r < 4; ++r) pa[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-            }
-        }
-    };
-    auto release = [&](uint64_t *bar) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bar);
+        for (int kk = 0; kk < NK; ++kk) sm90_a_frag<T>(s, kk, pa[kk]);
     };
 
     // The pipeline: S_j is issued before O += P_{j-1}·V_{j-1}, and the softmax of S_j runs while
@@ -363,7 +364,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         issue_s(s, 0);
         wgmma_wait<0>();
         reg_fence(s);
-        release(&emptyK[0]);
+        mbar_arrive_warp(&emptyK[0]);
         softmax(s, n, alpha);  // O is still 0: nothing to rescale
         pack_p(s, pa);
         for (n = kt.next(n + 1), it = 1; n <= kt.last; n = kt.next(n + 1), ++it) {
@@ -374,12 +375,12 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             issue_pv(pa, prev);
             wgmma_wait<1>();
             reg_fence(s);
-            release(&emptyK[st]);
+            mbar_arrive_warp(&emptyK[st]);
             softmax(s, n, alpha);
             wgmma_wait<0>();
             reg_fence(o);
             reg_fence(pa);
-            release(&emptyV[prev]);
+            mbar_arrive_warp(&emptyV[prev]);
             rescale_o(alpha);
             pack_p(s, pa);
             prev = st;
@@ -388,7 +389,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         issue_pv(pa, prev);
         wgmma_wait<0>();
         reg_fence(o);
-        release(&emptyV[prev]);
+        mbar_arrive_warp(&emptyV[prev]);
     }
 
     // O = acc / l and LSE = ceiling + lse', written once (rows past the sequence: nothing).
