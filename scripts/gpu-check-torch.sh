@@ -13,6 +13,8 @@
 #      CUDA determinism/stream/varlen/memory tests and the device-independent API tests
 #                                                             -> OUTDIR/pytest.log, pytest.xml
 #   3. bench/bench_sdpa.py --quick                            -> OUTDIR/bench/{md,json,png}
+#      bench/bench_host.py --calls 100 --reps 3 (issue 12's host cost per call at tiny shapes,
+#      fattn vs SDPA's backends)                              -> OUTDIR/bench/host.{log,json}
 #   4. examples/train_tiny_gpt.py, a few steps, three arms    -> OUTDIR/example/{png,json}
 # The last line printed is always a one-line summary (also OUTDIR/summary.txt), even when the
 # caller's timeout stops the script (TERM is trapped). Exit: 0 when pytest passed, else non-zero.
@@ -35,10 +37,10 @@ elapsed() { echo $(( $(date +%s) - T0 )); }
 # slice WANT: WANT seconds, or what is left before the deadline (at least 5)
 slice() { local left=$(( DEADLINE - $(elapsed) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 
-build="FAIL"; tests="not run"; bench="not run"; example="not run"; rc=1; CHILD=""
+build="FAIL"; tests="not run"; bench="not run"; host="not run"; example="not run"; rc=1; CHILD=""
 
 summary() {
-    local s="gpu-check-torch: build ${build} | pytest ${tests} | bench ${bench} | example ${example} | $(elapsed) s${1:-}"
+    local s="gpu-check-torch: build ${build} | pytest ${tests} | bench ${bench} | host ${host} | example ${example} | $(elapsed) s${1:-}"
     echo "$s" > "$OUT/summary.txt"
     echo "$s"
 }
@@ -127,6 +129,11 @@ torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_availab
     bench="$(grep '^bench_sdpa:' "$OUT/bench.log" | tail -n 1 | cut -c13-80)"
     [ -z "$bench" ] && bench="FAIL rc $RC (see bench.log)"
     tail -n 6 "$OUT/bench.log"
+    mkdir -p "$OUT/bench"
+    echo "== [$(elapsed)s] bench/bench_host.py --calls 100 --reps 3"
+    run "$(slice 25)" "$OUT/bench/host.log" "$PY" bench/bench_host.py --calls 100 --reps 3 --json "$OUT/bench/host.json"
+    if [ "$RC" -eq 0 ]; then host="OK"; else host="FAIL rc $RC (see bench/host.log)"; fi
+    tail -n 20 "$OUT/bench/host.log"
 
     # ---------------------------------------------------------------- 4. example
     echo "== [$(elapsed)s] examples/train_tiny_gpt.py (few steps)"
