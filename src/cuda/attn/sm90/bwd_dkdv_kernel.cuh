@@ -287,22 +287,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         if constexpr (kTf32) mbar_wait(&tfull[ts], (it / TS) & 1);
         const uint32_t qt_base = saddr(sQt + ts * kTileElems), dot_base = saddr(sdOt + ts * kTileElems);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < NK; ++kk) {
-            if constexpr (kTf32)
-                Wgmma<T, D>::template rs<0>(
-                    dv, pa[kk], desc_sw128(dot_base + uint32_t((kk / 4) * panel(D) + (kk % 4) * 32), 16, 1024), 1);
-            else
-                Wgmma<T, D>::template rs<1>(dv, pa[kk], desc_sw128(do_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
-        }
-#pragma unroll
-        for (int kk = 0; kk < NK; ++kk) {
-            if constexpr (kTf32)
-                Wgmma<T, D>::template rs<0>(
-                    dk, sa[kk], desc_sw128(qt_base + uint32_t((kk / 4) * panel(D) + (kk % 4) * 32), 16, 1024), 1);
-            else
-                Wgmma<T, D>::template rs<1>(dk, sa[kk], desc_sw128(q_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBM)), 1024), 1);
-        }
+        sm90_rs_product<T, D>(dv, pa, dot_base, do_base, uint32_t(panel(kBM)));
+        sm90_rs_product<T, D>(dk, sa, qt_base, q_base, uint32_t(panel(kBM)));
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dv);

@@ -221,14 +221,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
 
         // dQ += dS·K  [64 rows, D]. 16-bit: K read MN-major (keys = K); tf32: Kᵀ, K-major.
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < NK; ++kk) {
-            if constexpr (kTf32)
-                Wgmma<T, D>::template rs<0>(
-                    dq, sa[kk], desc_sw128(kt_base + uint32_t((kk / 4) * panel(D) + (kk % 4) * 32), 16, 1024), 1);
-            else
-                Wgmma<T, D>::template rs<1>(dq, sa[kk], desc_sw128(k_base + uint32_t(kk * 16 * 128), uint32_t(panel(kBN)), 1024), 1);
-        }
+        sm90_rs_product<T, D>(dq, sa, kt_base, k_base, uint32_t(panel(kBN)));
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dq);

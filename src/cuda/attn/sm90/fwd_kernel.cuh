@@ -124,6 +124,23 @@ __device__ __forceinline__ void sm90_a_frag(const float (&acc)[N], int kk, uint3
     }
 }
 
+// acc += A·B over NK k-steps, A as register fragments (sm90_a_frag), B in shared memory: tf32
+// from a transposed copy's [D, 32] panels at t_base (K-major), 16-bit from a row tile at
+// rows_base read MN-major (its rows are the k index; panels of 64 columns rows_panel bytes apart).
+// The backward's dV += Pᵀ·dO, dK += dSᵀ·Q and dQ += dS·K.
+template <typename T, int D, int NK>
+__device__ __forceinline__ void sm90_rs_product(float (&acc)[D / 2], const uint32_t (&a)[NK][4], uint32_t t_base,
+                                                uint32_t rows_base, uint32_t rows_panel) {
+    using namespace sm90;
+#pragma unroll
+    for (int kk = 0; kk < NK; ++kk) {
+        if constexpr (sizeof(T) == 4)
+            Wgmma<T, D>::template rs<0>(acc, a[kk], desc_sw128(t_base + uint32_t((kk / 4) * D * 128 + (kk % 4) * 32), 16, 1024), 1);
+        else
+            Wgmma<T, D>::template rs<1>(acc, a[kk], desc_sw128(rows_base + uint32_t(kk * 16 * 128), rows_panel, 1024), 1);
+    }
+}
+
 // After a warpgroup's generic-proxy writes to shared memory, before its wgmma (async proxy) read
 // them: each thread's fence, then the warpgroup's named barrier (id 1 + cw).
 __device__ __forceinline__ void sm90_rows_written(int cw) {
