@@ -272,4 +272,49 @@ struct KeyTiles {
     }
 };
 
+// The work items of a key tile [n0, n1) of kv head hk: for each query head of the GQA group in
+// turn, the query tiles (bm rows) that can see those keys (query_rows), in the fixed order
+// idx = hh · nt + (t − t_first) (32-bit: G · nt < 2^31 for any sequence the grid can hold),
+// trimmed with a bias to the first and last live item; state(idx) is an item's bias-map state and
+// next(idx) the first item >= idx that is not dead. KeyTiles' counterpart, for the kernels that
+// own a key tile (the portable and the sm90 dK/dV kernels).
+struct QueryItems {
+    const AttnFwdParams &p;
+    const KArgs &a;
+    const SeqRange &sr;
+    int64_t hk, n0, n1;
+    int G;
+    int64_t mb, t_first;
+    int bm, nt, first, last;
+
+    __device__ __forceinline__ QueryItems(const AttnFwdParams &p_, const KArgs &a_, const SeqRange &sr_, int64_t hk_,
+                                          int64_t n0_, int64_t n1_, int bm_)
+        : p(p_), a(a_), sr(sr_), hk(hk_), n0(n0_), n1(n1_), G(int(p_.group())), mb(p_.bias_sb ? sr_.batch_index : 0),
+          bm(bm_) {
+        int64_t i_lo, i_hi;
+        query_rows(p, n0, n1, sr.q_len, sr.kv_len, &i_lo, &i_hi);
+        t_first = i_lo / bm;
+        const int64_t t_last = i_hi >= i_lo ? i_hi / bm : -1;
+        nt = t_last >= t_first ? int(t_last - t_first + 1) : 0;
+        first = 0, last = G * nt - 1;
+        if (p.bias) {
+            auto dead = [&](int c) { return state(c) == kBiasDead; };
+            first = first_live(first, last, dead);
+            last = last_live(first, last, dead);
+        }
+    }
+    __device__ __forceinline__ int64_t head(int idx) const { return hk * G + idx / nt; }
+    __device__ __forceinline__ int64_t row0(int idx) const { return (t_first + idx % nt) * bm; }
+    __device__ __forceinline__ int state(int idx) const {
+        const int64_t h = head(idx), m0 = row0(idx);
+        const int64_t m1 = m0 + bm < sr.q_len ? m0 + bm : sr.q_len;
+        return bias_tile_state(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
+                               sr.kv_begin + n1);
+    }
+    __device__ __forceinline__ int next(int idx) const {
+        while (idx <= last && p.bias && state(idx) == kBiasDead) ++idx;
+        return idx;
+    }
+};
+
 }  // namespace fattn::cuda::attn

@@ -225,35 +225,12 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     const int64_t n0 = int64_t(blockIdx.x) * BN;
     if (n0 >= lkv) return;
     const int64_t n1 = n0 + BN < lkv ? n0 + BN : lkv;
-    const int G = int(p.group());
     const T *gK = seq_k<T>(p, sr, hk);
     const T *gV = seq_v<T>(p, sr, hk);
-    const int64_t mb = p.bias_sb ? sr.batch_index : 0;
-
-    int64_t i_lo, i_hi;
-    query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
-    const int64_t t_first = i_lo / BM, t_last = i_hi >= i_lo ? i_hi / BM : -1;
-    // Work items in the fixed order (head of the group, query tile): idx = hh * nt + (t - t_first)
-    // (32-bit: G · nt < 2^31 for any sequence the grid can hold, and 32-bit division is cheap).
-    const int nt = t_last >= t_first ? int(t_last - t_first + 1) : 0;
-    auto item_state = [&](int idx) {
-        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
-        const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
-        return bias_tile_state(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
-                               sr.kv_begin + n1);
-    };
-    int i_first = 0, i_last = G * nt - 1;
-    if (p.bias) {  // trim to the first and last live item (common.cuh: first_live)
-        auto dead = [&](int c) { return item_state(c) == kBiasDead; };
-        i_first = first_live(i_first, i_last, dead);
-        i_last = last_live(i_first, i_last, dead);
-    }
-    auto next_item = [&](int idx) {
-        while (idx <= i_last && p.bias && item_state(idx) == kBiasDead) ++idx;
-        return idx;
-    };
+    // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
+    const QueryItems qi(p, a, sr, hk, n0, n1, BM);
     auto load_q = [&](int idx, int buf) {
-        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
+        const int64_t h = qi.head(idx), m0 = qi.row0(idx);
         const T *gQ = seq_q<T>(p, sr, h) + m0 * p.q_ss;
         const T *gdO = seq_dout<T>(p, sr, h) + m0 * p.do_ss;
         mma_load_tile<T, BM, DB, NT>(sQ + buf * BM * ST, gQ, p.q_ss, lq - m0, p.d, a.vec);
@@ -273,8 +250,8 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
 
     mma_load_tile<T, BN, DB, NT>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, a.vec);
     mma_load_tile<T, BN, DB, NT>(sV, gV + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, a.vec);
-    int idx = next_item(i_first);
-    if (idx <= i_last) load_q(idx, 0);
+    int idx = qi.next(qi.first);
+    if (idx <= qi.last) load_q(idx, 0);
     cp_async_commit();
 
     const int64_t kj[2] = {n0 + warp * 16 + g, n0 + warp * 16 + g + 8};  // this thread's key rows
@@ -285,15 +262,15 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         for (int e = 0; e < 4; ++e) dk[d][e] = dv[d][e] = 0.f;
     const float sl2 = p.scale * kLog2e;
     int buf = 0;
-    while (idx <= i_last) {
-        const int nidx = next_item(idx + 1);
-        if (nidx <= i_last) load_q(nidx, buf ^ 1);
+    while (idx <= qi.last) {
+        const int nidx = qi.next(idx + 1);
+        if (nidx <= qi.last) load_q(nidx, buf ^ 1);
         cp_async_commit();
         cp_async_wait<1>();
         __syncthreads();
         const T *cQ = sQ + buf * BM * ST, *cdO = sdO + buf * BM * ST;
         const float *cL = sL + buf * BM, *cD = sD + buf * BM;
-        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * BM;
+        const int64_t h = qi.head(idx), m0 = qi.row0(idx);
         const int64_t bb = seq_bias(p, sr, h);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [16 key rows per warp, BM queries]
@@ -320,7 +297,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         }
         // Pᵀ into st, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dpt.
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
-        const bool use_bias = p.bias && item_state(idx) == kBiasRead;
+        const bool use_bias = p.bias && qi.state(idx) == kBiasRead;
         if (full && !use_bias) {  // interior tile: every query row has keys, so lse is finite
 #pragma unroll
             for (int j = 0; j < NQ; ++j)

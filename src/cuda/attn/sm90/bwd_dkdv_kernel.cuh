@@ -91,30 +91,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     const int64_t n0 = int64_t(blockIdx.x) * kBN;
     if (n0 >= lkv) return;
     const int64_t n1 = n0 + kBN < lkv ? n0 + kBN : lkv;
-    const int G = int(p.group());
-    const int64_t mb = p.bias_sb ? sr.batch_index : 0;
-
     // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
-    int64_t i_lo, i_hi;
-    query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
-    const int64_t t_first = i_lo / kBM, t_last = i_hi >= i_lo ? i_hi / kBM : -1;
-    const int nt = t_last >= t_first ? int(t_last - t_first + 1) : 0;
-    auto item_state = [&](int idx) {
-        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
-        const int64_t m1 = m0 + kBM < lq ? m0 + kBM : lq;
-        return bias_tile_state(a, mb, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
-                               sr.kv_begin + n1);
-    };
-    int i_first = 0, i_last = G * nt - 1;
-    if (p.bias) {
-        auto dead = [&](int c) { return item_state(c) == kBiasDead; };
-        i_first = first_live(i_first, i_last, dead);
-        i_last = last_live(i_first, i_last, dead);
-    }
-    auto next_item = [&](int idx) {
-        while (idx <= i_last && p.bias && item_state(idx) == kBiasDead) ++idx;
-        return idx;
-    };
+    const QueryItems qi(p, a, sr, hk, n0, n1, kBM);
 
     if (tid == 0) {
         mbar_init(barKV, 1);
@@ -146,10 +124,10 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             }
         }
         int it = 0;
-        for (int idx = next_item(i_first); idx <= i_last; idx = next_item(idx + 1), ++it) {
+        for (int idx = qi.next(qi.first); idx <= qi.last; idx = qi.next(idx + 1), ++it) {
             const int st = it % kStages;
             if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
-            const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
+            const int64_t h = qi.head(idx), m0 = qi.row0(idx);
             if (lane == 0) {
                 mbar_arrive_expect_tx(&full[st], uint32_t(2 * kBM * D * sizeof(T)));
                 for (int pn = 0; pn < NP; ++pn) {
@@ -198,10 +176,10 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
 
     mbar_wait(barKV, 0);
     int it = 0;
-    for (int idx = next_item(i_first); idx <= i_last; idx = next_item(idx + 1), ++it) {
+    for (int idx = qi.next(qi.first); idx <= qi.last; idx = qi.next(idx + 1), ++it) {
         const int st = it % kStages;
         mbar_wait(&full[st], (it / kStages) & 1);
-        const int64_t h = hk * G + idx / nt, m0 = (t_first + idx % nt) * kBM;
+        const int64_t h = qi.head(idx), m0 = qi.row0(idx);
         const float *cL = sRow + st * 4 * kBM, *cD = cL + kBM, *cLr = cL + 2 * kBM, *cC = cL + 3 * kBM;
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
 
@@ -233,7 +211,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         // Pᵀ into s, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dp. Element (j, e) of row half hf: key kj[hf],
         // query column c = 8j + 2·t4 + (e & 1).
         const bool full_tile = tile_full(p, m0, m0 + kBM, k0w, k0w + 64, lq, lkv);
-        const bool use_bias = p.bias && item_state(idx) == kBiasRead;
+        const bool use_bias = p.bias && qi.state(idx) == kBiasRead;
         if (full_tile && !use_bias) {  // interior: every query row has keys, so lse is finite
 #pragma unroll
             for (int j = 0; j < NQ; ++j)
