@@ -2,15 +2,21 @@
 // (src/cuda/attn/workspace.h), which the device kernels (sm90/stage_tf32.cu, fwd_kernel.cuh,
 // bwd_dq_kernel.cuh) index with: per-sequence column ranges of the transposed copy, the gaps the
 // pre-pass zero-fills between them, the 8-key order that makes the accumulator the tf32 A
-// fragment, and the workspace regions per family and direction. Plain C++: runs in every build.
+// fragment, and the workspace regions per family and direction (plain C++: every build); in a
+// CUDA build also the selection rule that the whole family must fit the shared memory.
 // Run: fattn-unit --gtest_filter='Sm90Tf32Layout*'
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "cuda/attn/tiles.h"
 #include "cuda/attn/workspace.h"
+#ifdef FATTN_WITH_CUDA
+#include "cuda/attn/attn_kernels.h"
+#endif
 
 namespace {
 
@@ -135,3 +141,41 @@ TEST(Sm90Tf32Layout, WorkspaceRegions) {
 }
 
 }  // namespace
+
+#ifdef FATTN_WITH_CUDA
+// Selection takes SM90_TF32 only where every kernel of the family fits the device's shared memory:
+// the dK/dV kernel (231.5 KB at D128) is the largest, above the dQ kernel (225 KB) that was
+// checked alone before. A device between the two must get the portable family (AUTO) or a refusal
+// (SM90 pinned), not a launch that fails. Needs a library with sm_90a code (FATTN_CUDA_ARCHS
+// with 90a): skipped otherwise.
+TEST(Sm90Tf32Layout, SelectionCountsTheLargestKernelsSharedMemory) {
+    using fattn::cuda::attn::choose;
+    fattn::AttnFwdParams p = params(2, 1000, 8, 2, 128);
+    alignas(16) static float dummy[4];
+    p.q = p.k = p.v = dummy;
+    p.q_ss = p.k_ss = p.v_ss = 8 * 128, p.q_sh = p.k_sh = p.v_sh = 128;
+    p.q_sb = p.k_sb = p.v_sb = 1000 * 8 * 128;
+    fattn::cuda::DeviceInfo dev;
+    dev.sm_major = 9, dev.sm_minor = 0, dev.num_sms = 132;
+    dev.smem_optin = 232448;  // H100/H200: 227 KB
+    Choice c;
+    std::string why;
+    ASSERT_EQ(choose(p, dev, &c, &why), FATTN_OK) << why;
+    if (c.family != Family::SM90_TF32) GTEST_SKIP() << "this library has no sm_90a code";
+    EXPECT_EQ(c.fwd_family, Family::SM90_TF32);
+
+    const size_t dq = fattn::cuda::attn::sm90_dq_smem(128, 4), dkdv = fattn::cuda::attn::sm90_dkdv_smem(128, 4);
+    ASSERT_LT(dq, dkdv);
+    dev.smem_optin = (dq + dkdv) / 2;  // the dQ kernel fits, the dK/dV kernel does not
+    c = Choice{};
+    ASSERT_EQ(choose(p, dev, &c, &why), FATTN_OK) << why;
+    EXPECT_EQ(c.family, Family::MMA_TF32);
+    EXPECT_EQ(c.fwd_family, Family::MMA_TF32);
+
+    dev.family = FATTN_CUDA_FAMILY_SM90;
+    c = Choice{};
+    why.clear();
+    EXPECT_EQ(choose(p, dev, &c, &why), FATTN_ERR_UNSUPPORTED);
+    EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
+}
+#endif

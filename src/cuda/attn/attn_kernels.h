@@ -18,7 +18,7 @@ enum class Family {
     MMA_NATIVE,   // bf16/f16 mma.sync.m16n8k16, fp32 accumulation, sm_80+
     MMA_TF32,     // f32 inputs on mma.sync.m16n8k8 (tf32), sm_80+
     SM90_NATIVE,  // bf16/f16 wgmma + TMA, warp-specialized (src/cuda/attn/sm90), sm_90a
-    SM90_TF32,    // f32 inputs on tf32 wgmma + TMA (the sm90 forward; the backward is MMA_TF32)
+    SM90_TF32,    // f32 inputs on tf32 wgmma + TMA, forward and backward (src/cuda/attn/sm90), sm_90a
 };
 
 struct Choice {

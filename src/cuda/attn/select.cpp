@@ -11,6 +11,7 @@
 //   backward also needs dout TMA-legal, which only the call shows (launch.cu: sm90_dout_ok).
 //   TF32 on an sm_90 device -> SM90_TF32 (tf32 wgmma: forward, dK/dV, dQ) where sm90_fwd_legal
 //   says so and the family allows it; as for NATIVE, the backward also needs dout TMA-legal.
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/attn/attn_kernels.h"
@@ -125,11 +126,13 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             return FATTN_ERR_UNSUPPORTED;
         if (dev.family != FATTN_CUDA_FAMILY_PORTABLE) {
             std::string w;
-            // The dQ kernel's tiles are the largest of the three (225 KB; dK/dV 193 KB: sm90/bwd.cu).
-            if (sm90_fwd_legal(p, dev, &w) && sm90_dq_smem(int(p.d), 4) <= dev.smem_optin)
+            // The backward's kernels take more shared memory than the forward (sm90_fwd_legal's
+            // check): at D128 dQ 225 KB, dK/dV 231.5 KB (tiles.h).
+            const size_t bwd_smem = std::max(sm90_dq_smem(int(p.d), 4), sm90_dkdv_smem(int(p.d), 4));
+            if (sm90_fwd_legal(p, dev, &w) && bwd_smem <= dev.smem_optin)
                 c->fwd_family = c->family = Family::SM90_TF32;
             else if (dev.family == FATTN_CUDA_FAMILY_SM90)
-                return no((w.empty() ? std::string("sm90 tf32 dQ: needs more shared memory than the device allows") : w) +
+                return no((w.empty() ? std::string("sm90 tf32 backward: needs more shared memory than the device allows") : w) +
                           " (family SM90 was asked for)");
         }
         return FATTN_OK;

@@ -94,6 +94,23 @@ constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
            128 + 1024;
 }
 
+// ---- sm_90a dK/dV kernel (sm90/bwd_dkdv_kernel.cuh) ----
+// 128 keys per CTA (two consumer warpgroups × 64; tf32 with one warpgroup of 64 keys ran L2-bound:
+// every item's four query-side tiles then serve half the keys, session 9). Query rows per item:
+// 64 (at D64, 128 rows spilled ~250 B: Sᵀ, dPᵀ and their fragments double while dK + dV only
+// halve); tf32 32. Two row stages (Q, dO [bm, D] and 4 row arrays of bm floats); tf32 also
+// stages Qᵀ, dOᵀ (the same bytes as Q, dO), one stage at D128 (K, V of 128 keys take 128 KB:
+// 231.5 KB in all), two at D64; 16-bit reads Q, dO MN-major from the row stage instead.
+constexpr int sm90_dkdv_bn() { return 128; }
+constexpr int sm90_dkdv_bm(size_t es = 2) { return es == 4 ? 32 : 64; }
+constexpr int sm90_dkdv_stages() { return 2; }
+constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 1 : 2) : 0; }
+constexpr size_t sm90_dkdv_smem(int d, size_t es = 2) {
+    return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages() + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
+               size_t(d) * es +
+           size_t(sm90_dkdv_stages()) * 4 * sm90_dkdv_bm(es) * 4 + 128 + 1024;
+}
+
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P
     return (size_t(sc_rows() + sc_cols(db)) * sc_stride(db) + size_t(sc_rows()) * sc_cols(db)) * 4;
 }

@@ -27,18 +27,12 @@
 
 namespace fattn::cuda::attn {
 
-namespace sm90bwd {  // es: element size (2: bf16/f16, 4: f32 inputs on tf32)
-// Consumer warpgroups (64 keys each) and keys per CTA: 2 and 128. (tf32 with one warpgroup of 64
-// keys ran L2-bound: every item's four query-side tiles serve half the keys; session 9.)
-constexpr int consumers(size_t = 2) { return 2; }
-constexpr int bn(size_t es = 2) { return 64 * consumers(es); }
-// Query rows per work item: 64 (at D64, 128 rows spilled ~250 B: Sᵀ, dPᵀ and their fragments
-// double while dK + dV only halve). tf32: 32, so that two stages of Q, dO, Qᵀ and dOᵀ (16 KB each
-// at D128) fit beside K and V: 193 KB.
-constexpr int bm(int, size_t es = 2) { return es == 4 ? 32 : 64; }
-constexpr int kStages = 2;  // row stages (Q, dO and the rows' lse/δ)
-// tf32's stages of Qᵀ, dOᵀ [D, bm]; 16-bit reads Q, dO MN-major from the row stage instead.
-constexpr int t_stages(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 1 : 2) : 0; }
+namespace sm90bwd {  // es: element size (2: bf16/f16, 4: f32 inputs on tf32); shapes: tiles.h (sm90_dkdv_*)
+constexpr int consumers(size_t = 2) { return 2; }  // warpgroups of 64 keys
+constexpr int bn(size_t = 2) { return sm90_dkdv_bn(); }
+constexpr int bm(int, size_t es = 2) { return sm90_dkdv_bm(es); }
+constexpr int kStages = sm90_dkdv_stages();  // row stages (Q, dO and the rows' lse/δ)
+constexpr int t_stages(int d, size_t es = 2) { return sm90_dkdv_t_stages(d, es); }  // tf32's Qᵀ, dOᵀ
 constexpr int threads(size_t es = 2) { return 128 * (1 + consumers(es)); }
 // Register split (128·P + 128·consumers·C <= 64K): the producer's item walk spills under 56
 // registers; at D128 the consumers' dK + dV (128) + Sᵀ, dPᵀ (64) + fragments need more than 224
@@ -47,12 +41,7 @@ constexpr int threads(size_t es = 2) { return 128 * (1 + consumers(es)); }
 constexpr int producer_regs(int d) { return d > 64 ? 40 : 56; }
 constexpr int consumer_regs(int d) { return d > 64 ? 232 : 224; }
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
-// K, V [bn, D]; per row stage Q, dO [bm, D] and 4 row arrays of bm floats; per transposed stage
-// Qᵀ, dOᵀ (the same bytes as Q, dO); barriers; slack.
-constexpr size_t dkdv_smem(int d, size_t es = 2) {
-    return (size_t(2 * bn(es)) + size_t(2 * (kStages + t_stages(d, es)) * bm(d, es))) * size_t(d) * es +
-           size_t(kStages) * 4 * bm(d, es) * 4 + 128 + 1024;
-}
+constexpr size_t dkdv_smem(int d, size_t es = 2) { return sm90_dkdv_smem(d, es); }
 }  // namespace sm90bwd
 
 // tm_qt, tm_dot: the Qᵀ and dOᵀ copies' tensor maps (tf32 only; unused by the 16-bit instances).
