@@ -76,6 +76,9 @@ std::vector<AttnCase> make_table() {
         C("bias_dense_f16").shape(1, 50, 70, 2, 2, 64).dt(F16).with_bias(BiasKind::DENSE),
         C("bias_bcast_bf16").shape(2, 60, 60, 2, 2, 64).dt(BF16).with_bias(BiasKind::BCAST),
         C("bias_f32_on_bf16").shape(1, 60, 60, 2, 2, 64).dt(BF16).with_bias(BiasKind::DENSE).bias_dt(F32),
+        // f32 inputs (the sm90 tf32 kernels on Hopper) with 16-bit biases, partial tiles at both ends
+        C("bias_bf16_on_f32").shape(1, 150, 200, 2, 2, 64).with_bias(BiasKind::DENSE).bias_dt(BF16),
+        C("bias_f16_on_f32_d128").shape(1, 130, 97, 2, 2, 128).with_bias(BiasKind::NEG_BAND).bias_dt(F16),
         C("bias_negtri_plus_causal").shape(1, 97, 97, 2, 2, 64).with_bias(BiasKind::NEG_TRI).causal_(TL),
         C("bias_keypad_causal_br").shape(2, 50, 70, 2, 2, 64).with_bias(BiasKind::KEYPAD).causal_(BR),
         C("bias_rowcol_window").shape(1, 97, 97, 2, 2, 64).with_bias(BiasKind::NEG_ROWCOL).window(10, 10, ATL),

@@ -13,6 +13,7 @@
 
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/attn_params.h"
 #include "cuda/attn/workspace.h"
@@ -91,6 +92,37 @@ __device__ __forceinline__ float load_bias(const void *bias, fattn_dtype dt, int
     case FATTN_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(bias)[off]);
     default: return static_cast<const float *>(bias)[off];
     }
+}
+
+// A bias element's bits, unconverted (f32: the float's bits; f16/bf16: its 16 bits), so that a
+// thread can issue a batch of loads before the first conversion waits on one (bias_from_bits).
+// The sm90 kernels' masked tiles load this way: a band bias leaves most live tiles partly masked,
+// and one load waiting on L2 per element was most of such a tile's time.
+__device__ __forceinline__ uint32_t load_bias_bits(const void *bias, fattn_dtype dt, int64_t off) {
+    if (dt == FATTN_F16 || dt == FATTN_BF16) return static_cast<const uint16_t *>(bias)[off];
+    return static_cast<const uint32_t *>(bias)[off];
+}
+__device__ __forceinline__ float bias_from_bits(uint32_t b, fattn_dtype dt) {
+    switch (dt) {
+    case FATTN_F16: return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+    case FATTN_BF16: return __uint_as_float(b << 16);
+    default: return __uint_as_float(b);
+    }
+}
+// load_bias_pair's bits (below): keys kj, kj + 1 of one row, 0 (= 0.0 in every dtype) where
+// row_ok is false or a key is past lkv; an aligned in-range f32 pair is one 8-byte load.
+__device__ __forceinline__ void load_bias_pair_bits(const void *bias, fattn_dtype dt, bool pair_ok, bool row_ok,
+                                                    int64_t rb, int64_t kj, int64_t lkv, uint32_t (&b)[2]) {
+    b[0] = b[1] = 0u;
+    if (!row_ok) return;
+    const int64_t off = rb + kj;
+    if (dt == FATTN_F32 && pair_ok && (off & 1) == 0 && kj + 1 < lkv) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(static_cast<const float *>(bias) + off);
+        b[0] = v.x, b[1] = v.y;
+        return;
+    }
+    if (kj < lkv) b[0] = load_bias_bits(bias, dt, off);
+    if (kj + 1 < lkv) b[1] = load_bias_bits(bias, dt, off + 1);
 }
 
 // The bias values of keys kj and kj + 1 of one row (offset rb of the row's key 0) into b[0..1],

@@ -213,31 +213,54 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                 }
         } else {
             const int64_t bb = seq_bias(p, sr, h);
+            // Four query blocks (16 elements) at a time: their bias loads are all issued before the
+            // first is used. (One load waiting on L2 per element made a band bias's partly masked
+            // items several times slower than whole ones.) tf32: two copies, with bias reads (kB)
+            // and without, so that a masked item without one loads and converts nothing
+            // (sm90_split_masked).
+            constexpr int CJ = kTf32 ? (NQ < 4 ? NQ : 4) : 2;
+            auto masked = [&](auto with_bias) {
+                constexpr bool kB = decltype(with_bias)::value;
 #pragma unroll
-            for (int j = 0; j < NQ; ++j)
+                for (int j0 = 0; j0 < NQ; j0 += CJ) {
+                    uint32_t bv[CJ * 4] = {};  // bits (common.cuh: load_bias_bits)
+                    if constexpr (kB) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int hf = e >> 1, c = j * 8 + 2 * t4 + (e & 1);
-                    const int64_t qi = m0 + c;
-                    bool ok = full_tile;
-                    if (!ok && qi < lq && kj[hf] < lkv) {
-                        int64_t lo, hi;
-                        key_range(p, qi, lq, lkv, &lo, &hi);
-                        ok = kj[hf] >= lo && kj[hf] <= hi;
+                        for (int i = 0; i < CJ * 4; ++i) {
+                            const int hf = (i & 3) >> 1;
+                            const int64_t qi = m0 + (j0 + i / 4) * 8 + 2 * t4 + (i & 1);
+                            if (use_bias && qi < lq && kj[hf] < lkv)
+                                bv[i] = load_bias_bits(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[hf]);
+                        }
                     }
-                    ok = ok && cL[c] != -INFINITY;
-                    float x = s[4 * j + e] * sl2, l2 = cL[c] * kLog2e;
-                    if (ok && use_bias) {  // relative to the row's ceiling, against lse' (common.cuh)
-                        const float bv = load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin + kj[hf]);
-                        x += (bv - cC[c]) * kLog2e;
-                        l2 = cLr[c] * kLog2e;
-                    }
-                    const float pr = ok ? fast_exp2(x - l2) : 0.f;
-                    s[4 * j + e] = pr;
-                    // A select, not pr · (..): a masked row's dPᵀ may be NaN (rows past a
-                    // sequence are not inputs of this call), and dK sums over the query columns.
-                    dp[4 * j + e] = ok ? pr * (dp[4 * j + e] - cD[c]) : 0.f;
+#pragma unroll
+                    for (int jj = 0; jj < CJ; ++jj)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int j = j0 + jj, hf = e >> 1, c = j * 8 + 2 * t4 + (e & 1);
+                            const int64_t qi = m0 + c;
+                            bool ok = full_tile;
+                            if (!ok && qi < lq && kj[hf] < lkv) {
+                                int64_t lo, hi;
+                                key_range(p, qi, lq, lkv, &lo, &hi);
+                                ok = kj[hf] >= lo && kj[hf] <= hi;
+                            }
+                            ok = ok && cL[c] != -INFINITY;
+                            float x = s[4 * j + e] * sl2, l2 = cL[c] * kLog2e;
+                            if (kB && use_bias) {  // relative to the row's ceiling, against lse' (common.cuh)
+                                x += (bias_from_bits(bv[4 * jj + e], p.bias_dtype) - cC[c]) * kLog2e;
+                                l2 = cLr[c] * kLog2e;
+                            }
+                            const float pr = ok ? fast_exp2(x - l2) : 0.f;
+                            s[4 * j + e] = pr;
+                            // A select, not pr · (..): a masked row's dPᵀ may be NaN (rows past a
+                            // sequence are not inputs of this call), and dK sums over the query columns.
+                            dp[4 * j + e] = ok ? pr * (dp[4 * j + e] - cD[c]) : 0.f;
+                        }
                 }
+            };
+            if (!sm90_split_masked<T>() || use_bias) masked(std::true_type{});
+            else masked(std::false_type{});
         }
         if constexpr (kTf32) mbar_arrive(&empty[st]);  // the rows and row arrays are read (dV/dK read Qᵀ, dOᵀ)
         // Pᵀ and dSᵀ as A fragments (sm90_a_frag; tf32: in Qᵀ/dOᵀ's query order).

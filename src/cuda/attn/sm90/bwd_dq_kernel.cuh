@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC, NS = kBN / 8, NO = D / 8, NK = kBN / KS;
+    constexpr int kBiasBatch = NS < 4 ? NS : 4;  // key pairs per batch of bias loads (masked tiles)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     T *sQ = reinterpret_cast<T *>(base);                        // NP × [kBM, PC]
@@ -190,29 +191,44 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
             wgmma_wait<0>();
             reg_fence(s);
             reg_fence(dp);
+            // As the forward's masked tiles: kBiasBatch key pairs' bias loads issued before the
+            // first is used; tf32: two copies, with bias reads (kB) and without (sm90_split_masked).
+            auto masked = [&](auto with_bias) {
+                constexpr bool kB = decltype(with_bias)::value;
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int64_t qi = row_of(hf);
-                int64_t lo, hi;
-                key_range(p, qi, lq, lkv, &lo, &hi);
-                if (qi >= lq || lse2[hf] == -INFINITY) hi = -1;
-                const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
-                const float c = use_bias ? cl[hf] : 0.f, l2 = use_bias ? lr2[hf] : lse2[hf];
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int64_t qi = row_of(hf);
+                    int64_t lo, hi;
+                    key_range(p, qi, lq, lkv, &lo, &hi);
+                    if (qi >= lq || lse2[hf] == -INFINITY) hi = -1;
+                    const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
+                    const float c = kB && use_bias ? cl[hf] : 0.f, l2 = kB && use_bias ? lr2[hf] : lse2[hf];
 #pragma unroll
-                for (int j = 0; j < NS; ++j) {
-                    const int64_t kj0 = n0 + j * 8 + 2 * t4;
-                    float bv[2];
-                    load_bias_pair(p.bias, p.bias_dtype, a.bias_pair, use_bias && hi >= 0, rb, kj0, lkv, bv);
+                    for (int j0 = 0; j0 < NS; j0 += kBiasBatch) {
+                        uint32_t bv[kBiasBatch][2] = {};
+                        if constexpr (kB) {
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int64_t kj = kj0 + e;
-                        const int i = 4 * j + 2 * hf + e;
-                        const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
-                        const float x = s[i] * sl2 + (bv[e] - c) * kLog2e;
-                        s[i] = ok ? fast_exp2(x - l2) * (dp[i] - dl[hf]) : 0.f;
+                            for (int jj = 0; jj < kBiasBatch; ++jj)
+                                load_bias_pair_bits(p.bias, p.bias_dtype, a.bias_pair, use_bias && hi >= 0, rb,
+                                                    n0 + (j0 + jj) * 8 + 2 * t4, lkv, bv[jj]);
+                        }
+#pragma unroll
+                        for (int jj = 0; jj < kBiasBatch; ++jj)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int j = j0 + jj;
+                                const int64_t kj = n0 + j * 8 + 2 * t4 + e;
+                                const int i = 4 * j + 2 * hf + e;
+                                const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
+                                const float b = kB ? bias_from_bits(bv[jj][e], p.bias_dtype) : 0.f;
+                                const float x = s[i] * sl2 + (b - c) * kLog2e;
+                                s[i] = ok ? fast_exp2(x - l2) * (dp[i] - dl[hf]) : 0.f;
+                            }
                     }
                 }
-            }
+            };
+            if (!sm90_split_masked<T>() || use_bias) masked(std::true_type{});
+            else masked(std::false_type{});
         }
         // dS as A fragments (sm90_a_frag; tf32: in Kᵀ's key order).
         uint32_t sa[NK][4];

@@ -106,6 +106,13 @@ __device__ __forceinline__ void sm90_round_rows_tf32(float *tile, int cw) {
         }
     }
 }
+// Whether a kernel's masked tiles come in two copies, with bias reads and without (the forward,
+// dQ and dK/dV kernels' `masked` lambdas). tf32: yes, a tile with no bias to read then loads and
+// converts nothing (f32 HOT-Step sites without a bias, S 625–3000: 10–20% faster fwd+bwd on the
+// H200). 16-bit: one copy, because there the second copy's registers made the unmasked tiles
+// slower (bf16 D64 S4096 fwd+bwd 7.24 → 8.16 ms, D128 4.66 → 4.89; PERF.md, session 10).
+template <typename T>
+__device__ constexpr bool sm90_split_masked() { return sizeof(T) == 4; }
 // K-step kk of an accumulator (its columns are the next product's k) as a wgmma A fragment.
 // 16-bit: blocks 2kk (a0, a1) and 2kk + 1 (a2, a3) as pairs. tf32: block kk; a0..a3 = (g, t),
 // (g + 8, t), (g, t + 4), (g + 8, t + 4) in the fragment's k-columns, which the B operand's copy
@@ -193,6 +200,8 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC;                // panels per Q/K tile row
     constexpr int NS = kBN / 8;               // 8-column blocks of S
+    // Key pairs per batch of bias loads in masked tiles (1 at 16-bit D128, where 4 spilled 156 B).
+    constexpr int kBiasBatch = sizeof(T) == 2 && D > 64 ? 1 : (NS < 4 ? NS : 4);
     constexpr int NO = D / 8;                 // 8-column blocks of O
     constexpr int NK = kBN / KS;              // k-steps of P·V (A fragments of P)
     extern __shared__ unsigned char smem_raw[];
@@ -306,27 +315,43 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
 #pragma unroll
             for (int i = 0; i < kBN / 2; ++i) s[i] *= sl2;
         } else {
+            // Masked tiles. kBiasBatch key pairs at a time: their bias loads are issued before the
+            // first is used (common.cuh: load_bias_bits). tf32: in two copies, with bias reads (kB)
+            // and without, so that a tile without one loads and converts nothing (sm90_split_masked).
+            auto masked = [&](auto with_bias) {
+                constexpr bool kB = decltype(with_bias)::value;
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int64_t qi = row_of(hf);
-                int64_t lo, hi;
-                key_range(p, qi, lq, lkv, &lo, &hi);
-                if (qi >= lq) hi = -1;
-                const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int64_t qi = row_of(hf);
+                    int64_t lo, hi;
+                    key_range(p, qi, lq, lkv, &lo, &hi);
+                    if (qi >= lq) hi = -1;
+                    const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
 #pragma unroll
-                for (int j = 0; j < NS; ++j) {
-                    const int64_t kj0 = n0 + j * 8 + 2 * t4;
-                    float bv[2];
-                    load_bias_pair(p.bias, p.bias_dtype, a.bias_pair, use_bias && qi < lq, rb, kj0, lkv, bv);
+                    for (int j0 = 0; j0 < NS; j0 += kBiasBatch) {
+                        uint32_t bv[kBiasBatch][2] = {};
+                        if constexpr (kB) {
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const int64_t kj = kj0 + e;
-                        const bool ok = full || (kj < lkv && kj >= lo && kj <= hi);
-                        const float x = s[4 * j + 2 * hf + e] * sl2 + (bv[e] - cl[hf]) * kLog2e;
-                        s[4 * j + 2 * hf + e] = ok ? x : -INFINITY;
+                            for (int jj = 0; jj < kBiasBatch; ++jj)
+                                load_bias_pair_bits(p.bias, p.bias_dtype, a.bias_pair, use_bias && qi < lq, rb,
+                                                    n0 + (j0 + jj) * 8 + 2 * t4, lkv, bv[jj]);
+                        }
+#pragma unroll
+                        for (int jj = 0; jj < kBiasBatch; ++jj)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int j = j0 + jj;
+                                const int64_t kj = n0 + j * 8 + 2 * t4 + e;
+                                const bool ok = full || (kj < lkv && kj >= lo && kj <= hi);
+                                const float b = kB ? bias_from_bits(bv[jj][e], p.bias_dtype) : 0.f;
+                                const float x = s[4 * j + 2 * hf + e] * sl2 + (b - cl[hf]) * kLog2e;
+                                s[4 * j + 2 * hf + e] = ok ? x : -INFINITY;
+                            }
                     }
                 }
-            }
+            };
+            if (!sm90_split_masked<T>() || use_bias) masked(std::true_type{});
+            else masked(std::false_type{});
         }
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
