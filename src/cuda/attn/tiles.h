@@ -76,9 +76,12 @@ constexpr int sc_stride(int db) { return db + 1; }
 // plus two stages of K and Vᵀ (64 KB each) fill 193 KB; at D64 128 keys, 161 KB.
 constexpr int sm90_fwd_bm() { return 128; }
 constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return es == 4 && d > 64 ? 64 : 128; }
-constexpr int sm90_fwd_stages() { return 2; }
+// Ring depths (K/V stages here, K/V in the dQ kernel, Q/dO rows in the dK/dV kernel) are per head
+// dim and element size so that each can be measured on its own: 2 everywhere so far (the 16-bit
+// D64 kernels use a third of the shared memory; deeper rings there are untried).
+constexpr int sm90_fwd_stages(int /*d*/, size_t /*es*/) { return 2; }
 constexpr size_t sm90_fwd_smem(int d, size_t es = 2) {
-    return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages() * sm90_fwd_bn(d, es)) * size_t(d) * es + 128 + 1024;
+    return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages(d, es) * sm90_fwd_bn(d, es)) * size_t(d) * es + 128 + 1024;
 }
 
 // ---- sm_90a dQ kernel (sm90/bwd_dq_kernel.cuh) ----
@@ -88,9 +91,9 @@ constexpr size_t sm90_fwd_smem(int d, size_t es = 2) {
 // (Q + dO 128 KB, three 16 KB tiles per stage: 225 KB in all) and 64 at D64 (161 KB).
 constexpr int sm90_dq_bm() { return 128; }
 constexpr int sm90_dq_bn(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 32 : 64) : (d > 64 ? 64 : 128); }
-constexpr int sm90_dq_stages() { return 2; }
+constexpr int sm90_dq_stages(int /*d*/, size_t /*es*/) { return 2; }
 constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
-    return (size_t(2 * sm90_dq_bm()) + size_t(sm90_dq_stages() * (es == 4 ? 3 : 2) * sm90_dq_bn(d, es))) * size_t(d) * es +
+    return (size_t(2 * sm90_dq_bm()) + size_t(sm90_dq_stages(d, es) * (es == 4 ? 3 : 2) * sm90_dq_bn(d, es))) * size_t(d) * es +
            128 + 1024;
 }
 
@@ -103,12 +106,12 @@ constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
 // 231.5 KB in all), two at D64; 16-bit reads Q, dO MN-major from the row stage instead.
 constexpr int sm90_dkdv_bn() { return 128; }
 constexpr int sm90_dkdv_bm(size_t es = 2) { return es == 4 ? 32 : 64; }
-constexpr int sm90_dkdv_stages() { return 2; }
+constexpr int sm90_dkdv_stages(int /*d*/, size_t /*es*/) { return 2; }
 constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 1 : 2) : 0; }
 constexpr size_t sm90_dkdv_smem(int d, size_t es = 2) {
-    return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages() + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
+    return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
                size_t(d) * es +
-           size_t(sm90_dkdv_stages()) * 4 * sm90_dkdv_bm(es) * 4 + 128 + 1024;
+           size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 + 128 + 1024;
 }
 
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P

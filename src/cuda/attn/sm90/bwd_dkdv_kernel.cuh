@@ -31,7 +31,7 @@ namespace sm90bwd {  // es: element size (2: bf16/f16, 4: f32 inputs on tf32); s
 constexpr int consumers(size_t = 2) { return 2; }  // warpgroups of 64 keys
 constexpr int bn(size_t = 2) { return sm90_dkdv_bn(); }
 constexpr int bm(int, size_t es = 2) { return sm90_dkdv_bm(es); }
-constexpr int kStages = sm90_dkdv_stages();  // row stages (Q, dO and the rows' lse/δ)
+constexpr int stages(int d, size_t es = 2) { return sm90_dkdv_stages(d, es); }  // row stages (Q, dO, the rows' lse/δ)
 constexpr int t_stages(int d, size_t es = 2) { return sm90_dkdv_t_stages(d, es); }  // tf32's Qᵀ, dOᵀ
 constexpr int threads(size_t es = 2) { return 128 * (1 + consumers(es)); }
 // Register split (128·P + 128·consumers·C <= 64K): the producer's item walk spills under 56
@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
     constexpr int kBN = bn(sizeof(T)), kBM = bm(D, sizeof(T)), NC = consumers(sizeof(T)), TS = t_stages(D, sizeof(T));
+    constexpr int kStages = stages(D, sizeof(T));
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC, NO = D / 8, NQ = kBM / 8, NK = kBM / KS;

@@ -22,7 +22,7 @@ namespace fattn::cuda::attn {
 namespace sm90dq {  // tile shapes and their reasons: tiles.h (sm90_dq_*)
 constexpr int kBM = sm90_dq_bm();  // query rows per CTA (two consumer warpgroups × 64)
 constexpr int bn(int d, size_t es = 2) { return sm90_dq_bn(d, es); }
-constexpr int kStages = sm90_dq_stages();
+constexpr int stages(int d, size_t es = 2) { return sm90_dq_stages(d, es); }
 constexpr int kThreads = 384;
 // Register split (128·P + 256·C <= 64K): 24/240 measured ~1% faster than 40/232 at D64 and the
 // same at D128 (H200, fattn-bench --preset targets-bf16, session 6).
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     using namespace sm90dq;
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
-    constexpr int kBN = bn(D, sizeof(T));
+    constexpr int kBN = bn(D, sizeof(T)), kStages = stages(D, sizeof(T));
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC, NS = kBN / 8, NO = D / 8, NK = kBN / KS;

@@ -41,7 +41,7 @@ struct Sm90Maps {
 };
 
 namespace sm90cfg {  // tile shapes and their reasons: tiles.h (sm90_fwd_*)
-constexpr int kBM = sm90_fwd_bm(), kStages = sm90_fwd_stages();
+constexpr int kBM = sm90_fwd_bm();
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 // Register split (128·P + 256·C <= 64K; the launch holds 168 a thread): measured on the H200
 // (fattn-bench --preset targets-bf16, session 6): D64 runs 5-7% faster with 24/240 than with
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     using namespace sm90cfg;
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
-    constexpr int kBN = sm90_fwd_bn(D, sizeof(T));
+    constexpr int kBN = sm90_fwd_bn(D, sizeof(T)), kStages = sm90_fwd_stages(D, sizeof(T));
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC;                // panels per Q/K tile row
