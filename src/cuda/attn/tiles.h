@@ -80,8 +80,12 @@ constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return es == 4 && d > 64
 // dim and element size so that each can be measured on its own: 2 everywhere so far (the 16-bit
 // D64 kernels use a third of the shared memory; deeper rings there are untried).
 constexpr int sm90_fwd_stages(int /*d*/, size_t /*es*/) { return 2; }
+// The mbarriers after a kernel's tiles: n of 8 bytes in a 128-byte area, or as many such areas as
+// they need (deeper rings: the forward has 1 + 4·stages, dQ 1 + 3·stages, dK/dV 1 + 2·(stages + t_stages)).
+constexpr size_t sm90_bar_bytes(int n) { return n * 8 <= 128 ? 128 : (size_t(n) * 8 + 127) / 128 * 128; }
 constexpr size_t sm90_fwd_smem(int d, size_t es = 2) {
-    return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages(d, es) * sm90_fwd_bn(d, es)) * size_t(d) * es + 128 + 1024;
+    return size_t(sm90_fwd_bm() + 2 * sm90_fwd_stages(d, es) * sm90_fwd_bn(d, es)) * size_t(d) * es +
+           sm90_bar_bytes(1 + 4 * sm90_fwd_stages(d, es)) + 1024;
 }
 
 // ---- sm_90a dQ kernel (sm90/bwd_dq_kernel.cuh) ----
@@ -94,7 +98,7 @@ constexpr int sm90_dq_bn(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 32 :
 constexpr int sm90_dq_stages(int /*d*/, size_t /*es*/) { return 2; }
 constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
     return (size_t(2 * sm90_dq_bm()) + size_t(sm90_dq_stages(d, es) * (es == 4 ? 3 : 2) * sm90_dq_bn(d, es))) * size_t(d) * es +
-           128 + 1024;
+           sm90_bar_bytes(1 + 3 * sm90_dq_stages(d, es)) + 1024;
 }
 
 // ---- sm_90a dK/dV kernel (sm90/bwd_dkdv_kernel.cuh) ----
@@ -111,7 +115,8 @@ constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 6
 constexpr size_t sm90_dkdv_smem(int d, size_t es = 2) {
     return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
                size_t(d) * es +
-           size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 + 128 + 1024;
+           size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 +
+           sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es))) + 1024;
 }
 
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P
