@@ -70,4 +70,12 @@ bench() {  # bench V TAG
 echo "rows: bf16 D64 S4096 B4 H32, bf16 D128 S4096 B4 H16, bf16 D64 S16k causal, bf16 D128 S4096 causal, f32 D64 / D128 S4096 B2 H16, f32 D64 S3000 B1 H16, same with ±128 band"
 for v in $LIST; do bench $v 1; done
 case " $LIST " in *" A "*) bench A 2 ;; esac
+el benches
+# Where the bf16 D64 backward waits (stall reasons per kernel), if time is left: main's build.
+if [ $(( $(date +%s) - T0 )) -lt 480 ] && [ -x /tmp/binA/fattn-bench ]; then
+    timeout 90 ncu --clock-control none -k regex:"sm90_dkdv|sm90_dq" -c 2 --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats /tmp/binA/fattn-bench --backend cuda --shape 4,4096,4096,32,32,64 --dtype bf16 --arms fused \
+        --reps 1 --warmup 0 > "$O/ncu-bf16-d64-bwd.txt" 2>&1; echo "ncu rc=$?"
+    grep -E "^  [a-z_].*sm90|Duration|Throughput|Issue Slots|Eligible|Warp Cycles Per Issued|Stall" "$O/ncu-bf16-d64-bwd.txt" | head -40
+fi
 el done
