@@ -13,7 +13,6 @@
 
 #include <cfloat>
 #include <cstdint>
-#include <type_traits>
 
 #include "core/attn_params.h"
 #include "cuda/attn/workspace.h"

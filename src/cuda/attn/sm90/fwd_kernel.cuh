@@ -26,6 +26,8 @@
 // of each 8-column block j (the mma.sync C layout, repeated over N / 8 blocks).
 #pragma once
 
+#include <type_traits>  // std::true_type / false_type: the masked tiles' two copies
+
 #include "cuda/attn/common.cuh"
 #include "cuda/attn/mma.cuh"
 #include "cuda/attn/sm90/ptx.cuh"

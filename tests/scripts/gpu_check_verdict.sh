@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# gpu_check_verdict.sh SOURCE_DIR — scripts/gpu-check.sh's verdict for the torch step's exit status,
+# without a GPU: a copy of scripts/ whose gpu-check-torch.sh is a stub exiting with a given status,
+# run as `gpu-check.sh nobuild torch`. 0 must read PASS / ALL PASS; 3 (pytest passed, a later part
+# failed or timed out) PARTIAL / INCOMPLETE, never ALL PASS (session 10's run printed ALL PASS over a
+# timed-out bench_host and example); 1 FAIL / FAILURES. Then gpu-check-torch.sh's own exit status.
+set -u
+SRC=${1:?usage: gpu_check_verdict.sh SOURCE_DIR}
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+mkdir -p "$W/scripts"
+cp "$SRC/scripts/gpu-check.sh" "$W/scripts/"
+cat > "$W/scripts/gpu-check-torch.sh" <<'STUB'
+#!/usr/bin/env bash
+echo "gpu-check-torch: stub | exit ${STUB_RC}"
+exit "${STUB_RC}"
+STUB
+fails=0
+expect() {  # expect RC STEP_WORD VERDICT_WORD
+    local out
+    out=$(cd "$W" && STUB_RC=$1 OUT="$W/out$1" GPU_CHECK_BUDGET=120 bash scripts/gpu-check.sh nobuild torch 2>&1)
+    local step verdict
+    step=$(grep -E '^torch +' <<< "$out" | awk '{print $2}')
+    verdict=$(grep -E '^gpu-check: ' <<< "$out" | tail -n1 | awk '{print $2}')
+    if [ "$step" = "$2" ] && [ "$verdict" = "$3" ]; then
+        echo "ok: torch step rc $1 -> $step, verdict $verdict"
+    else
+        echo "FAIL: torch step rc $1 -> '$step', verdict '$verdict' (want $2, $3)"
+        fails=1
+    fi
+}
+expect 0 PASS ALL
+expect 3 PARTIAL INCOMPLETE
+expect 1 FAIL FAILURES
+
+# scripts/gpu-check-torch.sh's own exit status, with a stub python (every part passes except the
+# one HOST_RC / EXAMPLE_RC names) and a given FATTN_LIBRARY (no build): 0 only when all passed,
+# 3 when pytest passed and bench_host or the example did not.
+T=$(mktemp -d)
+trap 'rm -rf "$W" "$T"' EXIT
+mkdir -p "$T/scripts"
+cp "$SRC/scripts/gpu-check-torch.sh" "$T/scripts/"
+: > "$T/libfattn.so"
+cat > "$T/python" <<'PY'
+#!/usr/bin/env bash
+case "$*" in
+  *pytest*) echo "3 passed in 0.10s" ;;
+  *bench_sdpa.py*) echo "bench_sdpa: 1/1 arm-cases ran (fattn: 1), 1 s" ;;
+  *bench_host.py*) exit "${HOST_RC:-0}" ;;
+  *train_tiny_gpt.py*) echo "max |loss(fattn) - loss(sdpa)| over 40 steps: 0.0001"; exit "${EXAMPLE_RC:-0}" ;;
+esac
+exit 0
+PY
+chmod +x "$T/python"
+torch_rc() {  # torch_rc HOST_RC EXAMPLE_RC WANT
+    (cd "$T" && HOST_RC=$1 EXAMPLE_RC=$2 PYTHON="$T/python" FATTN_LIBRARY="$T/libfattn.so" \
+        GPU_CHECK_TORCH_BUDGET=60 bash scripts/gpu-check-torch.sh "$T/out" > "$T/log" 2>&1)
+    local rc=$?
+    if [ "$rc" = "$3" ]; then
+        echo "ok: gpu-check-torch.sh with bench_host rc $1, example rc $2 -> exit $rc"
+    else
+        echo "FAIL: gpu-check-torch.sh with bench_host rc $1, example rc $2 -> exit $rc (want $3): $(tail -n1 "$T/log")"
+        fails=1
+    fi
+}
+torch_rc 0 0 0
+torch_rc 124 0 3
+torch_rc 0 124 3
+exit $fails
