@@ -40,6 +40,8 @@ struct PathFwdParams {
     const int32_t *cu_seqlens;  // nullptr: dense (host memory)
     int64_t num_seqs;           // sequences: B (dense) or cu_seqlens entries - 1
     int nthreads;
+    fattn_path_check check;     // w / beta check (the CPU runs it in path_api, CUDA on the device)
+    float check_tol;            // resolved (> 0)
 
     int64_t group() const { return hq / h; }
 };

@@ -1,0 +1,36 @@
+// bwd.cuh — the backward's kernel order (after the gate sums and the prep of sequence.h):
+//   KSegPrep (K^, E)  KDelta  KHist (the history)  KDkv (inter-segment dK^, dV, dG columns)
+//   zero dU, dW, dK~  KSegInter (gamma, dE)  KSegIntra (own-segment pairs)  KOwn (own chunk, dq)
+//   KGroupSum (GQA)  KChainA (segment chain)  KChainB (UT chain, dk dv dw dbeta)
+// Each kernel writes what it owns; later kernels add to earlier ones' buffers in launch order,
+// so every sum has a fixed order (no atomics).
+#pragma once
+
+#include "cuda/path/bwd_chain.cuh"
+#include "cuda/path/bwd_dkv.cuh"
+#include "cuda/path/bwd_hist.cuh"
+#include "cuda/path/bwd_intra.cuh"
+#include "cuda/path/bwd_seg.cuh"
+#include "cuda/path/small.cuh"
+
+namespace fattn::pathk {
+
+template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d) {
+    const int64_t rows = d.B * d.T;
+    l.template launch<KSegPrep<Tin, D>>(d.total_segs, d.h, d);
+    l.template launch<KDelta<Tin>>(ceil_div(rows * d.hq, KDelta<Tin>::kThreads), 1, d);
+    l.template launch<KHist<Tin, D>>(d.total_chunks, d.hq, d);
+    l.template launch<KDkv<Tin, D>>(d.total_chunks, d.hq, d);
+    const size_t part = size_t(rows) * size_t(d.hq) * D * sizeof(float);
+    l.fill(d.du, 0, part);
+    l.fill(d.dwacc, 0, part);
+    l.fill(d.dkt, 0, part);
+    l.template launch<KSegInter<Tin, D>>(d.total_segs, d.hq, d);
+    l.template launch<KSegIntra<Tin, D>>(d.total_segs, d.hq, d);
+    l.template launch<KOwn<Tin, D>>(d.total_chunks, d.hq, d);
+    if (d.grp > 1) l.template launch<KGroupSum<D>>(d.total_chunks, d.h, d);
+    l.template launch<KChainA<Tin, D>>(d.total_segs, d.h, d);
+    l.template launch<KChainB<Tin, D>>(d.total_chunks, d.h, d);
+}
+
+}  // namespace fattn::pathk

@@ -1,0 +1,245 @@
+// bwd_chain.cuh — the kv-head side of the backward: the group sum of the per-query-head
+// partials, the segment chain (K^ and E back to U, W, K~) and the UT chain (back to k, w, beta),
+// then the final dk, dv, dw, dbeta. Tile algebra on f32 tiles (tf32), as bwd_intra.cuh.
+//
+// KGroupSum, per (chunk, kv head), only when Hq > H: every partial of the group into the slot of
+// its first query head, summed in query-head order.
+//
+// KChainA, per (segment r < N-1, kv head): R = dLoss/d(product of the chunks before c), starting
+// at R = -sum dE_r (over the later query segments and the group, in order); for c = 0 .. 7:
+//   W^_c = W_c walked forward to the segment end:    dU_c -= W^_c R
+//   XU = U_c R^T;  R <- R - XU^T W_c + dK^_c^T K~_c  (R (I - W_c^T U_c)^T + dLoss/d(suffix product))
+//   [XU; dK^_c] walked back through chunks 7 .. c+1: dW_c -= XU walked, dK~_c += dK^_c walked.
+//
+// KChainB, per (chunk, kv head), with the chunk's UT transform recomputed (prep.cuh):
+//   K~ = K - Dm^T W:  dk += dK~, dDm -= W dK~^T, dW -= Dm dK~
+//   Dm = T WK:        dT = dDm WK^T, dWK = SL(T^T dDm): dW += dWK K, dk += dWK^T W
+//   U = T W:          dT += dU W^T, dW += T^T dU
+//   T = T0 diag(b):   dT <- LT(dT), dbeta_b += sum_a T0[a][b] dT[a][b], dT0 = dT diag(b)
+//   T0 = (I + M)^-1:  dM = SL(-T0^T dT0 T0^T);  M = SL(diag(b) W W^T): dbeta_a += sum_b dM (W W^T),
+//                     dW += diag(b) dM W + (diag(b) dM)^T W
+#pragma once
+
+#include "cuda/path/bwd_intra.cuh"
+#include "cuda/path/prep.cuh"
+
+namespace fattn::pathk {
+
+template <int D> struct KGroupSum {
+    static constexpr int kThreads = 128;
+    static constexpr size_t smem() { return 0; }
+    PK_DEV static void run(const PathDev &p, char *) {
+        const int64_t gc = bid_x();
+        const int h = bid_y(), g0 = h * p.grp;
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t c0 = (gc - sq.chunk0) * kC, row = sq.row0 + c0;
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        const bool kh = (gc - sq.chunk0) / kNcs < ceil_div(sq.len, kS) - 1;
+        float *bufs[6] = {p.dvacc, p.dkt, p.du, p.dwacc, p.dko, kh ? p.dkh : nullptr};
+        for (float *b : bufs) {
+            if (!b) continue;
+            for (int e = tid(); e < n * D; e += kThreads) {
+                float *x = b + ((row + e / D) * p.hq + g0) * D + e % D;
+                float s = x[0];
+                for (int g = 1; g < p.grp; ++g) s += x[int64_t(g) * D];
+                x[0] = s;
+            }
+        }
+        for (int e = tid(); e < kC * kC; e += kThreads) {
+            float *x = p.ddm + (gc * p.hq + g0) * kC * kC + e;
+            float s = x[0];
+            for (int g = 1; g < p.grp; ++g) s += x[int64_t(g) * kC * kC];
+            x[0] = s;
+        }
+    }
+};
+
+template <typename Tin, int D> struct KChainA {
+    static constexpr int kThreads = 128, NW = 4;
+    using FT = F32Tiles<D>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    static constexpr size_t RB = tile_bytes<float>(D, D);
+    static constexpr size_t smem() { return RB + 4 * FT::BIG + FT::SMALL; }
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gs = bid_x();
+        const int h = bid_y(), g0 = h * p.grp;
+        const SeqInfo sq = seq_of_seg(p, gs);
+        const int64_t r = gs - sq.seg0, ns = ceil_div(sq.len, kS);
+        if (r >= ns - 1) return;
+        float *R = reinterpret_cast<float *>(smem), *sY = reinterpret_cast<float *>(smem + RB);  // Y: W^, then dK^
+        float *sXU = sY + kC * SD, *sA = sXU + kC * SD, *sB = sA + kC * SD, *T = sB + kC * SD;
+        const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
+        auto landed = [&] {
+            cp_commit();
+            cp_wait<0>();
+            sync();
+        };
+        auto ldW = [&](float *s, int64_t lc) {
+            const int64_t t0 = sq.begin + lc * kC;
+            load_tile<float, kThreads>(s, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, kC, p.K, p.vec_w);
+        };
+        auto ldU = [&](float *s, int64_t lc) { load_ws_f32<D, kThreads>(s, p.uf + ((sq.row0 + lc * kC) * p.h + h) * D, hd, kC); };
+        // R = -(sum over query segments rt > r and the group of dE(rt, r)); 0 for r = 0
+        for (int e = tid(); e < D * D; e += kThreads) {
+            float s = 0.f;
+            if (r >= 1)
+                for (int64_t rt = r + 1; rt < ns; ++rt)
+                    for (int g = 0; g < p.grp; ++g)
+                        s += p.dep[((sq.pair0 + (rt - 1) * (rt - 2) / 2 + (r - 1)) * p.hq + g0 + g) * D * D + e];
+            R[(e / D) * SD + e % D] = -s;
+        }
+        for (int64_t c = 0; c < kNcs; ++c) {
+            const int64_t lc = r * kNcs + c, krow = sq.row0 + lc * kC;
+            // W^_c: W_c walked forward (k <- k - (k U^T) W) through chunks c+1 .. 7
+            sync();
+            ldW(sY, lc);
+            landed();
+            for (int64_t c2 = c + 1; c2 < kNcs; ++c2) {
+                ldW(sB, r * kNcs + c2);
+                ldU(sA, r * kNcs + c2);
+                landed();
+                cta_gemm<float, false, false, 8, NW>(kC, kC, D, sY, SD, sA, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
+                sync();
+                cta_gemm<float, false, true, NB, NW>(kC, D, kC, T, S64, sB, SD, [&](int a, int col, float v) { sY[a * SD + col] -= v; });
+                sync();
+            }
+            // dU_c -= W^_c R ; XU = U_c R^T
+            ldU(sA, lc);
+            landed();
+            cta_gemm<float, false, true, NB, NW>(kC, D, D, sY, SD, R, SD, [&](int b, int e, float v) {
+                p.du[((krow + b) * p.hq + g0) * D + e] -= v;
+            });
+            cta_gemm<float, false, false, NB, NW>(kC, D, D, sA, SD, R, SD, [&](int b, int d, float v) { sXU[b * SD + d] = v; });
+            sync();
+            // R <- R - XU^T W_c + dK^_c^T K~_c
+            ldW(sB, lc);
+            load_ws_f32<D, kThreads>(sY, p.dkh + (krow * p.hq + g0) * D, hqd, kC);
+            landed();
+            load_tile_cvt<float, Tin, kThreads>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D);
+            sync();
+            cta_gemm<float, true, true, NB, NW>(D, D, kC, sXU, SD, sB, SD, [&](int d, int e, float v) { R[d * SD + e] -= v; });
+            sync();
+            cta_gemm<float, true, true, NB, NW>(D, D, kC, sY, SD, sA, SD, [&](int d, int e, float v) { R[d * SD + e] += v; });
+            // [XU; dK^] walked back (x <- x - (x W^T) U) through chunks 7 .. c+1
+            for (int64_t c2 = kNcs - 1; c2 > c; --c2) {
+                sync();
+                ldW(sB, r * kNcs + c2);
+                ldU(sA, r * kNcs + c2);
+                landed();
+                for (float *x : {sXU, sY}) {
+                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, x, SD, sB, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
+                    sync();
+                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, T, S64, sA, SD, [&](int a, int col, float v) { x[a * SD + col] -= v; });
+                    sync();
+                }
+            }
+            sync();
+            for (int e = tid(); e < kC * D; e += kThreads) {
+                const int64_t o = ((krow + e / D) * p.hq + g0) * D + e % D;
+                p.dwacc[o] -= sXU[(e / D) * SD + e % D];
+                p.dkt[o] += sY[(e / D) * SD + e % D];
+            }
+        }
+    }
+};
+
+template <typename Tin, int D> struct KChainB {
+    static constexpr int kThreads = 128, NW = 4;
+    using FT = F32Tiles<D>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    static constexpr size_t smem() { return 3 * FT::BIG + 7 * FT::SMALL + 2 * kC * 4; }
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gc = bid_x();
+        const int h = bid_y(), g0 = h * p.grp;
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t c0 = (gc - sq.chunk0) * kC, row = sq.row0 + c0, t0 = sq.begin + c0;
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        float *BW = reinterpret_cast<float *>(smem), *BK = BW + kC * SD, *BX = BK + kC * SD;
+        float *S1 = BX + kC * SD, *T0 = S1 + kC * S64, *T = T0 + kC * S64, *Dm = T + kC * S64, *dD = Dm + kC * S64,
+              *dT = dD + kC * S64, *S7 = dT + kC * S64;
+        float *sb = S7 + kC * S64, *db = sb + kC;
+        const int64_t hqd = int64_t(p.hq) * D;
+        auto at = [&](int a, int col) { return ((row + a) * p.hq + g0) * D + col; };
+        prep_load<Tin, D, kThreads>(p, sq, c0, n, h, BW, BK, sb);
+        prep_t0<D, kThreads>(BW, sb, S1, T0, n);
+        for (int e = tid(); e < kC * kC; e += kThreads) {
+            T[(e / kC) * S64 + e % kC] = T0[(e / kC) * S64 + e % kC] * sb[e % kC];
+            dD[(e / kC) * S64 + e % kC] = p.ddm[(gc * p.hq + g0) * kC * kC + e];
+        }
+        if (tid() < kC) db[tid()] = 0.f;
+        sync();
+        prep_wk_dm<D, NW>(BW, BK, sb, T0, S1, S7, Dm);  // S1 = WK, Dm = T0 diag(b) WK
+        // K~ chain
+        load_ws_f32<D, kThreads>(BX, p.dkt + (row * p.hq + g0) * D, hqd, n);
+        cp_commit();
+        cp_wait<0>();
+        sync();
+        cta_gemm<float, false, false, 8, NW>(kC, kC, D, BW, SD, BX, SD, [&](int d, int b, float v) { dD[d * S64 + b] -= v; });
+        cta_gemm<float, false, true, NB, NW>(kC, D, kC, Dm, S64, BX, SD, [&](int d, int col, float v) { if (d < n) p.dwacc[at(d, col)] -= v; });
+        for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += BX[(e / D) * SD + e % D];
+        sync();
+        // Dm chain
+        cta_gemm<float, false, false, 8, NW>(kC, kC, kC, dD, S64, S1, S64, [&](int a, int c, float v) { dT[a * S64 + c] = v; });
+        cta_gemm<float, true, true, 8, NW>(kC, kC, kC, T, S64, dD, S64, [&](int c, int b, float v) { S7[c * S64 + b] = c > b ? v : 0.f; });
+        sync();
+        cta_gemm<float, false, true, NB, NW>(kC, D, kC, S7, S64, BK, SD, [&](int d, int col, float v) { if (d < n) p.dwacc[at(d, col)] += v; });
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, S7, S64, BW, SD, [&](int b, int col, float v) { if (b < n) p.dko[at(b, col)] += v; });
+        sync();
+        // U chain
+        load_ws_f32<D, kThreads>(BX, p.du + (row * p.hq + g0) * D, hqd, n);
+        cp_commit();
+        cp_wait<0>();
+        sync();
+        cta_gemm<float, false, false, 8, NW>(kC, kC, D, BX, SD, BW, SD, [&](int a, int c, float v) { dT[a * S64 + c] += v; });
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, T, S64, BX, SD, [&](int c, int col, float v) { if (c < n) p.dwacc[at(c, col)] += v; });
+        sync();
+        // T = T0 diag(b): dT lower, dbeta, dT0
+        for (int e = tid(); e < kC * kC; e += kThreads)
+            if (e % kC > e / kC) dT[(e / kC) * S64 + e % kC] = 0.f;
+        sync();
+        if (tid() < kC) {
+            const int b = tid();
+            float s = 0.f;
+            for (int a = 0; a < kC; ++a) s += T0[a * S64 + b] * dT[a * S64 + b];
+            db[b] += s;
+        }
+        sync();
+        for (int e = tid(); e < kC * kC; e += kThreads) dT[(e / kC) * S64 + e % kC] *= sb[e % kC];
+        sync();
+        // dM = SL(-T0^T (dT0 T0^T))
+        cta_gemm<float, false, false, 8, NW>(kC, kC, kC, dT, S64, T0, S64, [&](int a, int c, float v) { S7[a * S64 + c] = v; });
+        sync();
+        cta_gemm<float, true, true, 8, NW>(kC, kC, kC, T0, S64, S7, S64, [&](int a, int b, float v) { dD[a * S64 + b] = a > b ? -v : 0.f; });
+        sync();
+        cta_gemm<float, false, false, 8, NW>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { S7[a * S64 + b] = v; });
+        sync();
+        if (tid() < kC) {
+            const int a = tid();
+            float s = 0.f;
+            for (int b = 0; b < kC; ++b) s += dD[a * S64 + b] * S7[a * S64 + b];
+            db[a] += s;
+        }
+        sync();
+        for (int e = tid(); e < kC * kC; e += kThreads) dD[(e / kC) * S64 + e % kC] *= sb[e / kC];
+        sync();
+        cta_gemm<float, false, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, [&](int a, int col, float v) { if (a < n) p.dwacc[at(a, col)] += v; });
+        sync();
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, [&](int b, int col, float v) { if (b < n) p.dwacc[at(b, col)] += v; });
+        sync();
+        // outputs
+        for (int e = tid(); e < n * D; e += kThreads) {
+            const int a = e / D, col = e % D;
+            const int64_t t = t0 + a;
+            if (col < p.K) {
+                st<Tin>(p.dk, sq.b * p.dk_sb + t * p.dk_ss + h * p.dk_sh + col, p.dko[at(a, col)]);
+                p.dw[sq.b * p.dw_sb + t * p.dw_ss + h * p.dw_sh + col] = p.dwacc[at(a, col)];
+            }
+            if (col < p.V) st<Tin>(p.dv, sq.b * p.dv_sb + t * p.dv_ss + h * p.dv_sh + col, p.dvacc[at(a, col)]);
+        }
+        if (tid() < n) p.dbeta[sq.b * p.dbeta_sb + (t0 + tid()) * p.dbeta_ss + h * p.dbeta_sh] = db[tid()];
+    }
+};
+
+}  // namespace fattn::pathk

@@ -1,0 +1,144 @@
+// bwd_hist.cuh — the backward's per-segment prep and the history producer.
+//
+// KSegPrep, per (segment r < N-1, kv head): scans the segment's chunks from last to first with
+// Ms = the product of the chunks after c (Ms starts at I): K^_c = K~_c Ms^T (keys walked forward
+// to the segment end), then Ms <- Ms (I - W_c^T U_c). At the end E_r = I - Ms. tf32, f32 tiles.
+//
+// KHist, per (query chunk ci >= 8, query head): Q~ (own chunk, UT form) walked back chunk by
+// chunk to token 512, stored at every segment start it crosses: Qh[t, r] = q_t^T H_t ... H_{rS},
+// 1 <= r <= t / 512, into the packed (or rectangular) history in the input dtype. Every cell is
+// written exactly once (by the chunk that owns the token, in a strictly descending loop over r).
+// Walk products as in the forward (f16 for 16-bit inputs, tf32 for f32).
+#pragma once
+
+#include "cuda/path/common.cuh"
+
+namespace fattn::pathk {
+
+template <typename Tin, int D> struct KSegPrep {
+    static constexpr int kThreads = 128, NW = 4;
+    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
+    static constexpr size_t MS = tile_bytes<float>(D, D), BIG = tile_bytes<float>(kC, D), TMP = tile_bytes<float>(D, kC);
+    static constexpr size_t smem() { return MS + 3 * BIG + TMP; }
+    static constexpr int NB = D >= 64 ? 8 : D / 8;
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gs = bid_x();
+        const int h = bid_y();
+        const SeqInfo sq = seq_of_seg(p, gs);
+        const int64_t r = gs - sq.seg0, ns = ceil_div(sq.len, kS);
+        if (r >= ns - 1) return;  // the last segment's K^ and E are never read
+        float *sMs = reinterpret_cast<float *>(smem), *sW = reinterpret_cast<float *>(smem + MS);
+        float *sU = sW + kC * SD, *sK = sU + kC * SD, *sT = sK + kC * SD;
+        for (int e = tid(); e < D * D; e += kThreads) sMs[(e / D) * SD + e % D] = (e / D == e % D) ? 1.f : 0.f;
+        const int64_t ws = int64_t(p.h) * D;
+        for (int c = kNcs - 1; c >= 0; --c) {
+            const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC, t0 = sq.begin + lc * kC;
+            load_tile<float, kThreads>(sW, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, kC, p.K, p.vec_w);
+            load_tile<float, kThreads>(sU, SD, p.uf + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+            cp_commit();
+            load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D);
+            cp_wait<0>();
+            sync();
+            cta_gemm<float, false, false, NB, NW>(kC, D, D, sK, SD, sMs, SD, [&](int b, int col, float v) {
+                st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
+            });
+            cta_gemm<float, false, false, 8, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
+            sync();
+            cta_gemm<float, false, true, NB, NW>(D, D, kC, sT, S64, sU, SD, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
+            sync();
+        }
+        float *E = p.emat + ((sq.seg0 + r) * p.h + h) * D * D;
+        for (int e = tid(); e < D * D; e += kThreads) E[e] = ((e / D == e % D) ? 1.f : 0.f) - sMs[(e / D) * SD + e % D];
+    }
+};
+
+template <typename Tin, int D> struct KHist {
+    using Tw = walk_t<Tin>;
+    static constexpr int kThreads = 128, NX = D / 8;
+    static constexpr int STi = tile_stride<Tin>(D), STw = tile_stride<Tw>(D);
+    static constexpr size_t TI = tile_bytes<Tin>(kC, D), TW = tile_bytes<Tw>(kC, D);
+    static constexpr size_t STAGE = 2 * TW, OWN = TI + 2 * TW;
+    static constexpr size_t smem() { return STAGE + OWN; }  // stage 0, then own / stage 1
+
+    PK_DEV static void issue(const PathDev &p, const SeqInfo &sq, int h, int64_t cj, char *buf) {
+        const int64_t row = sq.row0 + cj * kC, ws = int64_t(p.h) * D;
+        load_tile<Tw, kThreads>(reinterpret_cast<Tw *>(buf), STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws,
+                                kC, D, kC, D, true);
+        load_tile<Tw, kThreads>(reinterpret_cast<Tw *>(buf + TW), STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D,
+                                ws, kC, D, kC, D, true);
+    }
+    PK_DEV static void store(const PathDev &p, const SeqInfo &sq, int hq, int64_t c0, int n, int r0, int64_t r,
+                             const float (&X)[NX][4]) {
+        for (int hh = 0; hh < 2; ++hh) {
+            const int a = r0 + acc_row(2 * hh);
+            if (a >= n) continue;
+            const int64_t off = (hist_cell(p, sq, c0 + a, r) * p.hq + hq) * p.K;
+            for (int j = 0; j < NX; ++j)
+                for (int e = 0; e < 2; ++e) {
+                    const int col = acc_col(j, e);
+                    if (col < p.K) st<Tin>(p.hist, off + col, X[j][2 * hh + e]);
+                }
+        }
+    }
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gc = bid_x();
+        const int hq = bid_y(), h = hq / p.grp;
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t ci = gc - sq.chunk0, c0 = ci * kC;
+        if (ci < kNcs) return;  // segment 0 has no history
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        const int r0 = 16 * warp_id();
+        char *st0 = smem, *own = smem + STAGE;
+        Tin *sQ = reinterpret_cast<Tin *>(own);
+        Tw *sW = reinterpret_cast<Tw *>(own + TI), *sU = reinterpret_cast<Tw *>(own + TI + TW);
+        const int64_t row = sq.row0 + c0, t0 = sq.begin + c0, ws = int64_t(p.h) * D;
+        load_tile<Tin, kThreads>(sQ, STi, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+                                 p.q_ss, kC, D, n, p.K, p.vec_q);
+        load_tile<Tw, kThreads>(sW, STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D, n, D, true);
+        load_tile<Tw, kThreads>(sU, STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D, n, D, true);
+        cp_commit();
+        const bool more = ci - 1 >= kNcs;
+        if (more) {
+            issue(p, sq, h, ci - 1, st0);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        sync();
+        float X[NX][4];
+        tile_to_acc(X, sQ, STi, r0);
+        {
+            float QW[8][4];
+            zero_acc(QW);
+            warp_gemm_acc<Tw, false>(QW, X, 1.f, sW, STw, 0);
+            for (int j = 0; j < 8; ++j)
+                for (int i = 0; i < 4; ++i)
+                    if (acc_col(j, i) > r0 + acc_row(i)) QW[j][i] = 0.f;
+            warp_gemm_acc<Tw, true>(X, QW, -1.f, sU, STw, 0);
+        }
+        if (ci % kNcs == 0) store(p, sq, hq, c0, n, r0, ci / kNcs, X);
+        sync();  // own tiles are stage 1 from here on
+        char *st1 = own;
+        for (int64_t cj = ci - 1, s = 0; cj >= kNcs; --cj, ++s) {
+            char *cur = (s & 1) ? st1 : st0;
+            if (cj - 1 >= kNcs) {
+                issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1);
+                cp_commit();
+                cp_wait<1>();
+            } else {
+                cp_wait<0>();
+            }
+            sync();
+            const Tw *cW = reinterpret_cast<const Tw *>(cur), *cU = reinterpret_cast<const Tw *>(cur + TW);
+            float XW[8][4];
+            zero_acc(XW);
+            warp_gemm_acc<Tw, false>(XW, X, 1.f, cW, STw, 0);
+            warp_gemm_acc<Tw, true>(X, XW, -1.f, cU, STw, 0);
+            if (cj % kNcs == 0) store(p, sq, hq, c0, n, r0, cj / kNcs, X);
+            sync();
+        }
+    }
+};
+
+}  // namespace fattn::pathk

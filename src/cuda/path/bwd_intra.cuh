@@ -1,0 +1,269 @@
+// bwd_intra.cuh — the two backward kernels of the query chunks' own segment, written as tile
+// algebra: every product is a cta_gemm on f32 shared tiles (tf32 tensor cores), every other step
+// an elementwise pass, with a barrier between dependent steps.
+//
+// KSegIntra, per (segment r, query head), query chunks ci = 8r + i (i >= 1) in order; for each,
+// the earlier chunks cj = 8r + j of the segment, j ascending (gamma enters as dLoss/dQh[t, r]):
+//   X  = Q~_ci walked back through chunks ci-1 .. cj+1 (recomputed from Q~, kept in p.qts)
+//   if r >= 1 or j >= 1 (gamma != 0):  XW = X W_cj^T, GU = gamma U_cj^T,
+//       dU_cj -= XW^T gamma,  dW_cj -= GU^T X,  gamma -= GU W_cj
+//   P = exp(scale (X K~_cj^T + G_t - G_j) - lse),  dS = scale P (dO V_cj^T - delta)
+//   gamma += dS K~_cj,  dK~_cj += dS^T X,  dV_cj += P^T dO,  dG rows += dS, columns -= dS
+// and stores gamma (now dLoss/dQ~_ci) back into p.gam.
+//
+// KOwn, per (query chunk ci, query head): the backward of the chunk's own UT formulas
+//   QW = LT(Q W^T), A = LT(Q K^T - QW Dm), Q~ = Q - QW U, with gamma = dLoss/dQ~:
+//   dA = scale P (dO V^T - delta)      dV += P^T dO       dK_own = dA^T Q       dD = -QW^T dA
+//   dU += -QW^T gamma                  dQW = LT(-dA Dm^T - gamma U^T)           dW += dQW^T Q
+//   dq = gamma + dA K + dQW W (final, the input dtype)
+#pragma once
+
+#include "cuda/path/common.cuh"
+
+namespace fattn::pathk {
+
+template <int D> struct F32Tiles {
+    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
+    static constexpr size_t BIG = tile_bytes<float>(kC, D), SMALL = tile_bytes<float>(kC, kC);
+    static constexpr int NB = D >= 64 ? 8 : D / 8;  // n-tiles per warp tile of a 64 x D product
+};
+
+// 64 x D f32 tile <- rows of a [rows, ., D]-strided f32 workspace buffer (rows >= n are 0).
+template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64_t gstride, int n) {
+    load_tile<float, NT>(s, F32Tiles<D>::SD, g, gstride, kC, D, n, D, true);
+}
+
+template <typename Tin, int D> struct KSegIntra {
+    static constexpr int kThreads = 128, NW = 4;
+    using FT = F32Tiles<D>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    static constexpr size_t smem() { return 5 * FT::BIG + 2 * FT::SMALL + 6 * kC * 4; }
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gs = bid_x();
+        const int hq = bid_y(), h = hq / p.grp;
+        const SeqInfo sq = seq_of_seg(p, gs);
+        const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC);
+        float *sDO = reinterpret_cast<float *>(smem), *sG = sDO + kC * SD, *sX = sG + kC * SD, *sA = sX + kC * SD,
+              *sB = sA + kC * SD, *M1 = sB + kC * SD, *M2 = M1 + kC * S64;
+        float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC, *dgr = gk + kC;
+        float *qts = p.qts + (gs * p.hq + hq) * kC * D;
+        const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
+        // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
+        auto rows_of = [&](int64_t lc) { return int(sq.len - lc * kC < kC ? sq.len - lc * kC : kC); };
+        auto ldW = [&](float *s, int64_t lc) {
+            const int64_t t0 = sq.begin + lc * kC;
+            load_tile<float, kThreads>(s, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, rows_of(lc), p.K,
+                                       p.vec_w);
+        };
+        auto ldU = [&](float *s, int64_t lc) {
+            load_ws_f32<D, kThreads>(s, p.uf + ((sq.row0 + lc * kC) * p.h + h) * D, hd, rows_of(lc));
+        };
+        auto landed = [&] {
+            cp_commit();
+            cp_wait<0>();
+            sync();
+        };
+        for (int64_t i = 1; i < kNcs; ++i) {
+            const int64_t ci = r * kNcs + i;
+            if (ci >= nc) break;
+            const int64_t c0 = ci * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
+            const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+            sync();
+            load_tile_cvt<float, Tin, kThreads>(sDO, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+                                                p.do_ss, kC, D, nq, p.V);
+            load_ws_f32<D, kThreads>(sG, p.gam + (qrow * p.hq + hq) * D, hqd, nq);
+            load_tile_cvt<float, Tin, kThreads>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+                                                p.q_ss, kC, D, nq, p.K);
+            ldW(sA, ci);
+            ldU(sB, ci);
+            for (int a = tid(); a < kC; a += kThreads) {
+                const bool ok = a < nq;
+                lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+                dl[a] = ok ? p.delta[(qrow + a) * p.hq + hq] : 0.f;
+                gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
+                dgr[a] = 0.f;
+            }
+            landed();
+            // Q~ = Q - LT(Q W^T) U
+            cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
+            sync();
+            cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+            sync();
+            for (int e = tid(); e < kC * D; e += kThreads) qts[e] = sX[(e / D) * SD + e % D];
+            for (int64_t j = 0; j < i; ++j) {
+                const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
+                if (j > 0) {
+                    sync();
+                    for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = qts[e];
+                }
+                for (int64_t c2 = ci - 1; c2 > cj; --c2) {  // X <- X - (X W^T) U through chunk c2
+                    sync();
+                    ldW(sA, c2);
+                    ldU(sB, c2);
+                    landed();
+                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
+                    sync();
+                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+                }
+                if (r >= 1 || j >= 1) {  // gamma back through chunk cj
+                    sync();
+                    ldW(sA, cj);
+                    ldU(sB, cj);
+                    landed();
+                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                    sync();
+                    cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, sG, SD, [&](int b, int c, float v) { p.du[((krow + b) * p.hq + hq) * D + c] -= v; });
+                    cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, [&](int b, int c, float v) { p.dwacc[((krow + b) * p.hq + hq) * D + c] -= v; });
+                    sync();
+                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
+                }
+                // scores against chunk cj
+                sync();
+                load_tile_cvt<float, Tin, kThreads>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D);
+                load_tile_cvt<float, Tin, kThreads>(sB, SD,
+                                                    static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
+                                                    p.v_ss, kC, D, kC, p.V);
+                for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+                sync();
+                cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
+                    M1[a * S64 + b] = a < nq ? exp2_fast(p.sl2 * (v + gq[a] - gk[b]) - lse2[a]) : 0.f;
+                });
+                sync();
+                cta_gemm<float, false, false, 8, NW>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) {
+                    M2[a * S64 + b] = p.scale * M1[a * S64 + b] * (v - dl[a]);
+                });
+                sync();
+                cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
+                cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, [&](int b, int c, float v) { p.dkt[((krow + b) * p.hq + hq) * D + c] += v; });
+                cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, sDO, SD, [&](int b, int c, float v) { p.dvacc[((krow + b) * p.hq + hq) * D + c] += v; });
+                if (tid() < kC) {
+                    float s = 0.f;
+                    for (int b = 0; b < kC; ++b) s += M2[tid() * S64 + b];
+                    dgr[tid()] += s;
+                } else if (tid() < 2 * kC) {
+                    const int b = tid() - kC;
+                    float s = 0.f;
+                    for (int a = 0; a < kC; ++a) s += M2[a * S64 + b];
+                    p.dgs[(krow + b) * p.hq + hq] -= s;
+                }
+            }
+            sync();
+            for (int e = tid(); e < nq * D; e += kThreads) p.gam[((qrow + e / D) * p.hq + hq) * D + e % D] = sG[(e / D) * SD + e % D];
+            for (int a = tid(); a < nq; a += kThreads) p.dgs[(qrow + a) * p.hq + hq] += dgr[a];
+        }
+    }
+};
+
+template <typename Tin, int D> struct KOwn {
+    using Tw = walk_t<Tin>;
+    static constexpr int kThreads = 128, NW = 4;
+    using FT = F32Tiles<D>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    static constexpr size_t smem() { return 4 * FT::BIG + 3 * FT::SMALL + 4 * kC * 4; }
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gc = bid_x();
+        const int hq = bid_y(), h = hq / p.grp;
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t ci = gc - sq.chunk0, c0 = ci * kC, t0 = sq.begin + c0, row = sq.row0 + c0;
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        float *B0 = reinterpret_cast<float *>(smem), *B1 = B0 + kC * SD, *B2 = B1 + kC * SD, *B3 = B2 + kC * SD;
+        float *M1 = B3 + kC * SD, *M2 = M1 + kC * S64, *M3 = M2 + kC * S64;
+        float *lse2 = M3 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
+        const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
+        auto landed = [&] {
+            cp_commit();
+            cp_wait<0>();
+            sync();
+        };
+        auto ldK = [&](float *s) {
+            load_tile_cvt<float, Tin, kThreads>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
+                                                p.k_ss, kC, D, n, p.K);
+        };
+        // 1. QW = LT(Q W^T)
+        load_tile_cvt<float, Tin, kThreads>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+                                            p.q_ss, kC, D, n, p.K);
+        load_tile<float, kThreads>(B1, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, n, p.K, p.vec_w);
+        ldK(B2);
+        load_tile_cvt<float, Tw, kThreads>(M3, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC);
+        for (int a = tid(); a < kC; a += kThreads) {
+            const bool ok = a < n;
+            lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+            dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
+            gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
+        }
+        landed();
+        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
+        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+        sync();
+        // 2. A = Q K^T - QW Dm, then P (causal, keys < n, rows < n)
+        cta_gemm<float, false, true, 8, NW>(kC, kC, kC, M1, S64, M3, S64, [&](int a, int b, float v) {
+            const float s = M2[a * S64 + b] - v;
+            M2[a * S64 + b] = (b <= a && a < n) ? exp2_fast(p.sl2 * (s + gq[a] - gq[b]) - lse2[a]) : 0.f;
+        });
+        sync();
+        // 3. dV += P^T dO;  dA = scale P (dO V^T - delta)
+        load_tile_cvt<float, Tin, kThreads>(B3, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+                                            p.do_ss, kC, D, n, p.V);
+        load_tile_cvt<float, Tin, kThreads>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
+                                            p.v_ss, kC, D, n, p.V);
+        sync();
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, B3, SD, [&](int b, int c, float v) {
+            if (b < n) p.dvacc[((row + b) * p.hq + hq) * D + c] += v;
+        });
+        sync();
+        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int b, float v) {
+            M2[a * S64 + b] = p.scale * M2[a * S64 + b] * (v - dl[a]);
+        });
+        sync();
+        // 4. dK_own = dA^T Q;  dD = -QW^T dA;  dG
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, B0, SD, [&](int b, int c, float v) {
+            if (b < n) p.dko[((row + b) * p.hq + hq) * D + c] = v;
+        });
+        cta_gemm<float, true, true, 8, NW>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
+            p.ddm[(gc * p.hq + hq) * kC * kC + c * kC + b] = -v;
+        });
+        if (tid() < n) {
+            const int x = tid();
+            float s = 0.f;
+            for (int b = 0; b < kC; ++b) s += M2[x * S64 + b];
+            for (int a = 0; a < kC; ++a) s -= M2[a * S64 + x];
+            p.dgs[(row + x) * p.hq + hq] += s;
+        }
+        sync();
+        // 5. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
+        load_ws_f32<D, kThreads>(B3, p.gam + (row * p.hq + hq) * D, hqd, n);
+        load_ws_f32<D, kThreads>(B2, p.uf + (row * p.h + h) * D, hd, n);
+        landed();
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, B3, SD, [&](int b, int c, float v) {
+            if (b < n) p.du[((row + b) * p.hq + hq) * D + c] -= v;
+        });
+        sync();
+        cta_gemm<float, false, false, 8, NW>(kC, kC, kC, M2, S64, M3, S64, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
+        sync();
+        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) {
+            M1[a * S64 + c] = c <= a ? M1[a * S64 + c] - v : 0.f;
+        });
+        sync();
+        // 6. dW += dQW^T Q
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, B0, SD, [&](int c, int col, float v) {
+            if (c < n) p.dwacc[((row + c) * p.hq + hq) * D + col] += v;
+        });
+        sync();
+        // 7. dq = gamma + dA K + dQW W
+        ldK(B2);
+        sync();
+        cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, B2, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });
+        sync();
+        cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, B1, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });
+        sync();
+        for (int e = tid(); e < n * D; e += kThreads) {
+            const int a = e / D, c = e % D;
+            if (c < p.K) st<Tin>(p.dq, sq.b * p.dq_sb + (t0 + a) * p.dq_ss + hq * p.dq_sh + c, B3[a * SD + c]);
+        }
+    }
+};
+
+}  // namespace fattn::pathk

@@ -1,0 +1,135 @@
+// bwd_seg.cuh — the query side of the backward, one CTA per (query segment r, query head), the
+// segment's chunks one after another (so the per-segment partials it writes have one owner).
+//
+// KSegInter (r >= 1): for each query chunk, gamma = dLoss/dQh[t, r] from every earlier segment r'
+// in ascending order, through the history:  at r' >= 1:  dE(r, r') += -Qh[t, r'+1]^T gamma,
+// gamma <- gamma (I - E_r')^T;  then for the keys of segment r':  S = Qh[t, r'+1] K^^T, P, dS,
+// gamma += dS K^, dG_t += rowsum(dS). gamma goes to p.gam; for r = 0 it is 0. The K x K steps
+// are tf32 (f32 tiles), the score products in the input dtype.
+//
+// KSegIntra: for each query chunk ci = 8r + i (i >= 1), the earlier chunks cj of the same segment
+// ascending: the state X = Q~_ci walked back to chunk cj + 1 (recomputed from Q~), gamma stepped
+// back through chunk cj (dU, dW of cj), then the scores against K~_cj (dK~, dV of cj, gamma +=
+// dS K~). All tf32 on f32 tiles (tile algebra with cta_gemm). Writes gamma = dLoss/dQ~ back.
+#pragma once
+
+#include "cuda/path/common.cuh"
+
+namespace fattn::pathk {
+
+template <typename Tin, int D> struct KSegInter {
+    static constexpr int kThreads = 128, NW = 4, NX = D / 8;
+    static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
+    static constexpr size_t TI = tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
+    static constexpr bool kF32 = sizeof(Tin) == 4;
+    // dO, Qh (input dtype), Qh f32 copy (16-bit inputs), gamma f32, then E or (K^, V) in a union
+    static constexpr size_t U = TE > 2 * TI ? TE : 2 * TI;
+    static constexpr size_t smem() { return TI + TI + (kF32 ? 0 : TF) + TF + U + 5 * kC * 4; }
+    static constexpr int NB = D >= 64 ? 8 : D / 8;
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gs = bid_x();
+        const int hq = bid_y(), h = hq / p.grp;
+        const SeqInfo sq = seq_of_seg(p, gs);
+        const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC);
+        const int r0 = 16 * warp_id();
+        if (r == 0) {  // no earlier segment: gamma = 0
+            const int64_t rows = sq.len < kS ? sq.len : kS;
+            for (int64_t e = tid(); e < rows * D; e += kThreads) p.gam[((sq.row0 + e / D) * p.hq + hq) * D + e % D] = 0.f;
+            return;
+        }
+        char *c = smem;
+        Tin *sdO = reinterpret_cast<Tin *>(c), *sQh = reinterpret_cast<Tin *>(c + TI);
+        float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * TI);
+        float *sG = reinterpret_cast<float *>(c + 2 * TI + (kF32 ? 0 : TF));
+        char *u = c + 2 * TI + (kF32 ? 0 : TF) + TF;
+        float *sE = reinterpret_cast<float *>(u);
+        Tin *sKh = reinterpret_cast<Tin *>(u), *sV = reinterpret_cast<Tin *>(u + TI);
+        float *lse2 = reinterpret_cast<float *>(u + U), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC;
+        const int64_t ws = int64_t(p.h) * D;
+        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
+        for (int64_t i = 0; i < kNcs; ++i) {
+            const int64_t ci = r * kNcs + i;
+            if (ci >= nc) break;
+            const int64_t c0 = ci * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
+            const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+            load_tile<Tin, kThreads>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+                                     p.do_ss, kC, D, nq, p.V, p.vec_do);
+            for (int a = tid(); a < kC; a += kThreads) {
+                const bool ok = a < nq;
+                lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+                dl[a] = ok ? p.delta[(qrow + a) * p.hq + hq] : 0.f;
+                gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
+            }
+            float gam[NX][4], dgr[2] = {0.f, 0.f};
+            zero_acc(gam);
+            for (int64_t rp = 0; rp < r; ++rp) {
+                sync();  // previous users of sQh / sE / sKh are done
+                load_tile<Tin, kThreads>(sQh, STi,
+                                         static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.K,
+                                         hstride, kC, D, nq, p.K, true);
+                cp_commit();
+                cp_wait<0>();
+                sync();
+                if (rp >= 1) {
+                    if (!kF32)
+                        for (int e = tid(); e < kC * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(sQh[(e / D) * STi + e % D]);
+                    acc_to_tile(sG, SD, r0, gam);
+                    load_tile<float, kThreads>(sE, SD, p.emat + ((sq.seg0 + rp) * p.h + h) * D * D, D, D, D, D, D, true);
+                    cp_commit();
+                    cp_wait<0>();
+                    sync();
+                    // dE(r, rp) += -Qh^T gamma  (first query chunk of the segment writes)
+                    float *dE = p.dep + ((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * p.hq + hq) * D * D;
+                    cta_gemm<float, true, true, NB, NW>(D, D, kC, sQf, SD, sG, SD, [&](int d, int e, float v) {
+                        float &x = dE[d * D + e];
+                        x = (i == 0 ? 0.f : x) - v;
+                    });
+                    // gamma <- gamma - gamma E^T
+                    float t[NX][4];
+                    zero_acc(t);
+                    warp_gemm<float, false, false, NX>(t, sG, SD, sE, SD, r0, 0, D);
+                    for (int j = 0; j < NX; ++j)
+                        for (int e = 0; e < 4; ++e) gam[j][e] -= t[j][e];
+                    sync();  // sE (union with K^, V) is free again
+                }
+                for (int64_t cj = rp * kNcs; cj < (rp + 1) * kNcs; ++cj) {
+                    const int64_t krow = sq.row0 + cj * kC;
+                    load_tile<Tin, kThreads>(sKh, STi, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, ws, kC, D, kC, D, true);
+                    load_tile<Tin, kThreads>(sV, STi,
+                                             static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
+                                             p.v_ss, kC, D, kC, p.V, p.vec_v);
+                    for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+                    cp_commit();
+                    cp_wait<0>();
+                    sync();
+                    float S[8][4], dP[8][4];
+                    zero_acc(S);
+                    zero_acc(dP);
+                    warp_gemm<Tin, false, false, 8>(S, sQh, STi, sKh, STi, r0, 0, D);
+                    warp_gemm<Tin, false, false, 8>(dP, sdO, STi, sV, STi, r0, 0, D);
+                    for (int j = 0; j < 8; ++j)
+                        for (int e = 0; e < 4; ++e) {
+                            const int a = r0 + acc_row(e), b = acc_col(j, e);
+                            const float P = a < nq ? exp2_fast(p.sl2 * (S[j][e] + gq[a] - gk[b]) - lse2[a]) : 0.f;
+                            const float ds = p.scale * P * (dP[j][e] - dl[a]);
+                            S[j][e] = ds;
+                            dgr[e >> 1] += ds;
+                        }
+                    warp_gemm_acc<Tin, true>(gam, S, 1.f, sKh, STi, 0);
+                    sync();
+                }
+            }
+            for (int hh = 0; hh < 2; ++hh) {
+                const float g = quad_sum(dgr[hh]);
+                const int a = r0 + acc_row(2 * hh);
+                if (a >= nq) continue;
+                for (int j = 0; j < NX; ++j)
+                    for (int e = 0; e < 2; ++e) p.gam[((qrow + a) * p.hq + hq) * D + acc_col(j, e)] = gam[j][2 * hh + e];
+                if ((lane_id() & 3) == 0) p.dgs[(qrow + a) * p.hq + hq] += g;
+            }
+        }
+    }
+};
+
+}  // namespace fattn::pathk

@@ -1,0 +1,265 @@
+// common.cuh — pieces every PaTH kernel uses: the element types of each input dtype, sequence
+// lookup, shared-memory tile geometry and loaders, the mma fragment loaders of a tile (rows or
+// columns as the A or B operand), the packing of accumulators into A fragments, and a generic
+// warp-tile / CTA GEMM on shared-memory tiles with a per-element epilogue.
+//
+// Tiles: row-major in shared memory with a padded row stride (tile_stride): 16 bytes more than
+// the row for 16-bit types, 16 bytes for f32, so ldmatrix rows land in distinct bank groups.
+// Operand naming: "rows" = the tile's rows index the operand's first dim (A: m, B: n — as K in
+// Q K^T); "cols"/"krows" = the tile's rows index k (A transposed; B as V in P V).
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/path/dev.cuh"
+#include "cuda/path/params.h"
+
+namespace fattn::pathk {
+
+// Walk products (forward, history): f16 for 16-bit inputs (FLA's choice: |entries| <= 1), tf32 for f32.
+template <typename Tin> using walk_t = std::conditional_t<std::is_same<Tin, float>::value, float, f16_t>;
+
+template <typename E> constexpr int tile_stride(int width) { return width + 16 / int(sizeof(E)); }
+template <typename E> constexpr size_t tile_bytes(int rows, int width) {
+    return size_t(rows) * size_t(tile_stride<E>(width)) * sizeof(E);
+}
+constexpr size_t align128(size_t x) { return (x + 127) / 128 * 128; }
+
+// ---- sequences ----
+PK_DEV int64_t seq_search(const int64_t *base, int64_t n, int64_t x) {  // last s with base[s] <= x
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (base[mid] <= x) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+PK_DEV SeqInfo seq_info(const PathDev &p, int64_t s) {
+    SeqInfo q;
+    q.s = s;
+    if (p.cu) {
+        q.b = 0, q.begin = p.cu[s], q.len = int64_t(p.cu[s + 1]) - p.cu[s], q.row0 = q.begin;
+        q.chunk0 = p.chunk_base[s], q.seg0 = p.seg_base[s], q.hist0 = p.hist_base[s], q.pair0 = p.pair_base[s];
+    } else {
+        const int64_t nc = ceil_div(p.T, kC), ns = ceil_div(p.T, kS);
+        q.b = s, q.begin = 0, q.len = p.T, q.row0 = s * p.T;
+        q.chunk0 = s * nc, q.seg0 = s * ns, q.hist0 = s * packed_cells_of(p.T), q.pair0 = s * pairs_of(p.T);
+    }
+    return q;
+}
+PK_DEV SeqInfo seq_of_chunk(const PathDev &p, int64_t gc) {
+    return seq_info(p, p.cu ? seq_search(p.chunk_base, p.num_seqs, gc) : gc / ceil_div(p.T, kC));
+}
+PK_DEV SeqInfo seq_of_seg(const PathDev &p, int64_t gs) {
+    return seq_info(p, p.cu ? seq_search(p.seg_base, p.num_seqs, gs) : gs / ceil_div(p.T, kS));
+}
+// History cell of (token t of the sequence, column r), 1 <= r <= t / S.
+PK_DEV int64_t hist_cell(const PathDev &p, const SeqInfo &sq, int64_t t, int64_t r) {
+    if (p.hist_rect) return (sq.row0 + t) * p.rect_cols + r;
+    return sq.hist0 + (r - 1) * sq.len - int64_t(kS) * (r - 1) * r / 2 + (t - r * kS);
+}
+
+// ---- element access of the user's views ----
+template <typename T> PK_DEV float ld(const void *base, int64_t i) { return to_f(static_cast<const T *>(base)[i]); }
+template <typename T> PK_DEV void st(void *base, int64_t i, float x) { static_cast<T *>(base)[i] = from_f<T>(x); }
+
+// ---- global -> shared tile loads ----
+// rows x width tile (row stride ST) from g (row stride gstride elements): rows >= rows_valid and
+// columns >= cols_valid are zero. vec: 16-byte cp.async (caller commits and waits; cols_valid a
+// multiple of 16 bytes); otherwise plain loads, done when the call returns.
+template <typename E, int NT>
+PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int width, int rows_valid,
+                      int cols_valid, bool vec) {
+    constexpr int EPC = 16 / int(sizeof(E));
+    if (vec) {
+        const int per_row = width / EPC;
+        for (int e = tid(); e < rows * per_row; e += NT) {
+            const int r = e / per_row, c = (e % per_row) * EPC;
+            const bool ok = r < rows_valid && c < cols_valid;
+            cp16(s + r * ST + c, ok ? static_cast<const void *>(g + r * gstride + c) : static_cast<const void *>(g),
+                 ok ? 16 : 0);
+        }
+    } else {
+        for (int e = tid(); e < rows * width; e += NT) {
+            const int r = e / width, c = e % width;
+            s[r * ST + c] = (r < rows_valid && c < cols_valid) ? g[r * gstride + c] : from_f<E>(0.f);
+        }
+    }
+}
+// Same with a conversion (always plain loads): Es <- Eg.
+template <typename Es, typename Eg, int NT>
+PK_DEV void load_tile_cvt(Es *s, int ST, const Eg *g, int64_t gstride, int rows, int width, int rows_valid,
+                          int cols_valid) {
+    for (int e = tid(); e < rows * width; e += NT) {
+        const int r = e / width, c = e % width;
+        s[r * ST + c] = from_f<Es>((r < rows_valid && c < cols_valid) ? to_f(g[r * gstride + c]) : 0.f);
+    }
+}
+template <typename E, int NT> PK_DEV void zero_tile(E *s, int ST, int rows, int width) {
+    for (int e = tid(); e < rows * width; e += NT) s[(e / width) * ST + e % width] = from_f<E>(0.f);
+}
+
+// ---- mma fragments from shared-memory tiles ----
+// g = lane / 4, t = lane % 4 throughout. A covers 16 x KS, B two n-tiles (16 columns) x KS.
+template <typename E> struct Frag;
+template <typename E> struct Frag16 {
+    static constexpr int KS = 16;
+    // A[m][k] = s[(r0 + m) * ST + k0 + k]
+    PK_DEV static void a_rows(uint32_t (&a)[4], const E *s, int ST, int r0, int k0) {
+        const int l = lane_id();
+        ldsm4(a, s + (r0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + k0 + (l >> 4) * 8);
+    }
+    // A[m][k] = s[(k0 + k) * ST + m0 + m]
+    PK_DEV static void a_cols(uint32_t (&a)[4], const E *s, int ST, int k0, int m0) {
+        const int l = lane_id();
+        ldsm4_t(a, s + (k0 + (l & 7) + (l >> 4) * 8) * ST + m0 + ((l >> 3) & 1) * 8);
+    }
+    // B[k][n] = s[(n0 + n) * ST + k0 + k]; b[0..1]: n-tile n0, b[2..3]: n0 + 8
+    PK_DEV static void b_rows(uint32_t (&b)[4], const E *s, int ST, int n0, int k0) {
+        const int l = lane_id();
+        ldsm4(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ST + k0 + ((l >> 3) & 1) * 8);
+    }
+    // B[k][n] = s[(k0 + k) * ST + n0 + n]
+    PK_DEV static void b_krows(uint32_t (&b)[4], const E *s, int ST, int k0, int n0) {
+        const int l = lane_id();
+        ldsm4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + n0 + (l >> 4) * 8);
+    }
+    // A fragment of k-slice kk (16 columns) of accumulators c (n-tiles 2kk, 2kk+1), times sc.
+    template <int N> PK_DEV static void a_acc(uint32_t (&a)[4], const float (&c)[N][4], int kk, float sc) {
+        a[0] = pack2<E>(sc * c[2 * kk][0], sc * c[2 * kk][1]);
+        a[1] = pack2<E>(sc * c[2 * kk][2], sc * c[2 * kk][3]);
+        a[2] = pack2<E>(sc * c[2 * kk + 1][0], sc * c[2 * kk + 1][1]);
+        a[3] = pack2<E>(sc * c[2 * kk + 1][2], sc * c[2 * kk + 1][3]);
+    }
+};
+template <> struct Frag<f16_t> : Frag16<f16_t> {};
+template <> struct Frag<bf16_t> : Frag16<bf16_t> {};
+template <> struct Frag<float> {
+    static constexpr int KS = 8;
+    PK_DEV static void a_rows(uint32_t (&a)[4], const float *s, int ST, int r0, int k0) {
+        const int l = lane_id();
+        ldsm4(a, s + (r0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + k0 + (l >> 4) * 4);
+        for (int i = 0; i < 4; ++i) a[i] = to_tf32(as_float(a[i]));
+    }
+    PK_DEV static void a_cols(uint32_t (&a)[4], const float *s, int ST, int k0, int m0) {
+        const int l = lane_id(), g = l >> 2, t = l & 3;
+        const float *p = s + (k0 + t) * ST + m0 + g;
+        a[0] = to_tf32(p[0]);
+        a[1] = to_tf32(p[8]);
+        a[2] = to_tf32(p[4 * ST]);
+        a[3] = to_tf32(p[4 * ST + 8]);
+    }
+    PK_DEV static void b_rows(uint32_t (&b)[4], const float *s, int ST, int n0, int k0) {
+        const int l = lane_id();
+        ldsm4(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ST + k0 + ((l >> 3) & 1) * 4);
+        for (int i = 0; i < 4; ++i) b[i] = to_tf32(as_float(b[i]));
+    }
+    PK_DEV static void b_krows(uint32_t (&b)[4], const float *s, int ST, int k0, int n0) {
+        const int l = lane_id(), g = l >> 2, t = l & 3;
+        const float *p = s + (k0 + t) * ST + n0 + g;
+        b[0] = to_tf32(p[0]);
+        b[1] = to_tf32(p[4 * ST]);
+        b[2] = to_tf32(p[8]);
+        b[3] = to_tf32(p[4 * ST + 8]);
+    }
+    // Lane (g, t) needs columns t and t+4 of n-tile kk; the accumulators hold columns 2t', 2t'+1
+    // at lane (g, t'): they come from lanes (g, t/2) and (g, t/2 + 2), element t & 1.
+    template <int N> PK_DEV static void a_acc(uint32_t (&a)[4], const float (&c)[N][4], int kk, float sc) {
+        const int l = lane_id();
+        const int src1 = (l & ~3) | ((l & 3) >> 1), src2 = src1 + 2;
+        const bool odd = l & 1;
+        float x0 = shfl(c[kk][0], src1), x1 = shfl(c[kk][1], src1);
+        float y0 = shfl(c[kk][2], src1), y1 = shfl(c[kk][3], src1);
+        a[0] = to_tf32(sc * (odd ? x1 : x0));
+        a[1] = to_tf32(sc * (odd ? y1 : y0));
+        x0 = shfl(c[kk][0], src2), x1 = shfl(c[kk][1], src2);
+        y0 = shfl(c[kk][2], src2), y1 = shfl(c[kk][3], src2);
+        a[2] = to_tf32(sc * (odd ? x1 : x0));
+        a[3] = to_tf32(sc * (odd ? y1 : y0));
+    }
+};
+
+// Accumulator element i (0..3) of n-tile j at this lane: row (within the 16-row tile), column.
+PK_DEV int acc_row(int i) { return (lane_id() >> 2) + (i >> 1) * 8; }
+PK_DEV int acc_col(int j, int i) { return 8 * j + 2 * (lane_id() & 3) + (i & 1); }
+
+template <int N> PK_DEV void zero_acc(float (&c)[N][4]) {
+    for (int j = 0; j < N; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
+}
+
+// acc[N][4] (16 x 8N) += A[m0 .. m0+16, 0 .. KD) B[0 .. KD, n0 .. n0+8N) from shared tiles.
+// AT: A is stored transposed (tile rows = k); BK: B is stored with rows = k (else rows = n).
+template <typename E, bool AT, bool BK, int N>
+PK_DEV void warp_gemm(float (&acc)[N][4], const E *A, int lda, const E *B, int ldb, int m0, int n0, int KD) {
+    static_assert(N % 2 == 0, "two n-tiles per B fragment");
+    for (int k0 = 0; k0 < KD; k0 += Frag<E>::KS) {
+        uint32_t a[4];
+        if (AT) Frag<E>::a_cols(a, A, lda, k0, m0);
+        else Frag<E>::a_rows(a, A, lda, m0, k0);
+        for (int j = 0; j < N / 2; ++j) {
+            uint32_t b[4];
+            if (BK) Frag<E>::b_krows(b, B, ldb, k0, n0 + 16 * j);
+            else Frag<E>::b_rows(b, B, ldb, n0 + 16 * j, k0);
+            mma<E>(acc[2 * j], a, b[0], b[1]);
+            mma<E>(acc[2 * j + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Same with A from accumulators (this warp's 16 rows of a register tile c, k = its columns).
+template <typename E, bool BK, int N, int NC>
+PK_DEV void warp_gemm_acc(float (&acc)[N][4], const float (&c)[NC][4], float sc, const E *B, int ldb, int n0) {
+    constexpr int KD = 8 * NC;
+    for (int kk = 0; kk < KD / Frag<E>::KS; ++kk) {
+        uint32_t a[4];
+        Frag<E>::a_acc(a, c, kk, sc);
+        const int k0 = kk * Frag<E>::KS;
+        for (int j = 0; j < N / 2; ++j) {
+            uint32_t b[4];
+            if (BK) Frag<E>::b_krows(b, B, ldb, k0, n0 + 16 * j);
+            else Frag<E>::b_rows(b, B, ldb, n0 + 16 * j, k0);
+            mma<E>(acc[2 * j], a, b[0], b[1]);
+            mma<E>(acc[2 * j + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// Out (M x N) = op(A) op(B) over KD, tiles of 16 x (8 NB) dealt to the NW warps round robin;
+// epi(row, col, value) once per element. M % 16 == 0, N % (8 NB) == 0.
+template <typename E, bool AT, bool BK, int NB, int NW, class Epi>
+PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, Epi &&epi) {
+    const int tn = N / (8 * NB), tiles = (M / 16) * tn;
+    for (int tile = warp_id(); tile < tiles; tile += NW) {
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;
+        float acc[NB][4];
+        zero_acc(acc);
+        warp_gemm<E, AT, BK, NB>(acc, A, lda, B, ldb, m0, n0, KD);
+        for (int j = 0; j < NB; ++j)
+            for (int i = 0; i < 4; ++i) epi(m0 + acc_row(i), n0 + acc_col(j, i), acc[j][i]);
+    }
+}
+
+// Store this warp's register tile (rows r0.., N n-tiles) into a shared tile of type E.
+template <typename E, int N>
+PK_DEV void acc_to_tile(E *s, int ST, int r0, const float (&c)[N][4], float sc = 1.f) {
+    for (int j = 0; j < N; ++j)
+        for (int i = 0; i < 4; ++i) s[(r0 + acc_row(i)) * ST + acc_col(j, i)] = from_f<E>(sc * c[j][i]);
+}
+// Load this warp's register tile from a shared tile.
+template <typename E, int N>
+PK_DEV void tile_to_acc(float (&c)[N][4], const E *s, int ST, int r0) {
+    for (int j = 0; j < N; ++j)
+        for (int i = 0; i < 4; ++i) c[j][i] = to_f(s[(r0 + acc_row(i)) * ST + acc_col(j, i)]);
+}
+
+// Row reductions of a register tile over the 4 lanes of a quad (a row's columns live there).
+PK_DEV float quad_sum(float x) {
+    x += shfl_xor(x, 1);
+    return x + shfl_xor(x, 2);
+}
+PK_DEV float quad_max(float x) {
+    x = fmax_(x, shfl_xor(x, 1));
+    return fmax_(x, shfl_xor(x, 2));
+}
+
+}  // namespace fattn::pathk

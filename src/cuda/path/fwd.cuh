@@ -1,0 +1,187 @@
+// fwd.cuh — the PaTH forward: one CTA per (64-query chunk, query head), 4 warps of 16 query rows.
+//
+//   own chunk (UT form):  QW = LT(Q W^T)   A = LT(Q K^T - QW Dm)   X = Q~ = Q - QW U
+//   earlier chunks cj = ci-1 .. 0, newest first:  S = X K~_cj^T;  online softmax;  O += P V_cj;
+//                                                 then X <- X - (X W_cj^T) U_cj  (walk back)
+// X lives in registers (f32) the whole time; the walk products run in the walk type (f16 for 16-bit
+// inputs, tf32 for f32), the scores in the input dtype. Logits are in the exp2 domain
+// (scale * log2 e); lse is stored as a natural log. The next key chunk's tiles (K~, V, W, U) are
+// prefetched with cp.async while this one is computed when two stages fit in shared memory.
+#pragma once
+
+#include "cuda/path/common.cuh"
+
+namespace fattn::pathk {
+
+template <typename Tin, int D> struct KFwd {
+    using Tw = walk_t<Tin>;
+    static constexpr int kThreads = 128, NX = D / 8;
+    static constexpr int STi = tile_stride<Tin>(D), STw = tile_stride<Tw>(D), STm = tile_stride<Tw>(kC);
+    static constexpr size_t TI = tile_bytes<Tin>(kC, D), TW = tile_bytes<Tw>(kC, D), TM = tile_bytes<Tw>(kC, kC);
+    static constexpr size_t STAGE = 2 * TI + 2 * TW + kC * 4;            // K~, V, W, U, G of the keys
+    static constexpr size_t OWN = 3 * TI + 2 * TW + TM;                 // Q, K, V, W, U, Dm
+    static constexpr size_t MAXB = STAGE > OWN ? STAGE : OWN;
+    static constexpr bool kTwo = STAGE + MAXB + 256 <= 220 * 1024;       // two stages fit
+    static constexpr size_t smem() { return (kTwo ? STAGE + MAXB : MAXB) + 256; }
+
+    PK_DEV static void issue_stage(const PathDev &p, const SeqInfo &sq, int hq, int h, int64_t cj, char *buf) {
+        Tin *sKt = reinterpret_cast<Tin *>(buf), *sV = reinterpret_cast<Tin *>(buf + TI);
+        Tw *sW = reinterpret_cast<Tw *>(buf + 2 * TI), *sU = reinterpret_cast<Tw *>(buf + 2 * TI + TW);
+        float *gk = reinterpret_cast<float *>(buf + 2 * TI + 2 * TW);
+        const int64_t row = sq.row0 + cj * kC, t0 = sq.begin + cj * kC;
+        const int64_t ws = int64_t(p.h) * D;
+        load_tile<Tin, kThreads>(sKt, STi, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+        load_tile<Tin, kThreads>(sV, STi, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
+                                 p.v_ss, kC, D, kC, p.V, p.vec_v);
+        load_tile<Tw, kThreads>(sW, STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+        load_tile<Tw, kThreads>(sU, STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+        for (int a = tid(); a < kC; a += kThreads) gk[a] = p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
+    }
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gc = bid_x();
+        const int hq = bid_y(), h = hq / p.grp;
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t ci = gc - sq.chunk0, c0 = ci * kC;
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        const int r0 = 16 * warp_id();
+        char *st0 = smem, *own = smem + (kTwo ? STAGE : 0);
+        char *st1 = kTwo ? own : smem;
+        float *gq = reinterpret_cast<float *>(smem + (kTwo ? STAGE + MAXB : MAXB));
+        Tin *sQ = reinterpret_cast<Tin *>(own), *sK = reinterpret_cast<Tin *>(own + TI),
+            *sV = reinterpret_cast<Tin *>(own + 2 * TI);
+        Tw *sW = reinterpret_cast<Tw *>(own + 3 * TI), *sU = reinterpret_cast<Tw *>(own + 3 * TI + TW),
+           *sDm = reinterpret_cast<Tw *>(own + 3 * TI + 2 * TW);
+        const int64_t row = sq.row0 + c0, t0 = sq.begin + c0, ws = int64_t(p.h) * D;
+
+        // ---- own chunk tiles (+ the first earlier chunk when two stages fit) ----
+        load_tile<Tin, kThreads>(sQ, STi, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+                                 p.q_ss, kC, D, n, p.K, p.vec_q);
+        load_tile<Tin, kThreads>(sK, STi, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
+                                 p.k_ss, kC, D, n, p.K, p.vec_k);
+        load_tile<Tin, kThreads>(sV, STi, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
+                                 p.v_ss, kC, D, n, p.V, p.vec_v);
+        load_tile<Tw, kThreads>(sW, STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D, n, D, true);
+        load_tile<Tw, kThreads>(sU, STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D, n, D, true);
+        load_tile<Tw, kThreads>(sDm, STm, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC,
+                                kC, true);
+        for (int a = tid(); a < kC; a += kThreads) gq[a] = p.has_gate && a < n ? p.gsum[(row + a) * p.hq + hq] : 0.f;
+        cp_commit();
+        if (kTwo && ci > 0) {
+            issue_stage(p, sq, hq, h, ci - 1, st0);
+            cp_commit();
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        sync();
+
+        float X[NX][4], S[8][4], O[NX][4];
+        tile_to_acc(X, sQ, STi, r0);
+        zero_acc(S);
+        warp_gemm_acc<Tin, false>(S, X, 1.f, sK, STi, 0);  // Q K^T
+        {
+            float QW[8][4];
+            zero_acc(QW);
+            warp_gemm_acc<Tw, false>(QW, X, 1.f, sW, STw, 0);  // Q W^T, lower triangle incl. the diagonal
+            for (int j = 0; j < 8; ++j)
+                for (int i = 0; i < 4; ++i)
+                    if (acc_col(j, i) > r0 + acc_row(i)) QW[j][i] = 0.f;
+            warp_gemm_acc<Tw, true>(S, QW, -1.f, sDm, STm, 0);  // - QW Dm
+            warp_gemm_acc<Tw, true>(X, QW, -1.f, sU, STw, 0);   // Q~ = Q - QW U
+        }
+        // own-chunk softmax (causal inside the chunk, keys < n)
+        float m[2], l[2] = {0.f, 0.f};
+        for (int hh = 0; hh < 2; ++hh) {
+            const int a = r0 + acc_row(2 * hh);
+            float mx = -INFINITY;
+            for (int j = 0; j < 8; ++j)
+                for (int e = 0; e < 2; ++e) {
+                    const int b = acc_col(j, e);
+                    float &s = S[j][2 * hh + e];
+                    s = (b <= a && b < n) ? p.sl2 * (s + gq[a] - gq[b]) : -INFINITY;
+                    mx = fmax_(mx, s);
+                }
+            m[hh] = quad_max(mx);
+            for (int j = 0; j < 8; ++j)
+                for (int e = 0; e < 2; ++e) {
+                    float &s = S[j][2 * hh + e];
+                    s = exp2_fast(s - m[hh]);
+                    l[hh] += s;
+                }
+        }
+        zero_acc(O);
+        warp_gemm_acc<Tin, true>(O, S, 1.f, sV, STi, 0);
+        sync();  // the own tiles may be overwritten from here on (stage 1 aliases them)
+
+        // ---- earlier chunks, newest first ----
+        for (int64_t cj = ci - 1, s = 0; cj >= 0; --cj, ++s) {
+            char *cur = kTwo && (s & 1) ? st1 : st0;
+            if (kTwo) {
+                if (cj > 0) {
+                    issue_stage(p, sq, hq, h, cj - 1, (s & 1) ? st0 : st1);
+                    cp_commit();
+                    cp_wait<1>();
+                } else {
+                    cp_wait<0>();
+                }
+            } else {
+                issue_stage(p, sq, hq, h, cj, st0);
+                cp_commit();
+                cp_wait<0>();
+            }
+            sync();
+            const Tin *cKt = reinterpret_cast<const Tin *>(cur), *cV = reinterpret_cast<const Tin *>(cur + TI);
+            const Tw *cW = reinterpret_cast<const Tw *>(cur + 2 * TI), *cU = reinterpret_cast<const Tw *>(cur + 2 * TI + TW);
+            const float *gk = reinterpret_cast<const float *>(cur + 2 * TI + 2 * TW);
+            zero_acc(S);
+            warp_gemm_acc<Tin, false>(S, X, 1.f, cKt, STi, 0);
+            for (int hh = 0; hh < 2; ++hh) {
+                const int a = r0 + acc_row(2 * hh);
+                float mx = m[hh];
+                for (int j = 0; j < 8; ++j)
+                    for (int e = 0; e < 2; ++e) {
+                        float &x = S[j][2 * hh + e];
+                        x = p.sl2 * (x + gq[a] - gk[acc_col(j, e)]);
+                        mx = fmax_(mx, x);
+                    }
+                mx = quad_max(mx);
+                const float corr = exp2_fast(m[hh] - mx);
+                m[hh] = mx;
+                l[hh] *= corr;
+                for (int j = 0; j < NX; ++j) O[j][2 * hh] *= corr, O[j][2 * hh + 1] *= corr;
+                for (int j = 0; j < 8; ++j)
+                    for (int e = 0; e < 2; ++e) {
+                        float &x = S[j][2 * hh + e];
+                        x = exp2_fast(x - mx);
+                        l[hh] += x;
+                    }
+            }
+            warp_gemm_acc<Tin, true>(O, S, 1.f, cV, STi, 0);
+            if (cj > 0) {
+                float XW[8][4];
+                zero_acc(XW);
+                warp_gemm_acc<Tw, false>(XW, X, 1.f, cW, STw, 0);
+                warp_gemm_acc<Tw, true>(X, XW, -1.f, cU, STw, 0);
+            }
+            sync();
+        }
+
+        // ---- normalize, store o and lse ----
+        for (int hh = 0; hh < 2; ++hh) {
+            const float lt = quad_sum(l[hh]), inv = 1.f / lt;
+            const int a = r0 + acc_row(2 * hh);
+            if (a >= n) continue;
+            const int64_t t = t0 + a;
+            const int64_t oo = sq.b * p.o_sb + t * p.o_ss + hq * p.o_sh;
+            for (int j = 0; j < NX; ++j)
+                for (int e = 0; e < 2; ++e) {
+                    const int col = acc_col(j, e);
+                    if (col < p.V) st<Tin>(p.o, oo + col, O[j][2 * hh + e] * inv);
+                }
+            if ((lane_id() & 3) == 0) p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t] = (m[hh] + log2_acc(lt)) * 0.6931471805599453f;
+        }
+    }
+};
+
+}  // namespace fattn::pathk

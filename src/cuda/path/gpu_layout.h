@@ -1,0 +1,90 @@
+// gpu_layout.h — the workspace of the GPU PaTH backend (and of its CPU emulation): one function
+// that lays out every buffer, used by the size queries, the memory model and the launch
+// sequence alike, so none of them can disagree about a byte. Host-only, header-only (the
+// emulation tests build it without CUDA).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/path_params.h"
+#include "core/size_math.h"
+#include "cuda/path/params.h"
+
+namespace fattn::pathk {
+
+// The kernels' head dim: the smallest instantiated D >= max(K, V) (columns past K or V are 0).
+inline int gpu_dim(int64_t K, int64_t V) {
+    const int64_t m = std::max(K, V);
+    return m <= 32 ? 32 : m <= 64 ? 64 : 128;
+}
+
+struct GpuWs {
+    int D = 0;
+    int64_t pairs = 0;  // dE partials (query segment, key segment) over all sequences
+    // byte offsets from the 128-aligned base (0 = absent)
+    size_t cu = 0, chunk_base = 0, seg_base = 0, hist_base = 0, pair_base = 0, bad = 0;
+    size_t gsum = 0, uw = 0, ww = 0, kt = 0, dmat = 0;
+    size_t uf = 0, kh = 0, emat = 0, hist = 0, delta = 0, dkh = 0, dvacc = 0, dkt = 0, du = 0, dwacc = 0,
+           dko = 0, ddm = 0, dgs = 0, dep = 0, gam = 0, qts = 0;
+    size_t history_bytes = 0;
+    size_t total = 0;
+};
+
+constexpr size_t kGpuWsAlign = 128;
+
+inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_dir dir) {
+    GpuWs w;
+    w.D = gpu_dim(p.dk, p.dv);
+    const int64_t D = w.D, H = p.h, HQ = p.hq, rows = lay.rows, chunks = lay.total_chunks, segs = lay.segments;
+    const int64_t es = int64_t(fattn_dtype_size(p.dtype)), wsz = p.dtype == FATTN_F32 ? 4 : 2, f = 4;
+    if (p.cu_seqlens) {
+        for (int64_t s = 0; s < p.num_seqs; ++s) w.pairs += pairs_of(int64_t(p.cu_seqlens[s + 1]) - p.cu_seqlens[s]);
+    } else {
+        const size_t pr = sat_mul(size_t(p.B), size_t(pairs_of(p.T)));
+        w.pairs = pr > size_t(INT64_MAX) ? INT64_MAX : int64_t(pr);
+    }
+    size_t c = kGpuWsAlign;  // offset 0 means "absent"
+    auto take = [&](size_t bytes) {
+        const size_t at = c;
+        c = sat_add(c, sat_round(bytes, kGpuWsAlign));
+        return at;
+    };
+    const bool bwd = dir == FATTN_DIR_BWD;
+    if (p.cu_seqlens) {
+        const int64_t n1 = p.num_seqs + 1;
+        w.cu = take(sat_prod({n1, 4}));
+        w.chunk_base = take(sat_prod({n1, 8}));
+        w.seg_base = take(sat_prod({n1, 8}));
+        w.hist_base = take(sat_prod({n1, 8}));
+        w.pair_base = take(sat_prod({n1, 8}));
+    }
+    w.bad = take(8);
+    if (p.g) w.gsum = take(sat_prod({rows, HQ, f}));
+    w.uw = take(sat_prod({rows, H, D, wsz}));
+    w.ww = take(sat_prod({rows, H, D, wsz}));
+    w.kt = take(sat_prod({rows, H, D, es}));
+    w.dmat = take(sat_prod({chunks, H, kC, kC, wsz}));
+    if (bwd) {
+        if (p.dtype != FATTN_F32) w.uf = take(sat_prod({rows, H, D, f}));  // f32 inputs: uw is f32 already
+        w.kh = take(sat_prod({rows, H, D, es}));
+        w.emat = take(sat_prod({segs, H, D, D, f}));
+        w.history_bytes = sat_prod({lay.hist_cells, HQ, p.dk, es});
+        w.hist = take(w.history_bytes);
+        w.delta = take(sat_prod({rows, HQ, f}));
+        for (size_t *b : {&w.dkh, &w.dvacc, &w.dkt, &w.du, &w.dwacc, &w.dko, &w.gam}) *b = take(sat_prod({rows, HQ, D, f}));
+        w.ddm = take(sat_prod({chunks, HQ, kC, kC, f}));
+        w.dgs = take(sat_prod({rows, HQ, f}));
+        w.dep = take(sat_prod({w.pairs, HQ, D, D, f}));
+        w.qts = take(sat_prod({segs, HQ, kC, D, f}));
+    }
+    w.total = sat_add(c, kGpuWsAlign);  // slack: the base is aligned up to 128 bytes
+    return w;
+}
+
+inline char *gpu_ws_base(void *p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    return static_cast<char *>(p) + ((kGpuWsAlign - a % kGpuWsAlign) % kGpuWsAlign);
+}
+
+}  // namespace fattn::pathk

@@ -1,0 +1,90 @@
+// params.h — PathDev, the one argument block of every PaTH kernel (plain C++, no CUDA types): the
+// shapes, the user's views (element strides), the per-sequence tables and the workspace buffers.
+// Filled on the host by make_dev() (sequence.h) from the validated PathBwdParams; passed by value.
+//
+// Row conventions: a "row" is b*T + t (dense) or t (varlen, B = 1), the index of a token in the
+// workspace buffers; a "chunk" is 64 tokens of one sequence, a "segment" 512 (8 chunks). Global
+// chunk / segment numbers run over all sequences (chunk_base / seg_base).
+#pragma once
+
+#include <cstdint>
+
+namespace fattn::pathk {
+
+constexpr int kC = 64;         // chunk (UT transform) — core/path_params.h kPathChunk
+constexpr int kNcs = 8;        // chunks per segment
+constexpr int kS = kC * kNcs;  // segment (history granularity)
+
+struct PathDev {
+    // ---- shape ----
+    int64_t B, T;
+    int hq, h, grp;         // query heads, kv heads, hq / h
+    int K, V;               // head dims; the kernels' D (template) is >= both, columns beyond are 0
+    float scale, sl2;       // scale and scale * log2(e)
+    int has_gate;
+    float check_tol;        // STRICT w / beta check tolerance
+    int64_t num_seqs;
+    // ---- sequences (varlen: device tables in the workspace; dense: closed form) ----
+    const int32_t *cu;          // [num_seqs + 1] or nullptr (dense)
+    const int64_t *chunk_base;  // [num_seqs + 1] first global chunk of each sequence
+    const int64_t *seg_base;    // [num_seqs + 1]
+    const int64_t *hist_base;   // [num_seqs + 1] first history cell (PACKED)
+    const int64_t *pair_base;   // [num_seqs + 1] first dE partial (query segment, key segment)
+    int64_t total_chunks, total_segs;
+    int hist_rect;              // RECTANGULAR history: cell = row * rect_cols + r
+    int64_t rect_cols;
+    // ---- the user's views (element strides; batch, token, head) ----
+    const void *q; int64_t q_sb, q_ss, q_sh;
+    const void *k; int64_t k_sb, k_ss, k_sh;
+    const void *v; int64_t v_sb, v_ss, v_sh;
+    const float *w; int64_t w_sb, w_ss, w_sh;
+    const float *beta; int64_t beta_sb, beta_ss, beta_sh;
+    const float *g; int64_t g_sb, g_ss, g_sh;
+    void *o; int64_t o_sb, o_ss, o_sh;
+    float *lse; int64_t lse_sb, lse_sh;
+    const void *dout; int64_t do_sb, do_ss, do_sh;
+    void *dq; int64_t dq_sb, dq_ss, dq_sh;
+    void *dk; int64_t dk_sb, dk_ss, dk_sh;
+    void *dv; int64_t dv_sb, dv_ss, dv_sh;
+    float *dw; int64_t dw_sb, dw_ss, dw_sh;
+    float *dbeta; int64_t dbeta_sb, dbeta_ss, dbeta_sh;
+    float *dg; int64_t dg_sb, dg_ss, dg_sh;
+    // 16-byte cp.async is legal for this view (pointer and strides aligned, dims of 16 bytes)
+    int vec_q, vec_k, vec_v, vec_w, vec_do;
+    // ---- workspace ----
+    float *gsum;     // [rows, Hq] gate prefix sums (has_gate)
+    void *uw;        // [rows, H, D] U in the walk type (f16 for 16-bit inputs, f32 for f32)
+    void *ww;        // [rows, H, D] W in the walk type
+    void *kt;        // [rows, H, D] K~ (keys walked to their chunk end), input dtype
+    void *dmat;      // [chunks, H, 64, 64] D = T SL(W K^T), walk type
+    float *uf;       // [rows, H, D] U in f32 (backward; == uw for f32 inputs)
+    void *kh;        // [rows, H, D] K^ (keys walked to their segment end), input dtype
+    float *msuf;     // [chunks, H, D, D] suffix products of each chunk's segment (backward)
+    float *emat;     // [segments, H, D, D] E_r = I - (product of segment r)
+    void *hist;      // the history (input dtype, width K)
+    float *delta;    // [rows, Hq]
+    float *dkh, *dvacc, *dkt, *du, *dwacc, *dko;  // [rows, Hq, D] per-query-head partials
+    float *ddm;      // [chunks, Hq, 64, 64]
+    float *dgs;      // [rows, Hq]
+    float *dep;      // [pairs, Hq, D, D]
+    float *gam;      // [rows, Hq, D] dLoss/dQh[t, own segment] from the inter-segment pass
+    float *qts;      // [segments, Hq, 64, D] seg_intra scratch: Q~ of the chunk in work
+    unsigned long long *bad;  // w/beta check: first offending (row * H + h), or ~0
+};
+
+// One sequence as a kernel sees it.
+struct SeqInfo {
+    int64_t s, b, begin, len, row0, chunk0, seg0, hist0, pair0;
+};
+
+constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t packed_cells_of(int64_t len) {  // sum_{r=1}^{N-1} (L - r S)
+    const int64_t n = ceil_div(len, kS);
+    return (n - 1) * len - kS * n * (n - 1) / 2;
+}
+constexpr int64_t pairs_of(int64_t len) {  // (r, r') with 1 <= r' < r <= N - 1
+    const int64_t n = ceil_div(len, kS);
+    return n >= 3 ? (n - 1) * (n - 2) / 2 : 0;
+}
+
+}  // namespace fattn::pathk

@@ -1,0 +1,115 @@
+// prep.cuh — the UT transform of one 64-token chunk of one kv head (PATH.md §3), shared by the
+// prep kernel (forward and backward) and the backward's chain kernel:
+//   M  = SL(diag(beta) W W^T)      T0 = (I + M)^-1 (forward substitution, f32 FMA, fixed order)
+//   U  = T0 diag(beta) W           WK = SL(W K^T)      Dm = T0 diag(beta) WK
+//   K~ = K - Dm^T W                (the keys walked forward to the chunk end)
+// so that H_{n-1} ... H_0 = I - W^T U, and the intra-chunk scores are LT(Q K^T - LT(Q W^T) Dm).
+// Products other than M run on tf32 tensor cores (f32 tiles). Rows past the sequence are 0
+// (beta 0: H = I), which every formula above tolerates.
+#pragma once
+
+#include "cuda/path/common.cuh"
+
+namespace fattn::pathk {
+
+// f32 tiles of one chunk: W, K [64 x D], beta [64]; T0, WK, Dm [64 x 64].
+template <int D> struct PrepTiles {
+    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
+    static constexpr size_t BIG = tile_bytes<float>(kC, D), SMALL = tile_bytes<float>(kC, kC);
+};
+
+// Load W (f32 view), K (input dtype, converted) and beta of chunk c (tokens c0 .. c0+n) of kv head h.
+template <typename Tin, int D, int NT>
+PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, int h, float *sW, float *sK,
+                      float *sb) {
+    constexpr int SD = PrepTiles<D>::SD;
+    const int64_t t0 = sq.begin + c0;
+    load_tile<float, NT>(sW, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, n, p.K, p.vec_w);
+    load_tile_cvt<float, Tin, NT>(sK, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
+                                  p.k_ss, kC, D, n, p.K);
+    for (int a = tid(); a < kC; a += NT) sb[a] = a < n ? p.beta[sq.b * p.beta_sb + (t0 + a) * p.beta_ss + h * p.beta_sh] : 0.f;
+    cp_commit();
+    cp_wait<0>();
+    sync();
+}
+
+// sM <- M, then sT0 <- (I + M)^-1. Needs sW, sb loaded (and synced).
+template <int D, int NT>
+PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, int n) {
+    constexpr int SD = PrepTiles<D>::SD, S64 = PrepTiles<D>::S64;
+    for (int e = tid(); e < kC * kC; e += NT) {
+        const int a = e / kC, b = e % kC;
+        float s = 0.f;
+        if (b < a)
+            for (int d = 0; d < D; ++d) s += sW[a * SD + d] * sW[b * SD + d];
+        sM[a * S64 + b] = b < a ? sb[a] * s : 0.f;
+        sT0[a * S64 + b] = a == b ? 1.f : 0.f;
+    }
+    sync();
+    // Row a of (I + M) T0 = I: T0[a][c] = -sum_{b=c}^{a-1} M[a][b] T0[b][c] (c < a).
+    for (int a = 1; a < n; ++a) {
+        if (tid() < a) {
+            const int c = tid();
+            float s = 0.f;
+            for (int b = c; b < a; ++b) s += sM[a * S64 + b] * sT0[b * S64 + c];
+            sT0[a * S64 + c] = -s;
+        }
+        sync();
+    }
+}
+
+// sWK <- SL(W K^T); sBW (scratch, 64 x 64) <- diag(beta) WK; sDm <- T0 sBW. Needs sW, sK, sb, sT0.
+template <int D, int NW>
+PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sb, const float *sT0, float *sWK,
+                       float *sBW, float *sDm) {
+    constexpr int SD = PrepTiles<D>::SD, S64 = PrepTiles<D>::S64;
+    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) {
+        sWK[d * S64 + b] = d > b ? v : 0.f;
+        sBW[d * S64 + b] = d > b ? sb[d] * v : 0.f;
+    });
+    sync();
+    cta_gemm<float, false, true, 8, NW>(kC, kC, kC, sT0, S64, sBW, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
+    sync();
+}
+
+// Forward and backward: per (chunk, kv head) store U (walk type, and f32 in the backward), W
+// (walk type), K~ (input dtype) and Dm (walk type) into the workspace. grid (total chunks, H).
+template <typename Tin, int D> struct KPrep {
+    using Tw = walk_t<Tin>;
+    static constexpr int kThreads = 128, NW = kThreads / 32;
+    using PT = PrepTiles<D>;
+    static constexpr size_t smem() { return 3 * PT::BIG + 4 * PT::SMALL + 256; }
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        constexpr int SD = PT::SD, S64 = PT::S64;
+        const int64_t gc = bid_x();
+        const int h = bid_y();
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t c0 = (gc - sq.chunk0) * kC;
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        float *sW = reinterpret_cast<float *>(smem), *sK = sW + kC * SD, *sBW = sK + kC * SD;
+        float *sT0 = sBW + kC * SD, *sM = sT0 + kC * S64, *sX = sM + kC * S64, *sDm = sX + kC * S64;
+        float *sb = sDm + kC * S64;
+        prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sK, sb);
+        prep_t0<D, kThreads>(sW, sb, sM, sT0, n);
+        for (int e = tid(); e < kC * D; e += kThreads) sBW[(e / D) * SD + e % D] = sb[e / D] * sW[(e / D) * SD + e % D];
+        sync();
+        const int64_t row = sq.row0 + c0;
+        auto at = [&](int a, int col) { return ((row + a) * p.h + h) * D + col; };
+        // U = T0 (diag(beta) W)
+        cta_gemm<float, false, true, (D >= 64 ? 8 : D / 8), NW>(kC, D, kC, sT0, S64, sBW, SD, [&](int a, int col, float v) {
+            if (a >= n) return;  // rows past the sequence belong to the next one (or to nobody)
+            st<Tw>(p.uw, at(a, col), v);
+            if (p.uf && static_cast<void *>(p.uf) != p.uw) p.uf[at(a, col)] = v;
+        });
+        for (int e = tid(); e < n * D; e += kThreads) st<Tw>(p.ww, at(e / D, e % D), sW[(e / D) * SD + e % D]);
+        prep_wk_dm<D, NW>(sW, sK, sb, sT0, sM, sX, sDm);
+        for (int e = tid(); e < kC * kC; e += kThreads)
+            st<Tw>(p.dmat, (gc * p.h + h) * kC * kC + e, sDm[(e / kC) * S64 + e % kC]);
+        // K~ = K - Dm^T W
+        cta_gemm<float, true, true, (D >= 64 ? 8 : D / 8), NW>(kC, D, kC, sDm, S64, sW, SD, [&](int b, int col, float v) {
+            if (b < n) st<Tin>(p.kt, at(b, col), sK[b * SD + col] - v);
+        });
+    }
+};
+
+}  // namespace fattn::pathk

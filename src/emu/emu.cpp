@@ -1,0 +1,432 @@
+// emu.cpp — the fibers, the barriers and the warp collectives of the CPU emulation (emu.h).
+#include "emu/emu.h"
+
+#include <sys/mman.h>
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FATTN_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FATTN_EMU_ASAN 1
+#endif
+#endif
+#ifdef FATTN_EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+namespace fattn::emu {
+namespace {
+
+constexpr size_t kStack = 512 * 1024;  // per fiber; mapped lazily, reused across launches
+
+#if defined(__x86_64__)
+// Cooperative switch: push the callee-saved registers, swap stack pointers, pop, return. A new
+// fiber's stack is laid out so that the first switch "returns" into fattn_emu_start, which calls
+// rbx(r12).
+extern "C" void fattn_emu_swap(void **save_sp, void *load_sp);
+extern "C" void fattn_emu_start();
+__asm__(
+    ".text\n"
+    ".globl fattn_emu_swap\n"
+    ".type fattn_emu_swap,@function\n"
+    "fattn_emu_swap:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size fattn_emu_swap,.-fattn_emu_swap\n"
+    ".globl fattn_emu_start\n"
+    ".type fattn_emu_start,@function\n"
+    "fattn_emu_start:\n"
+    "  movq %r12, %rdi\n"
+    "  callq *%rbx\n"
+    "  ud2\n"
+    ".size fattn_emu_start,.-fattn_emu_start\n");
+#endif
+
+enum State { RUN, WAIT, DONE };
+
+struct Copy {
+    void *dst;
+    const void *src;
+    int bytes;
+};
+
+struct Fiber {
+    char *stack = nullptr;
+#if defined(__x86_64__)
+    void *sp = nullptr;
+#else
+    ucontext_t uc;
+#endif
+    State state = DONE;
+    void *asan_fake = nullptr;
+    std::vector<Copy> open;
+    std::vector<std::vector<Copy>> groups;
+};
+
+struct Slot {
+    uint64_t in[12];
+    uint32_t out[4];
+};
+
+struct Block {
+    int n = 0, bx = 0, by = 0, bz = 0;
+    char *smem = nullptr;
+    const std::function<void(char *)> *body = nullptr;
+    std::vector<Fiber> *f = nullptr;
+    std::vector<Slot> slot;
+    int cur = -1;
+    int cta_waiting = 0;
+    int warp_waiting[32] = {};
+#if defined(__x86_64__)
+    void *sched_sp = nullptr;
+#else
+    ucontext_t sched_uc;
+#endif
+    const void *sched_stack = nullptr;
+    size_t sched_size = 0;
+    std::string error;
+};
+
+thread_local Block *g_blk = nullptr;
+
+std::vector<Fiber> &fiber_pool(int n) {
+    thread_local std::vector<Fiber> pool;
+    if (int(pool.size()) < n) {
+        size_t old = pool.size();
+        pool.resize(size_t(n));
+        for (size_t i = old; i < pool.size(); ++i) {
+            void *p = mmap(nullptr, kStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) throw std::runtime_error("emu: cannot map a fiber stack");
+            pool[i].stack = static_cast<char *>(p);
+        }
+    }
+    return pool;
+}
+
+void flush_copies(Fiber &f, size_t keep) {
+    while (f.groups.size() > keep) {
+        for (const Copy &c : f.groups.front()) {
+            std::memset(c.dst, 0, 16);
+            std::memcpy(c.dst, c.src, size_t(c.bytes));
+        }
+        f.groups.erase(f.groups.begin());
+    }
+}
+
+// Fiber -> scheduler.
+void yield_to_scheduler(Block &b, Fiber &f) {
+#ifdef FATTN_EMU_ASAN
+    __sanitizer_start_switch_fiber(f.state == DONE ? nullptr : &f.asan_fake, b.sched_stack, b.sched_size);
+#endif
+#if defined(__x86_64__)
+    fattn_emu_swap(&f.sp, b.sched_sp);
+#else
+    swapcontext(&f.uc, &b.sched_uc);
+#endif
+#ifdef FATTN_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.asan_fake, nullptr, nullptr);
+#endif
+}
+
+void fiber_main(void *) {
+    Block &b = *g_blk;
+#ifdef FATTN_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &b.sched_stack, &b.sched_size);
+#endif
+    Fiber &f = (*b.f)[size_t(b.cur)];
+    try {
+        (*b.body)(b.smem);
+    } catch (const std::exception &e) {
+        if (b.error.empty()) b.error = e.what();
+    }
+    f.open.clear();
+    flush_copies(f, 0);
+    f.state = DONE;
+    yield_to_scheduler(b, f);
+    __builtin_trap();  // never resumed
+}
+
+#if !defined(__x86_64__)
+void fiber_entry_uc() { fiber_main(nullptr); }
+#endif
+
+// Scheduler -> fiber i.
+void resume(Block &b, int i) {
+    Fiber &f = (*b.f)[size_t(i)];
+    b.cur = i;
+#ifdef FATTN_EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f.stack, kStack);
+#endif
+#if defined(__x86_64__)
+    fattn_emu_swap(&b.sched_sp, f.sp);
+#else
+    swapcontext(&b.sched_uc, &f.uc);
+#endif
+#ifdef FATTN_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    b.cur = -1;
+}
+
+void start_fiber(Fiber &f) {
+    f.state = RUN;
+    f.open.clear();
+    f.groups.clear();
+    f.asan_fake = nullptr;
+#if defined(__x86_64__)
+    uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack) + kStack) & ~uintptr_t(15);
+    void **sp = reinterpret_cast<void **>(top - 72);
+    sp[0] = nullptr;  // r15
+    sp[1] = nullptr;  // r14
+    sp[2] = nullptr;  // r13
+    sp[3] = nullptr;  // r12: the argument
+    sp[4] = reinterpret_cast<void *>(&fiber_main);  // rbx: the entry
+    sp[5] = nullptr;  // rbp
+    sp[6] = reinterpret_cast<void *>(&fattn_emu_start);
+    f.sp = sp;
+#else
+    getcontext(&f.uc);
+    f.uc.uc_stack.ss_sp = f.stack;
+    f.uc.uc_stack.ss_size = kStack;
+    f.uc.uc_link = nullptr;
+    makecontext(&f.uc, fiber_entry_uc, 0);
+#endif
+}
+
+Block &blk() {
+    if (!g_blk || g_blk->cur < 0) throw std::logic_error("emu: a device primitive called outside a kernel body");
+    return *g_blk;
+}
+
+// The calling lane has deposited its inputs; the last lane of the warp runs compute(warp base).
+template <class F>
+void collective(F &&compute) {
+    Block &b = blk();
+    const int me = b.cur, w = me / 32;
+    Fiber &f = (*b.f)[size_t(me)];
+    if (++b.warp_waiting[w] == 32) {
+        b.warp_waiting[w] = 0;
+        compute(w * 32);
+        for (int l = w * 32; l < w * 32 + 32; ++l)
+            if (l != me) (*b.f)[size_t(l)].state = RUN;
+    } else {
+        f.state = WAIT;
+        yield_to_scheduler(b, f);
+    }
+}
+
+float half_bits(uint32_t word, int hi, MmaKind k) {
+    const uint16_t h = uint16_t(hi ? word >> 16 : word & 0xFFFFu);
+    return k == MMA_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+}  // namespace
+
+void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(char *)> &body, Options opt) {
+    if (threads <= 0 || threads % 32 != 0 || threads > 1024)
+        throw std::invalid_argument("emu: threads must be a multiple of 32 in [32, 1024]");
+    std::vector<Fiber> &pool = fiber_pool(threads);
+    std::vector<char> smem(smem_bytes + 16);
+    Block b;
+    b.n = threads;
+    b.body = &body;
+    b.f = &pool;
+    b.slot.assign(size_t(threads), Slot{});
+    char *sm = smem.data() + ((16 - reinterpret_cast<uintptr_t>(smem.data()) % 16) % 16);
+    b.smem = sm;
+    Block *prev = g_blk;
+    g_blk = &b;
+    try {
+        for (int z = 0; z < grid.z; ++z)
+            for (int y = 0; y < grid.y; ++y)
+                for (int x = 0; x < grid.x; ++x) {
+                    b.bx = x, b.by = y, b.bz = z;
+                    std::memset(sm, 0xFF, smem_bytes);
+                    b.cta_waiting = 0;
+                    std::memset(b.warp_waiting, 0, sizeof b.warp_waiting);
+                    for (int t = 0; t < threads; ++t) start_fiber(pool[size_t(t)]);
+                    for (;;) {
+                        bool ran = false, done = true;
+                        for (int k = 0; k < threads; ++k) {
+                            const int t = opt.reverse ? threads - 1 - k : k;
+                            if (pool[size_t(t)].state == RUN) {
+                                ran = true;
+                                resume(b, t);
+                            }
+                            done = done && pool[size_t(t)].state == DONE;
+                        }
+                        if (!b.error.empty()) throw std::runtime_error("emu: kernel threw: " + b.error);
+                        if (done) break;
+                        if (!ran)
+                            throw std::runtime_error("emu: deadlock in block (" + std::to_string(x) + ", " +
+                                                     std::to_string(y) + ", " + std::to_string(z) +
+                                                     "): a barrier or warp collective not reached by every thread");
+                    }
+                }
+    } catch (...) {
+        g_blk = prev;
+        throw;  // fibers left mid-kernel are simply restarted by the next launch
+    }
+    g_blk = prev;
+}
+
+int tid() { return blk().cur; }
+
+int bid(int axis) {
+    Block &b = blk();
+    return axis == 0 ? b.bx : axis == 1 ? b.by : b.bz;
+}
+
+void sync() {
+    Block &b = blk();
+    Fiber &f = (*b.f)[size_t(b.cur)];
+    if (++b.cta_waiting == b.n) {
+        b.cta_waiting = 0;
+        for (int t = 0; t < b.n; ++t)
+            if (t != b.cur) (*b.f)[size_t(t)].state = RUN;
+    } else {
+        f.state = WAIT;
+        yield_to_scheduler(b, f);
+    }
+}
+
+uint32_t shfl(uint32_t v, int src) {
+    Block &b = blk();
+    const int me = b.cur;
+    b.slot[size_t(me)].in[0] = v;
+    b.slot[size_t(me)].in[1] = uint64_t(src & 31);
+    collective([&](int w0) {
+        for (int l = 0; l < 32; ++l) {
+            Slot &s = b.slot[size_t(w0 + l)];
+            s.out[0] = uint32_t(b.slot[size_t(w0 + int(s.in[1]))].in[0]);
+        }
+    });
+    return b.slot[size_t(me)].out[0];
+}
+
+void ldsm4(uint32_t (&r)[4], const void *row, bool trans) {
+    Block &b = blk();
+    const int me = b.cur;
+    b.slot[size_t(me)].in[0] = reinterpret_cast<uint64_t>(row);
+    collective([&](int w0) {
+        for (int l = 0; l < 32; ++l) {
+            const int g = l / 4, t = l % 4;
+            for (int i = 0; i < 4; ++i) {
+                auto rowp = [&](int rr) { return reinterpret_cast<const char *>(b.slot[size_t(w0 + 8 * i + rr)].in[0]); };
+                uint32_t word;
+                if (!trans) {
+                    std::memcpy(&word, rowp(g) + 4 * t, 4);
+                } else {
+                    uint16_t lo, hi;
+                    std::memcpy(&lo, rowp(2 * t) + 2 * g, 2);
+                    std::memcpy(&hi, rowp(2 * t + 1) + 2 * g, 2);
+                    word = uint32_t(lo) | uint32_t(hi) << 16;
+                }
+                b.slot[size_t(w0 + l)].out[i] = word;
+            }
+        }
+    });
+    for (int i = 0; i < 4; ++i) r[i] = b.slot[size_t(me)].out[i];
+}
+
+void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKind kind) {
+    Block &b = blk();
+    const int me = b.cur;
+    Slot &s = b.slot[size_t(me)];
+    for (int i = 0; i < 4; ++i) s.in[i] = a[i];
+    s.in[4] = b0, s.in[5] = b1;
+    for (int i = 0; i < 4; ++i) {
+        uint32_t u;
+        std::memcpy(&u, &c[i], 4);
+        s.in[6 + i] = u;
+    }
+    collective([&](int w0) {
+        const int KD = kind == MMA_TF32 ? 8 : 16;
+        float A[16][16], B[16][8], C[16][8];
+        auto lane = [&](int l) -> Slot & { return b.slot[size_t(w0 + l)]; };
+        for (int m = 0; m < 16; ++m)
+            for (int k = 0; k < KD; ++k) {
+                if (kind == MMA_TF32) {
+                    uint32_t u = uint32_t(lane((m % 8) * 4 + k % 4).in[(m / 8) + 2 * (k / 4)]) & 0xFFFFE000u;
+                    std::memcpy(&A[m][k], &u, 4);
+                } else {
+                    A[m][k] = half_bits(uint32_t(lane((m % 8) * 4 + (k % 8) / 2).in[(m / 8) + 2 * (k / 8)]), k % 2, kind);
+                }
+            }
+        for (int k = 0; k < KD; ++k)
+            for (int n = 0; n < 8; ++n) {
+                if (kind == MMA_TF32) {
+                    uint32_t u = uint32_t(lane(n * 4 + k % 4).in[4 + k / 4]) & 0xFFFFE000u;
+                    std::memcpy(&B[k][n], &u, 4);
+                } else {
+                    B[k][n] = half_bits(uint32_t(lane(n * 4 + (k % 8) / 2).in[4 + k / 8]), k % 2, kind);
+                }
+            }
+        for (int m = 0; m < 16; ++m)
+            for (int n = 0; n < 8; ++n) {
+                uint32_t u = uint32_t(lane((m % 8) * 4 + n / 2).in[6 + (m / 8) * 2 + n % 2]);
+                std::memcpy(&C[m][n], &u, 4);
+            }
+        for (int m = 0; m < 16; ++m)
+            for (int n = 0; n < 8; ++n) {
+                float d = C[m][n];
+                for (int k = 0; k < KD; ++k) d = std::fma(A[m][k], B[k][n], d);
+                uint32_t u;
+                std::memcpy(&u, &d, 4);
+                lane((m % 8) * 4 + n / 2).out[(m / 8) * 2 + n % 2] = u;
+            }
+    });
+    for (int i = 0; i < 4; ++i) std::memcpy(&c[i], &s.out[i], 4);
+}
+
+void cp16(void *smem, const void *gmem, int src_bytes) {
+    Block &b = blk();
+    Fiber &f = (*b.f)[size_t(b.cur)];
+    if (src_bytes < 0 || src_bytes > 16) throw std::logic_error("emu: cp16 src_bytes out of [0, 16]");
+    if (reinterpret_cast<uintptr_t>(smem) % 16 || (src_bytes > 0 && reinterpret_cast<uintptr_t>(gmem) % 16))
+        throw std::logic_error("emu: cp16 addresses must be 16-byte aligned");
+    std::memset(smem, 0xFF, 16);
+    f.open.push_back({smem, gmem, src_bytes});
+}
+
+void cp_commit() {
+    Block &b = blk();
+    Fiber &f = (*b.f)[size_t(b.cur)];
+    f.groups.push_back(std::move(f.open));
+    f.open.clear();
+}
+
+void cp_wait(int n) {
+    Block &b = blk();
+    flush_copies((*b.f)[size_t(b.cur)], size_t(n < 0 ? 0 : n));
+}
+
+uint16_t f32_to_f16_bits(float x) { return f32_to_f16(x); }
+uint16_t f32_to_bf16_bits(float x) { return f32_to_bf16(x); }
+float f16_bits_to_f32(uint16_t h) { return f16_to_f32(h); }
+float bf16_bits_to_f32(uint16_t h) { return bf16_to_f32(h); }
+
+uint32_t f32_to_tf32_bits(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u) return u;  // inf / nan unchanged
+    return (u + 0x1000u) & 0xFFFFE000u;               // nearest, ties away from zero (cvt.rna)
+}
+
+}  // namespace fattn::emu

@@ -1,0 +1,63 @@
+// emu.h — a CPU emulation of the CUDA execution model, enough to run the portable kernel bodies
+// of src/cuda/path on the host (tests, and fattn-test --backend emu): the same source that nvcc
+// compiles for the GPU, checked against the float64 oracle on any machine, in CI included.
+//
+// Model: the blocks of a grid run one after another; the threads of a block are fibers switched
+// cooperatively at barriers (sync) and at warp collectives. A collective (shuffle, ldmatrix,
+// mma.sync) is computed once, by the last lane of the warp to arrive, from what every lane
+// deposited, with the PTX ISA's fragment maps. cp.async copies are performed at cp_wait(), and
+// their destinations are poisoned (0xFF) when issued, so a read before the wait (or a write-after-
+// read race on a ring buffer) shows up as NaN. Shared memory starts poisoned too. A barrier that
+// not every thread reaches is reported as a deadlock (std::runtime_error), never hangs.
+//
+// Kernel code never calls this header directly: src/cuda/path/dev.cuh maps its primitives here
+// when compiled without nvcc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace fattn::emu {
+
+struct Grid {
+    int x = 1, y = 1, z = 1;
+};
+
+struct Options {
+    bool reverse = false;  // run the fibers of a block in reverse order (shakes out missing barriers)
+};
+
+// Run body(smem) on every thread of every block. smem_bytes of shared memory per block.
+void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(char *)> &body,
+            Options opt = {});
+
+// Inside a body.
+int tid();
+int bid(int axis);  // 0 = x, 1 = y, 2 = z
+void sync();        // __syncthreads()
+
+uint32_t shfl(uint32_t v, int src_lane);  // __shfl_sync(0xffffffff, v, src_lane)
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: this lane supplies row (lane % 8) of matrix
+// (lane / 8); r[i] receives matrix i's word for this lane.
+void ldsm4(uint32_t (&r)[4], const void *row, bool trans);
+
+enum MmaKind { MMA_F16, MMA_BF16, MMA_TF32 };
+// mma.sync.aligned.m16n8k16 (f16, bf16) / m16n8k8 (tf32), f32 accumulate, c += a b.
+void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKind kind);
+
+// cp.async.cg.shared.global 16 bytes (src_bytes < 16: the rest is zero-filled), commit_group,
+// wait_group(n): all but the n newest committed groups have landed.
+void cp16(void *smem, const void *gmem, int src_bytes);
+void cp_commit();
+void cp_wait(int n);
+
+// Bit patterns and conversions the kernels use (round to nearest even; tf32: nearest, ties away).
+uint16_t f32_to_f16_bits(float x);
+uint16_t f32_to_bf16_bits(float x);
+float f16_bits_to_f32(uint16_t h);
+float bf16_bits_to_f32(uint16_t h);
+uint32_t f32_to_tf32_bits(float x);
+
+}  // namespace fattn::emu
