@@ -1,6 +1,6 @@
 // test_path_api.cpp — validation of the PaTH C API: one test per rule, checking the status and
 // that the message names the argument; plus defaults, the empty no-op, caller workspace size,
-// the CUDA refusal, and the memory model's terms.
+// the CUDA backend's own answers, and the memory model's terms.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -264,13 +264,29 @@ TEST(PathApi, EmptyIsANoOp) {
     EXPECT_EQ(v.fwd(), FATTN_OK) << v.err();
 }
 
-TEST(PathApi, CudaContextIsUnsupported) {
+// A CUDA context answers from the CUDA backend's own selection (never the CPU's): these shapes
+// are supported, a head dim of 80 is refused naming the CUDA backend, and the workspace is the
+// GPU layout's (the history part equal on both backends: the same formula).
+TEST(PathApi, CudaContextAnswersFromTheCudaBackend) {
     fattn_ctx_t *cuda = nullptr;
     if (fattn_ctx_init_cuda(0, nullptr, &cuda) != FATTN_OK) GTEST_SKIP() << "no CUDA backend/device";
-    Views v;
-    EXPECT_EQ(fattn_path_fwd(cuda, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, &v.to, &v.tl, nullptr, 0),
-              FATTN_ERR_UNSUPPORTED);
-    EXPECT_NE(std::string(fattn_ctx_last_error(cuda)).find("CPU backend only"), std::string::npos);
+    Views v;  // supports and sizes read no data: host views describe the shapes
+    char why[256];
+    EXPECT_EQ(fattn_path_supports(cuda, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, why, sizeof why), FATTN_OK) << why;
+    Views big;
+    fattn_path_workspace_info wc{}, wh{};
+    fattn_tensor q = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 4, 32), k = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 2, 32),
+                 vv = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 2, 16), w = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 1300, 2, 32),
+                 b = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 1300, 2, 1), g = fattn_tensor_none();
+    ASSERT_EQ(fattn_path_workspace_size(cuda, &big.p, &q, &k, &vv, &w, &b, &g, FATTN_DIR_BWD, &wc), FATTN_OK)
+        << fattn_ctx_last_error(cuda);
+    ASSERT_EQ(fattn_path_workspace_size(big.ctx, &big.p, &q, &k, &vv, &w, &b, &g, FATTN_DIR_BWD, &wh), FATTN_OK);
+    EXPECT_EQ(wc.history_bytes, wh.history_bytes);
+    EXPECT_EQ(wc.history_bytes, uint64_t(1300 - 512 + 1300 - 1024) * 4 * 32 * 2);
+    fattn_tensor q80 = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 4, 80), k80 = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 2, 80),
+                 w80 = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 1300, 2, 80);
+    EXPECT_EQ(fattn_path_supports(cuda, &big.p, &q80, &k80, &vv, &w80, &b, &g, why, sizeof why), FATTN_ERR_BAD_HEAD_DIM);
+    EXPECT_NE(std::string(why).find("PaTH CUDA backend"), std::string::npos) << why;
     fattn_ctx_free(cuda);
 }
 

@@ -1,7 +1,8 @@
 // path_api.cpp — the C entry points of PaTH attention: params defaults, validation (the one
-// support surface: every entry goes through path_validate), workspace and memory model, and
-// fwd / bwd dispatch to the CPU backend. A CUDA context is FATTN_ERR_UNSUPPORTED (never a CPU run).
-// Every C++ exception is caught here (std::bad_alloc -> OUT_OF_MEMORY, else INTERNAL).
+// support surface: every entry goes through validate(), which ends in the backend's selection
+// function), workspace and memory model, and fwd / bwd through the backend seam
+// (path_dispatch.h): the context's backend runs, never another. Every C++ exception is caught
+// here (std::bad_alloc -> OUT_OF_MEMORY, else INTERNAL).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -12,10 +13,10 @@
 #include "core/context.h"
 #include "core/enum_raw.h"
 #include "core/parallel.h"
+#include "core/path_dispatch.h"
 #include "core/path_params.h"
 #include "core/size_math.h"
 #include "core/view_check.h"
-#include "cpu/path/path_cpu.h"
 
 namespace fattn {
 namespace {
@@ -161,10 +162,6 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
                  "scale: is " + std::to_string(pp->scale) + ", must be finite (0 = 1/sqrt(K))");
     PATH_FAIL_IF(!(pp->check_tol >= 0) || !std::isfinite(pp->check_tol), FATTN_ERR_BAD_VALUE,
                  "check_tol: must be finite and >= 0");
-    // Before anything reads cu_seqlens or values: on a CUDA context they are device memory.
-    PATH_FAIL_IF(ctx->backend != FATTN_BACKEND_CPU, FATTN_ERR_UNSUPPORTED,
-                 "PaTH runs on the CPU backend only in this version");
-
     // ---- varlen ----
     int64_t nseq = B;
     if (pp->cu_seqlens) {
@@ -211,35 +208,14 @@ Fail validate(const fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, cons
     p.cu_seqlens = pp->cu_seqlens;
     p.num_seqs = nseq;
     p.nthreads = ctx->nthreads;
+    p.check = pp->check;
+    p.check_tol = pp->check_tol > 0 ? pp->check_tol : 1e-3f;
     out->empty = B == 0 || T == 0 || HQ == 0;
     if (!out->empty) {
         string why;
-        fattn_status s = cpu::path_select(p, &why);
+        fattn_status s = path_backend_select(ctx, p, &why);
         PATH_FAIL_IF(s != FATTN_OK, s, why);
     }
-    return {FATTN_OK, ""};
-}
-
-// STRICT mode: |w_t| = 1 (within tol) and beta_t in [0, 2], every value finite.
-Fail check_w_beta(const fattn_path_params *pp, const PathFwdParams &p) {
-    if (pp->check == FATTN_PATH_CHECK_NONE) return {FATTN_OK, ""};
-    const double tol = pp->check_tol > 0 ? pp->check_tol : 1e-3;
-    for (int64_t b = 0; b < p.B; ++b)
-        for (int64_t t = 0; t < p.T; ++t)
-            for (int64_t h = 0; h < p.h; ++h) {
-                const float *w = p.w + b * p.w_sb + t * p.w_ss + h * p.w_sh;
-                double n2 = 0;
-                for (int64_t d = 0; d < p.dk; ++d) n2 += double(w[d]) * w[d];
-                const double nrm = std::sqrt(n2);
-                const float be = p.beta[b * p.beta_sb + t * p.beta_ss + h * p.beta_sh];
-                // built only for the message (a string per token would allocate T*H times)
-                auto at = [&] { return " at (b " + S(b) + ", t " + S(t) + ", h " + S(h) + ")"; };
-                PATH_FAIL_IF(!(std::fabs(nrm - 1.0) <= tol), FATTN_ERR_BAD_VALUE,
-                             "w: |w| = " + std::to_string(nrm) + at() + " is not 1 (check STRICT, tol " +
-                                 std::to_string(tol) + "; L2-normalize w or use FATTN_PATH_CHECK_NONE)");
-                PATH_FAIL_IF(!(be >= 0.f && be <= 2.f), FATTN_ERR_BAD_VALUE,
-                             "beta: " + std::to_string(be) + at() + " is outside [0, 2] (check STRICT)");
-            }
     return {FATTN_OK, ""};
 }
 
@@ -287,14 +263,6 @@ fattn_status with_workspace(fattn_ctx *ctx, size_t need, void *ws, size_t ws_byt
     }
     ctx_free(ctx, mine);
     return s;
-}
-
-// Host heap a CPU call takes besides its workspace (all on the calling thread: the layout's
-// per-sequence bases, twice, the chunk index, thread handles, the slot pool). The memory model's
-// workspace fields add it, as the softmax family's does (attn_memory.cpp), so that its peaks
-// never under-predict a measured call (tests/test_path_memory.cpp).
-uint64_t host_allowance(int nthreads, int64_t num_seqs) {
-    return 16384 + 1024 * uint64_t(std::max(nthreads, 1)) + 64 * uint64_t(std::max<int64_t>(num_seqs, 0));
 }
 
 // Bytes of the [B, T, H, D] extent a view describes (validated: fits in 2^63).
@@ -349,10 +317,9 @@ fattn_status fattn_path_workspace_size(fattn_ctx_t *ctx, const fattn_path_params
             return set_error(ctx, FATTN_ERR_BAD_VALUE, "dir: " + S(rdir) + " is not a fattn_dir");
         *out = {0, 0};
         if (r.empty) return FATTN_OK;
-        PathLayout lay = path_layout(r.p, /*bases=*/false);
-        PathWorkspace ws = path_workspace(r.p, lay, dir);
-        out->total_bytes = ws.total;
-        out->history_bytes = ws.history_bytes;
+        size_t hist = 0;
+        out->total_bytes = path_backend_workspace(ctx, r.p, dir, &hist);
+        out->history_bytes = hist;
         return FATTN_OK;
     });
 }
@@ -368,14 +335,11 @@ fattn_status fattn_path_fwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         Fail f = validate(ctx, p, PathOp::FWD, vw, &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
         if (r.empty) return FATTN_OK;
-        ScopedRunner runner(ctx->runner);  // the checks and the kernels
-        f = check_w_beta(p, r.p);
-        if (f.s != FATTN_OK) return fail(ctx, f);
-        PathLayout lay = path_layout(r.p, /*bases=*/false);
-        const size_t need = path_workspace(r.p, lay, FATTN_DIR_FWD).total;
+        ScopedRunner runner(ctx->runner);  // the CPU backend's checks and kernels
+        const size_t need = path_backend_workspace(ctx, r.p, FATTN_DIR_FWD, nullptr);
         return with_workspace(ctx, need, workspace, workspace_bytes, [&](void *ws) {
             string err;
-            fattn_status s = cpu::path_fwd(r.p, ws, &err);
+            fattn_status s = path_backend_fwd(ctx, r.p, ws, &err);
             return s == FATTN_OK ? s : set_error(ctx, s, err);
         });
     });
@@ -396,14 +360,11 @@ fattn_status fattn_path_bwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         Fail f = validate(ctx, p, PathOp::BWD, vw, &r);
         if (f.s != FATTN_OK) return fail(ctx, f);
         if (r.empty) return FATTN_OK;
-        ScopedRunner runner(ctx->runner);  // the checks and the kernels
-        f = check_w_beta(p, r.p);
-        if (f.s != FATTN_OK) return fail(ctx, f);
-        PathLayout lay = path_layout(r.p, /*bases=*/false);
-        const size_t need = path_workspace(r.p, lay, FATTN_DIR_BWD).total;
+        ScopedRunner runner(ctx->runner);  // the CPU backend's checks and kernels
+        const size_t need = path_backend_workspace(ctx, r.p, FATTN_DIR_BWD, nullptr);
         return with_workspace(ctx, need, workspace, workspace_bytes, [&](void *ws) {
             string err;
-            fattn_status s = cpu::path_bwd(r.p, ws, &err);
+            fattn_status s = path_backend_bwd(ctx, r.p, ws, &err);
             return s == FATTN_OK ? s : set_error(ctx, s, err);
         });
     });
@@ -433,16 +394,18 @@ fattn_status fattn_path_memory(fattn_ctx_t *ctx, const fattn_path_params *p, con
         out->grads_bytes = sat_add(o_bytes /* dout */, in);  // dq, dk, dv, dw, dbeta, dg: like inputs
         if (!r.empty) {
             PathFwdParams pp = r.p;
-            PathLayout lay = path_layout(pp, false);
-            // The workspace (fattn_path_workspace_size: buffers, per-thread scratch slots, alignment
-            // slack) plus the small host heap the call takes itself.
-            const uint64_t host = host_allowance(pp.nthreads, pp.num_seqs);
-            out->fwd_workspace_bytes = sat_add(path_workspace(pp, lay, FATTN_DIR_FWD).total, host);
-            out->bwd_workspace_bytes = sat_add(path_workspace(pp, lay, FATTN_DIR_BWD).total, host);
+            // The workspace (fattn_path_workspace_size: the backend's buffers, the CPU's per-thread
+            // scratch slots, alignment slack) plus the small host heap a CPU call takes itself.
+            const uint64_t host = path_backend_host_bytes(ctx, pp);
+            out->fwd_workspace_bytes = sat_add(path_backend_workspace(ctx, pp, FATTN_DIR_FWD, nullptr), host);
+            out->bwd_workspace_bytes = sat_add(path_backend_workspace(ctx, pp, FATTN_DIR_BWD, nullptr), host);
+            size_t h = 0;
             pp.history = FATTN_PATH_HISTORY_PACKED;
-            out->history_packed_bytes = path_workspace(pp, path_layout(pp, false), FATTN_DIR_BWD).history_bytes;
+            path_backend_workspace(ctx, pp, FATTN_DIR_BWD, &h);
+            out->history_packed_bytes = h;
             pp.history = FATTN_PATH_HISTORY_RECTANGULAR;
-            out->history_rectangular_bytes = path_workspace(pp, path_layout(pp, false), FATTN_DIR_BWD).history_bytes;
+            path_backend_workspace(ctx, pp, FATTN_DIR_BWD, &h);
+            out->history_rectangular_bytes = h;
         }
         out->fwd_peak_bytes = sat_add(sat_add(out->inputs_bytes, out->saved_bytes), out->fwd_workspace_bytes);
         out->bwd_peak_bytes = sat_add(sat_add(sat_add(out->inputs_bytes, out->saved_bytes), out->grads_bytes),

@@ -1,73 +1,26 @@
-// path_cuda.cu — the CUDA instantiation of the PaTH backend: a launcher for sequence.h (one
-// generic __global__ wrapper per kernel struct), the selection function and the entries. The
-// kernels, their order and the workspace layout are in src/cuda/path.
-#include <cuda_runtime.h>
-
-#include "cuda/path/sequence.h"
+// path_cuda.cu — the entry of the CUDA PaTH backend: the selection function and fwd / bwd, which
+// hand the call to the input dtype's translation unit (path_cuda_{f32,f16,bf16}.cu). The kernels,
+// their order and the workspace layout are in src/cuda/path.
+#include "cuda/path/cuda_launcher.cuh"
 #include "cuda/path_cuda.h"
 
 namespace fattn::cuda {
 namespace {
 
-using pathk::PathDev;
+using pathk::bf16_t;
+using pathk::f16_t;
 
-template <class K> __global__ void __launch_bounds__(K::kThreads) path_kernel(const PathDev p) {
-    extern __shared__ __align__(128) char smem[];
-    K::run(p, smem);
-}
-
-struct CudaLauncher {
-    cudaStream_t stream;
-    cudaError_t err = cudaSuccess;
-    const char *where = "";
-    template <class K> void launch(int64_t gx, int gy, const PathDev &d) {
-        if (err != cudaSuccess || gx <= 0 || gy <= 0) return;
-        const size_t sm = K::smem();
-        if (sm > 48 * 1024) {
-            err = cudaFuncSetAttribute(path_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm));
-            if (err != cudaSuccess) return void(where = "cudaFuncSetAttribute");
-        }
-        path_kernel<K><<<dim3(unsigned(gx), unsigned(gy)), K::kThreads, sm, stream>>>(d);
-        err = cudaGetLastError();
-        if (err != cudaSuccess) where = "kernel launch";
-    }
-    void upload(void *dst, const void *src, size_t n) {
-        if (err == cudaSuccess && (err = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
-            where = "cudaMemcpyAsync (tables)";
-    }
-    void download(void *dst, const void *src, size_t n) {
-        if (err == cudaSuccess && (err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
-            where = "cudaMemcpyAsync (check)";
-        if (err == cudaSuccess && (err = cudaStreamSynchronize(stream)) != cudaSuccess) where = "cudaStreamSynchronize";
-    }
-    void fill(void *dst, int byte, size_t n) {
-        if (err == cudaSuccess && (err = cudaMemsetAsync(dst, byte, n, stream)) != cudaSuccess) where = "cudaMemsetAsync";
-    }
-    fattn_status status(std::string *e) {
-        if (err == cudaSuccess) return FATTN_OK;
-        if (e) *e = std::string("cuda: PaTH ") + where + ": " + cudaGetErrorString(err);
-        cudaGetLastError();
-        return FATTN_ERR_DEVICE;
-    }
-};
-
-// The largest dynamic shared memory of the (dtype, D) kernel set: what selection checks.
-template <typename Tin, int D> size_t max_smem_of() {
-    using namespace pathk;
-    size_t m = 0;
-    for (size_t s : {KPrep<Tin, D>::smem(), KFwd<Tin, D>::smem(), KSegPrep<Tin, D>::smem(), KHist<Tin, D>::smem(),
-                     KDkv<Tin, D>::smem(), KSegInter<Tin, D>::smem(), KSegIntra<Tin, D>::smem(), KOwn<Tin, D>::smem(),
-                     KChainA<Tin, D>::smem(), KChainB<Tin, D>::smem()})
-        m = s > m ? s : m;
-    return m;
-}
-template <typename Tin> size_t max_smem_d(int D) {
-    return D == 32 ? max_smem_of<Tin, 32>() : D == 64 ? max_smem_of<Tin, 64>() : max_smem_of<Tin, 128>();
+size_t max_smem_d(fattn_dtype t, int D) {
+    return t == FATTN_F32 ? pathk::cuda_max_smem<float>(D)
+           : t == FATTN_F16 ? pathk::cuda_max_smem<f16_t>(D) : pathk::cuda_max_smem<bf16_t>(D);
 }
 
 fattn_status run(const PathBwdParams &p, void *stream, void *ws, bool bwd, std::string *err) {
-    CudaLauncher l{static_cast<cudaStream_t>(stream)};
-    return pathk::gpu_run(l, p, ws, bwd, err);
+    switch (p.dtype) {
+    case FATTN_F32: return pathk::cuda_run<float>(p, stream, ws, bwd, err);
+    case FATTN_F16: return pathk::cuda_run<f16_t>(p, stream, ws, bwd, err);
+    default: return pathk::cuda_run<bf16_t>(p, stream, ws, bwd, err);
+    }
 }
 
 }  // namespace
@@ -86,8 +39,7 @@ fattn_status path_select(const PathFwdParams &p, const DeviceInfo &dev, std::str
         return FATTN_ERR_UNSUPPORTED;
     }
     const int D = pathk::gpu_dim(p.dk, p.dv);
-    const size_t need = p.dtype == FATTN_F32 ? max_smem_d<float>(D)
-                        : p.dtype == FATTN_F16 ? max_smem_d<pathk::f16_t>(D) : max_smem_d<pathk::bf16_t>(D);
+    const size_t need = max_smem_d(p.dtype, D);
     if (need > dev.smem_optin) {
         if (why) *why = "cuda: PaTH kernels for head dim " + std::to_string(D) + " need " + std::to_string(need) +
                         " bytes of shared memory per block; the device allows " + std::to_string(dev.smem_optin);

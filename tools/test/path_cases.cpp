@@ -1,11 +1,12 @@
 // path_cases.cpp — the PaTH family of fattn-test (registered as "path").
 //
-// Modes: test (blocked CPU backend through the C API vs the float64 oracle, every output, FLA's
+// Modes: test (the backend through the C API vs the float64 oracle, every output, FLA's
 // err_ratio = rms(out - ref) / rms(ref)), grad (oracle vs central finite differences for q, k, v,
-// w, beta, g), determinism (threads 1 vs --threads, bitwise), support (what runs), perf (one
-// timing line per case). Workspaces and outputs are NaN-poisoned before each call; every
-// reference output is asserted non-zero. CUDA: PaTH is CPU-only in this version, so a CUDA run
-// checks that the API answers FATTN_ERR_UNSUPPORTED (never a silent CPU run) and reports SKIP.
+// w, beta, g), determinism (CPU: threads 1 vs --threads; CUDA: two runs; bitwise), support (what
+// runs), perf (one timing line per case). Inputs, outputs and workspaces live in the backend's
+// memory (device buffers on CUDA); outputs and workspaces are NaN-poisoned before each call, and
+// every reference output is asserted non-zero. CUDA f32 inputs run on TF32 tensor cores: their
+// bar is 5e-3 (16-bit inputs: FLA's bars on either backend).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include "core/dtype.h"
 #include "cpu/ref/path_ref.h"
 #include "fattn/fattn.h"
+#include "test/backend_mem.h"
 #include "test/registry.h"
 
 namespace {
@@ -68,6 +70,9 @@ struct Buf {
 };
 
 struct Run {
+    Run() = default;
+    Run(const Run &) = delete;  // owns its backend buffers
+    Run &operator=(const Run &) = delete;
     PCase c;
     Buf q, k, v, w, beta, g, dout, o, lse, dq, dk, dv, dw, db, dg;
     void inputs(uint32_t seed) {
@@ -94,10 +99,29 @@ struct Run {
             for (size_t i = 0; i < g.val.size(); ++i) g.set(int64_t(i), ug(rng));
         }
     }
-    fattn_tensor t(Buf &b, int64_t n2, int64_t n3) { return fattn_tensor_contiguous(b.bytes.data(), b.dt, c.B, c.T, n2, n3); }
+    // Every tensor in the backend's memory (host buffers are the staging area of a CUDA run).
+    BackendKind kind = BackendKind::CPU;
+    std::vector<DevBuf *> devs;
+    ~Run() {
+        for (DevBuf *d : devs) delete d;
+    }
+    void *place(Buf &b) {
+        if (kind == BackendKind::CPU) return b.bytes.data();
+        DevBuf *d = new DevBuf;
+        devs.push_back(d);
+        if (!d->alloc(kind, b.bytes.size()) || !d->upload(b.bytes.data(), b.bytes.size())) return nullptr;
+        return d->ptr();
+    }
+    std::vector<std::pair<Buf *, DevBuf *>> outs;
+    fattn_tensor t(Buf &b, int64_t n2, int64_t n3, bool out = false) {
+        void *ptr = place(b);
+        if (out && kind != BackendKind::CPU) outs.push_back({&b, devs.back()});
+        return fattn_tensor_contiguous(ptr, b.dt, c.B, c.T, n2, n3);
+    }
     // fwd + bwd; returns "" or the error.
     std::string go(fattn_ctx_t *ctx, double *ms) {
         const int64_t R = c.B * c.T;
+        kind = fattn_ctx_backend(ctx) == FATTN_BACKEND_CUDA ? BackendKind::CUDA : BackendKind::CPU;
         o.alloc(c.dt, R * c.Hq * c.V), lse.alloc(FATTN_F32, R * c.Hq), dq.alloc(c.dt, R * c.Hq * c.K);
         dk.alloc(c.dt, R * c.H * c.K), dv.alloc(c.dt, R * c.H * c.V), dw.alloc(FATTN_F32, R * c.H * c.K);
         db.alloc(FATTN_F32, R * c.H);
@@ -106,23 +130,33 @@ struct Run {
         if (!c.cu.empty()) p.cu_seqlens = c.cu.data(), p.num_seqs = int64_t(c.cu.size()) - 1;
         p.history = c.hist;
         fattn_tensor tq = t(q, c.Hq, c.K), tk = t(k, c.H, c.K), tv = t(v, c.H, c.V), tw = t(w, c.H, c.K),
-                     tb = t(beta, c.H, 1), tg = c.gate ? t(g, c.Hq, 1) : fattn_tensor_none(), to = t(o, c.Hq, c.V),
-                     tl = fattn_tensor_contiguous(lse.bytes.data(), FATTN_F32, c.B, c.Hq, c.T, 1),
-                     tdo = t(dout, c.Hq, c.V), tdq = t(dq, c.Hq, c.K), tdk = t(dk, c.H, c.K), tdv = t(dv, c.H, c.V),
-                     tdw = t(dw, c.H, c.K), tdb = t(db, c.H, 1), tdg = c.gate ? t(dg, c.Hq, 1) : fattn_tensor_none();
+                     tb = t(beta, c.H, 1), tg = c.gate ? t(g, c.Hq, 1) : fattn_tensor_none(), to = t(o, c.Hq, c.V, true),
+                     tdo = t(dout, c.Hq, c.V), tdq = t(dq, c.Hq, c.K, true), tdk = t(dk, c.H, c.K, true),
+                     tdv = t(dv, c.H, c.V, true), tdw = t(dw, c.H, c.K, true), tdb = t(db, c.H, 1, true),
+                     tdg = c.gate ? t(dg, c.Hq, 1, true) : fattn_tensor_none();
+        void *lp = place(lse);
+        if (kind != BackendKind::CPU) outs.push_back({&lse, devs.back()});
+        fattn_tensor tl = fattn_tensor_contiguous(lp, FATTN_F32, c.B, c.Hq, c.T, 1);
+        for (const fattn_tensor *x : {&tq, &tk, &tv, &tw, &tb, &to, &tl, &tdo, &tdq, &tdk, &tdv, &tdw, &tdb})
+            if (!x->data) return "allocation of a backend buffer failed";
         fattn_path_workspace_info wf{}, wb{};
         fattn_status s = fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_FWD, &wf);
         if (s == FATTN_OK) s = fattn_path_workspace_size(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, FATTN_DIR_BWD, &wb);
         if (s != FATTN_OK) return std::string(fattn_status_string(s)) + ": " + fattn_ctx_last_error(ctx);
-        std::vector<uint8_t> ws(size_t(std::max(wf.total_bytes, wb.total_bytes)) + 1, 0xFF);
+        DevBuf ws;
+        if (!ws.alloc(kind, size_t(std::max(wf.total_bytes, wb.total_bytes)) + 1) || !ws.poison())
+            return "workspace allocation failed";
         auto t0 = std::chrono::steady_clock::now();
-        s = fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, ws.data(), wf.total_bytes);
+        s = fattn_path_fwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, ws.ptr(), wf.total_bytes);
         if (s != FATTN_OK) return std::string(fattn_status_string(s)) + ": " + fattn_ctx_last_error(ctx);
-        std::fill(ws.begin(), ws.end(), 0xFF);
+        ws.poison();
         s = fattn_path_bwd(ctx, &p, &tq, &tk, &tv, &tw, &tb, &tg, &to, &tl, &tdo, &tdq, &tdk, &tdv, &tdw, &tdb, &tdg,
-                           ws.data(), wb.total_bytes);
+                           ws.ptr(), wb.total_bytes);
+        backend_sync(kind);
         if (ms) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (s != FATTN_OK) return std::string(fattn_status_string(s)) + ": " + fattn_ctx_last_error(ctx);
+        for (auto &[b, d] : outs)
+            if (!d->download(b->bytes.data(), b->bytes.size())) return "download of an output failed";
         for (Buf *b : {&o, &lse, &dq, &dk, &dv, &dw, &db}) b->read();
         if (c.gate) dg.read();
         return "";
@@ -139,8 +173,9 @@ void mode_test(const Options &o, Summary &sum, const PCase &c) {
     Run r;
     r.c = c;
     r.inputs(7);
-    fattn_ctx_t *ctx = nullptr;
-    fattn_ctx_init_cpu(o.threads, &ctx);
+    std::string why;
+    fattn_ctx_t *ctx = make_ctx(o.backend, o.threads, &why);
+    if (!ctx) return record(sum, Outcome::FAIL, c.name, why);  // never a CPU run for a CUDA request
     std::string e = r.go(ctx, nullptr);
     fattn_ctx_free(ctx);
     if (!e.empty()) return record(sum, Outcome::FAIL, c.name, e);
@@ -152,20 +187,20 @@ void mode_test(const Options &o, Summary &sum, const PCase &c) {
                              ro.data(), rl.data());
     fattn::ref::path_ref_bwd(s, r.q.val.data(), r.k.val.data(), r.v.val.data(), r.w.val.data(), r.beta.val.data(), g,
                              r.dout.val.data(), rq.data(), rk.data(), rv.data(), rw.data(), rb.data(), rg.data());
-    // f32: tight; f16/bf16: FLA's per-gradient ratios (PATH.md §7.2).
-    const bool f32 = c.dt == FATTN_F32, bf = c.dt == FATTN_BF16;
+    // f32: tight on the CPU, TF32 on CUDA; f16/bf16: FLA's per-gradient ratios (PATH.md §7.2).
+    const bool f32 = c.dt == FATTN_F32 && o.backend == BackendKind::CPU, bf = c.dt == FATTN_BF16;
+    const bool tf32 = c.dt == FATTN_F32 && o.backend == BackendKind::CUDA;
     struct C {
         const char *n;
         const std::vector<double> &x, &ref;
         double tol;
     };
-    std::vector<C> cs = {{"o", r.o.val, ro, f32 ? 3e-5 : 0.005},   {"lse", r.lse.val, rl, f32 ? 3e-5 : 0.005},
-                         {"dq", r.dq.val, rq, f32 ? 3e-5 : bf ? 0.008 : 0.005},
-                         {"dk", r.dk.val, rk, f32 ? 3e-5 : bf ? 0.008 : 0.005},
-                         {"dv", r.dv.val, rv, f32 ? 3e-5 : bf ? 0.008 : 0.005},
-                         {"dw", r.dw.val, rw, f32 ? 3e-5 : bf ? 0.015 : 0.005},
-                         {"dbeta", r.db.val, rb, f32 ? 3e-5 : bf ? 0.02 : 0.005}};
-    if (c.gate) cs.push_back({"dg", r.dg.val, rg, f32 ? 3e-5 : bf ? 0.02 : 0.005});
+    auto bar = [&](double b16) { return f32 ? 3e-5 : tf32 ? 5e-3 : bf ? b16 : 0.005; };
+    std::vector<C> cs = {{"o", r.o.val, ro, bar(0.005)},  {"lse", r.lse.val, rl, bar(0.005)},
+                         {"dq", r.dq.val, rq, bar(0.008)}, {"dk", r.dk.val, rk, bar(0.008)},
+                         {"dv", r.dv.val, rv, bar(0.008)}, {"dw", r.dw.val, rw, bar(0.015)},
+                         {"dbeta", r.db.val, rb, bar(0.02)}};
+    if (c.gate) cs.push_back({"dg", r.dg.val, rg, bar(0.02)});
     bool ok = true;
     std::string detail;
     char buf[96];
@@ -194,9 +229,14 @@ void mode_determinism(const Options &o, Summary &sum, const PCase &c) {
     a.c = b.c = c;
     a.inputs(9);
     b.inputs(9);
-    fattn_ctx_t *c1 = nullptr, *cn = nullptr;
-    fattn_ctx_init_cpu(1, &c1);
-    fattn_ctx_init_cpu(std::max(2, o.threads), &cn);
+    std::string why;
+    const bool cuda = o.backend == BackendKind::CUDA;
+    fattn_ctx_t *c1 = make_ctx(o.backend, 1, &why), *cn = make_ctx(o.backend, std::max(2, o.threads), &why);
+    if (!c1 || !cn) {
+        if (c1) fattn_ctx_free(c1);
+        if (cn) fattn_ctx_free(cn);
+        return record(sum, Outcome::FAIL, c.name, why);
+    }
     std::string e = a.go(c1, nullptr);
     if (e.empty()) e = b.go(cn, nullptr);
     fattn_ctx_free(c1);
@@ -208,7 +248,9 @@ void mode_determinism(const Options &o, Summary &sum, const PCase &c) {
                            {&a.dg, &b.dg, "dg"}})
         if (x->bytes != y->bytes) diff += std::string(" ") + n;
     record(sum, diff.empty() ? Outcome::PASS : Outcome::FAIL, c.name,
-           diff.empty() ? "bitwise equal, threads 1 vs " + std::to_string(std::max(2, o.threads)) : "differs:" + diff);
+           diff.empty() ? (cuda ? std::string("bitwise equal, two runs on the device")
+                                : "bitwise equal, threads 1 vs " + std::to_string(std::max(2, o.threads)))
+                        : "differs:" + diff);
 }
 
 // Oracle gradients vs central differences on tiny problems (the oracle has no head-dim limit).
@@ -284,33 +326,24 @@ int run_path(const Options &o, Summary &sum) {
     }
     for (const PCase &c : table()) {
         if (!selected(o, c.name) || (o.quick && !c.quick)) continue;
-        if (o.backend == BackendKind::CUDA) {
-            fattn_ctx_t *ctx = nullptr;
-            if (fattn_ctx_init_cuda(0, nullptr, &ctx) != FATTN_OK) {
-                record(sum, Outcome::FAIL, c.name, "CUDA backend unavailable");
-                continue;
-            }
-            Run r;
-            r.c = c;
-            r.c.T = std::min<int64_t>(c.T, 64), r.c.cu.clear(), r.c.B = 1;
-            r.inputs(1);
-            std::string e = r.go(ctx, nullptr);
-            fattn_ctx_free(ctx);
-            const bool refused = e.rfind(fattn_status_string(FATTN_ERR_UNSUPPORTED), 0) == 0;
-            record(sum, refused ? Outcome::SKIP : Outcome::FAIL, c.name,
-                   refused ? "PaTH is CPU-only in this version (UNSUPPORTED, verified)" : "expected UNSUPPORTED: " + e);
-            continue;
-        }
         switch (o.mode) {
         case Mode::TEST: mode_test(o, sum, c); break;
         case Mode::DETERMINISM: mode_determinism(o, sum, c); break;
-        case Mode::SUPPORT: record(sum, Outcome::PASS, c.name, "cpu: blocked f32 (UT chunks 64, segments 512)"); break;
+        case Mode::SUPPORT:
+            record(sum, Outcome::PASS, c.name,
+                   o.backend == BackendKind::CUDA ? "cuda: mma.sync kernels (UT chunks 64, segments 512; f32 on TF32)"
+                                                  : "cpu: blocked f32 (UT chunks 64, segments 512)");
+            break;
         case Mode::PERF: {
             Run r;
             r.c = c;
             r.inputs(3);
-            fattn_ctx_t *ctx = nullptr;
-            fattn_ctx_init_cpu(o.threads, &ctx);
+            std::string why;
+            fattn_ctx_t *ctx = make_ctx(o.backend, o.threads, &why);
+            if (!ctx) {
+                record(sum, Outcome::FAIL, c.name, why);
+                break;
+            }
             double ms = 0;
             std::string e = r.go(ctx, &ms);
             fattn_ctx_free(ctx);

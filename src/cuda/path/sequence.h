@@ -160,20 +160,37 @@ template <class L, typename Tin> void dispatch_d(L &l, const PathDev &d, int D, 
     }
 }
 
-// The whole call. ws: gpu_workspace(p, lay, dir).total bytes.
-template <class L> fattn_status gpu_run(L &l, const PathBwdParams &p, void *ws, bool bwd, std::string *err) {
+// The whole call for one input dtype. ws: gpu_workspace(p, lay, dir).total bytes.
+template <class L, typename Tin> fattn_status gpu_run_t(L &l, const PathBwdParams &p, void *ws, bool bwd, std::string *err) {
     const PathLayout lay = path_layout(p, /*bases=*/false);
     const GpuWs w = gpu_workspace(p, lay, bwd ? FATTN_DIR_BWD : FATTN_DIR_FWD);
     const PathDev d = make_dev(p, lay, w, ws, bwd);
     upload_tables(l, p, w, ws);
     fattn_status s = run_check(l, p, d, err);
     if (s != FATTN_OK) return s;
-    switch (p.dtype) {
-    case FATTN_F32: dispatch_d<L, float>(l, d, w.D, bwd); break;
-    case FATTN_F16: dispatch_d<L, f16_t>(l, d, w.D, bwd); break;
-    case FATTN_BF16: dispatch_d<L, bf16_t>(l, d, w.D, bwd); break;
-    }
+    dispatch_d<L, Tin>(l, d, w.D, bwd);
     return l.status(err);
+}
+
+template <class L> fattn_status gpu_run(L &l, const PathBwdParams &p, void *ws, bool bwd, std::string *err) {
+    switch (p.dtype) {
+    case FATTN_F32: return gpu_run_t<L, float>(l, p, ws, bwd, err);
+    case FATTN_F16: return gpu_run_t<L, f16_t>(l, p, ws, bwd, err);
+    default: return gpu_run_t<L, bf16_t>(l, p, ws, bwd, err);
+    }
+}
+
+// The largest dynamic shared memory of the (dtype, D) kernel set (what selection checks).
+template <typename Tin, int D> constexpr size_t max_smem_of() {
+    size_t m = 0;
+    for (size_t s : {KPrep<Tin, D>::smem(), KFwd<Tin, D>::smem(), KSegPrep<Tin, D>::smem(), KHist<Tin, D>::smem(),
+                     KDkv<Tin, D>::smem(), KSegInter<Tin, D>::smem(), KSegIntra<Tin, D>::smem(), KOwn<Tin, D>::smem(),
+                     KChainA<Tin, D>::smem(), KChainB<Tin, D>::smem()})
+        m = s > m ? s : m;
+    return m;
+}
+template <typename Tin> size_t max_smem(int D) {
+    return D == 32 ? max_smem_of<Tin, 32>() : D == 64 ? max_smem_of<Tin, 64>() : max_smem_of<Tin, 128>();
 }
 
 }  // namespace fattn::pathk

@@ -1,0 +1,72 @@
+// cuda_launcher.cuh — the CUDA launcher of the PaTH sequence (sequence.h): one generic
+// __global__ wrapper per kernel struct, stream-ordered copies, errors kept until status().
+// Included by the per-dtype translation units path_cuda_{f32,f16,bf16}.cu only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/path/sequence.h"
+
+namespace fattn::pathk {
+
+template <class K> __global__ void __launch_bounds__(K::kThreads) path_kernel(const PathDev p) {
+    extern __shared__ __align__(128) char smem[];
+    K::run(p, smem);
+}
+
+struct CudaLauncher {
+    cudaStream_t stream;
+    cudaError_t err = cudaSuccess;
+    const char *where = "";
+    template <class K> void launch(int64_t gx, int gy, const PathDev &d) {
+        if (err != cudaSuccess || gx <= 0 || gy <= 0) return;
+        const size_t sm = K::smem();
+        if (sm > 48 * 1024) {
+            err = cudaFuncSetAttribute(path_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm));
+            if (err != cudaSuccess) return void(where = "cudaFuncSetAttribute");
+        }
+        path_kernel<K><<<dim3(unsigned(gx), unsigned(gy)), K::kThreads, sm, stream>>>(d);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) where = "kernel launch";
+    }
+    void upload(void *dst, const void *src, size_t n) {
+        if (err == cudaSuccess && (err = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
+            where = "cudaMemcpyAsync (tables)";
+    }
+    void download(void *dst, const void *src, size_t n) {
+        if (err == cudaSuccess && (err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
+            where = "cudaMemcpyAsync (check)";
+        if (err == cudaSuccess && (err = cudaStreamSynchronize(stream)) != cudaSuccess) where = "cudaStreamSynchronize";
+    }
+    void fill(void *dst, int byte, size_t n) {
+        if (err == cudaSuccess && (err = cudaMemsetAsync(dst, byte, n, stream)) != cudaSuccess) where = "cudaMemsetAsync";
+    }
+    fattn_status status(std::string *e) {
+        if (err == cudaSuccess) return FATTN_OK;
+        if (e) *e = std::string("cuda: PaTH ") + where + ": " + cudaGetErrorString(err);
+        cudaGetLastError();
+        return FATTN_ERR_DEVICE;
+    }
+};
+
+// One input dtype's run and shared-memory need (defined in path_cuda_<dtype>.cu).
+template <typename Tin> fattn_status cuda_run(const PathBwdParams &p, void *stream, void *ws, bool bwd, std::string *err);
+template <typename Tin> size_t cuda_max_smem(int D);
+template <> fattn_status cuda_run<float>(const PathBwdParams &, void *, void *, bool, std::string *);
+template <> fattn_status cuda_run<f16_t>(const PathBwdParams &, void *, void *, bool, std::string *);
+template <> fattn_status cuda_run<bf16_t>(const PathBwdParams &, void *, void *, bool, std::string *);
+template <> size_t cuda_max_smem<float>(int);
+template <> size_t cuda_max_smem<f16_t>(int);
+template <> size_t cuda_max_smem<bf16_t>(int);
+
+#define FATTN_PATH_CUDA_INSTANTIATE(T)                                                                    \
+    template <> fattn_status cuda_run<T>(const PathBwdParams &p, void *stream, void *ws, bool bwd,       \
+                                         std::string *err) {                                             \
+        CudaLauncher l{static_cast<cudaStream_t>(stream)};                                                \
+        return gpu_run_t<CudaLauncher, T>(l, p, ws, bwd, err);                                            \
+    }                                                                                                     \
+    template <> size_t cuda_max_smem<T>(int D) { return max_smem<T>(D); }
+
+}  // namespace fattn::pathk

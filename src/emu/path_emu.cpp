@@ -1,0 +1,48 @@
+// path_emu.cpp — the emulated CUDA PaTH backend (path_emu.h): sequence.h with a launcher that runs
+// every kernel through emu::launch and every copy as a memcpy.
+#include "emu/path_emu.h"
+
+#include <cstring>
+
+#include "cuda/path/sequence.h"
+#include "emu/emu.h"
+
+namespace fattn::emu {
+namespace {
+
+struct EmuLauncher {
+    Options opt;
+    std::string error;
+    template <class K> void launch(int64_t gx, int gy, const pathk::PathDev &d) {
+        if (!error.empty() || gx <= 0 || gy <= 0) return;
+        try {
+            emu::launch({int(gx), gy, 1}, K::kThreads, K::smem(), [&](char *sm) { K::run(d, sm); }, opt);
+        } catch (const std::exception &e) {
+            error = e.what();
+        }
+    }
+    void upload(void *dst, const void *src, size_t n) { std::memcpy(dst, src, n); }
+    void download(void *dst, const void *src, size_t n) { std::memcpy(dst, src, n); }
+    void fill(void *dst, int byte, size_t n) { std::memset(dst, byte, n); }
+    fattn_status status(std::string *err) {
+        if (error.empty()) return FATTN_OK;
+        if (err) *err = error;
+        return FATTN_ERR_INTERNAL;
+    }
+};
+
+}  // namespace
+
+size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *history_bytes) {
+    const pathk::GpuWs w = pathk::gpu_workspace(p, path_layout(p, /*bases=*/false), dir);
+    if (history_bytes) *history_bytes = w.history_bytes;
+    return w.total;
+}
+
+fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse) {
+    EmuLauncher l;
+    l.opt.reverse = reverse;
+    return pathk::gpu_run(l, p, workspace, bwd, err);
+}
+
+}  // namespace fattn::emu

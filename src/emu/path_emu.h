@@ -1,0 +1,19 @@
+// path_emu.h — the CUDA PaTH backend's kernels and launch sequence (src/cuda/path) run on the CPU
+// through the emulation of emu.h: same source, same workspace layout, host buffers. For tests
+// (tests/test_path_emu.cpp) and debugging; not part of libfattn.
+#pragma once
+
+#include <string>
+
+#include "core/path_params.h"
+
+namespace fattn::emu {
+
+// Bytes of the GPU workspace of one call (gpu_layout.h).
+size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *history_bytes = nullptr);
+
+// One forward or backward on host buffers (p as the CUDA backend receives it, the STRICT check
+// included). reverse: run the threads of every block in reverse order.
+fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse = false);
+
+}  // namespace fattn::emu
