@@ -55,7 +55,7 @@ template <int D> struct KGroupSum {
 };
 
 template <typename Tin, int D> struct KChainA {
-    static constexpr int kThreads = 128, NW = 4;
+    static constexpr int kThreads = 256, NW = 8;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
     static constexpr size_t RB = tile_bytes<float>(D, D);
@@ -79,7 +79,7 @@ template <typename Tin, int D> struct KChainA {
             const int64_t t0 = sq.begin + lc * kC;
             load_tile<float, kThreads>(s, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, kC, p.K, p.vec_w);
         };
-        auto ldU = [&](float *s, int64_t lc) { load_ws_f32<D, kThreads>(s, p.uf + ((sq.row0 + lc * kC) * p.h + h) * D, hd, kC); };
+        auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + lc * kC, h, D, kC); };
         // R = -(sum over query segments rt > r and the group of dE(rt, r)); 0 for r = 0
         for (int e = tid(); e < D * D; e += kThreads) {
             float s = 0.f;
@@ -99,7 +99,7 @@ template <typename Tin, int D> struct KChainA {
                 ldW(sB, r * kNcs + c2);
                 ldU(sA, r * kNcs + c2);
                 landed();
-                cta_gemm<float, false, false, 8, NW>(kC, kC, D, sY, SD, sA, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
+                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sY, SD, sA, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
                 sync();
                 cta_gemm<float, false, true, NB, NW>(kC, D, kC, T, S64, sB, SD, [&](int a, int col, float v) { sY[a * SD + col] -= v; });
                 sync();
@@ -107,9 +107,7 @@ template <typename Tin, int D> struct KChainA {
             // dU_c -= W^_c R ; XU = U_c R^T
             ldU(sA, lc);
             landed();
-            cta_gemm<float, false, true, NB, NW>(kC, D, D, sY, SD, R, SD, [&](int b, int e, float v) {
-                p.du[((krow + b) * p.hq + g0) * D + e] -= v;
-            });
+            cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, sY, SD, R, SD, p.du + (krow * p.hq + g0) * D, hqd, -1.f, kC);
             cta_gemm<float, false, false, NB, NW>(kC, D, D, sA, SD, R, SD, [&](int b, int d, float v) { sXU[b * SD + d] = v; });
             sync();
             // R <- R - XU^T W_c + dK^_c^T K~_c
@@ -128,7 +126,7 @@ template <typename Tin, int D> struct KChainA {
                 ldU(sA, r * kNcs + c2);
                 landed();
                 for (float *x : {sXU, sY}) {
-                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, x, SD, sB, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, x, SD, sB, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
                     sync();
                     cta_gemm<float, false, true, NB, NW>(kC, D, kC, T, S64, sA, SD, [&](int a, int col, float v) { x[a * SD + col] -= v; });
                     sync();
@@ -145,7 +143,7 @@ template <typename Tin, int D> struct KChainA {
 };
 
 template <typename Tin, int D> struct KChainB {
-    static constexpr int kThreads = 128, NW = 4;
+    static constexpr int kThreads = 256, NW = 8;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
     static constexpr size_t smem() { return 3 * FT::BIG + 7 * FT::SMALL + 2 * kC * 4; }
@@ -176,24 +174,24 @@ template <typename Tin, int D> struct KChainB {
         cp_commit();
         cp_wait<0>();
         sync();
-        cta_gemm<float, false, false, 8, NW>(kC, kC, D, BW, SD, BX, SD, [&](int d, int b, float v) { dD[d * S64 + b] -= v; });
-        cta_gemm<float, false, true, NB, NW>(kC, D, kC, Dm, S64, BX, SD, [&](int d, int col, float v) { if (d < n) p.dwacc[at(d, col)] -= v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BX, SD, [&](int d, int b, float v) { dD[d * S64 + b] -= v; });
+        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, Dm, S64, BX, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
         for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += BX[(e / D) * SD + e % D];
         sync();
         // Dm chain
-        cta_gemm<float, false, false, 8, NW>(kC, kC, kC, dD, S64, S1, S64, [&](int a, int c, float v) { dT[a * S64 + c] = v; });
-        cta_gemm<float, true, true, 8, NW>(kC, kC, kC, T, S64, dD, S64, [&](int c, int b, float v) { S7[c * S64 + b] = c > b ? v : 0.f; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, dD, S64, S1, S64, [&](int a, int c, float v) { dT[a * S64 + c] = v; });
+        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T, S64, dD, S64, [&](int c, int b, float v) { S7[c * S64 + b] = c > b ? v : 0.f; });
         sync();
-        cta_gemm<float, false, true, NB, NW>(kC, D, kC, S7, S64, BK, SD, [&](int d, int col, float v) { if (d < n) p.dwacc[at(d, col)] += v; });
-        cta_gemm<float, true, true, NB, NW>(kC, D, kC, S7, S64, BW, SD, [&](int b, int col, float v) { if (b < n) p.dko[at(b, col)] += v; });
+        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, S7, S64, BK, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, S7, S64, BW, SD, p.dko + at(0, 0), hqd, 1.f, n);
         sync();
         // U chain
         load_ws_f32<D, kThreads>(BX, p.du + (row * p.hq + g0) * D, hqd, n);
         cp_commit();
         cp_wait<0>();
         sync();
-        cta_gemm<float, false, false, 8, NW>(kC, kC, D, BX, SD, BW, SD, [&](int a, int c, float v) { dT[a * S64 + c] += v; });
-        cta_gemm<float, true, true, NB, NW>(kC, D, kC, T, S64, BX, SD, [&](int c, int col, float v) { if (c < n) p.dwacc[at(c, col)] += v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BX, SD, BW, SD, [&](int a, int c, float v) { dT[a * S64 + c] += v; });
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, T, S64, BX, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // T = T0 diag(b): dT lower, dbeta, dT0
         for (int e = tid(); e < kC * kC; e += kThreads)
@@ -209,11 +207,11 @@ template <typename Tin, int D> struct KChainB {
         for (int e = tid(); e < kC * kC; e += kThreads) dT[(e / kC) * S64 + e % kC] *= sb[e % kC];
         sync();
         // dM = SL(-T0^T (dT0 T0^T))
-        cta_gemm<float, false, false, 8, NW>(kC, kC, kC, dT, S64, T0, S64, [&](int a, int c, float v) { S7[a * S64 + c] = v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, dT, S64, T0, S64, [&](int a, int c, float v) { S7[a * S64 + c] = v; });
         sync();
-        cta_gemm<float, true, true, 8, NW>(kC, kC, kC, T0, S64, S7, S64, [&](int a, int b, float v) { dD[a * S64 + b] = a > b ? -v : 0.f; });
+        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, S7, S64, [&](int a, int b, float v) { dD[a * S64 + b] = a > b ? -v : 0.f; });
         sync();
-        cta_gemm<float, false, false, 8, NW>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { S7[a * S64 + b] = v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { S7[a * S64 + b] = v; });
         sync();
         if (tid() < kC) {
             const int a = tid();
@@ -224,9 +222,9 @@ template <typename Tin, int D> struct KChainB {
         sync();
         for (int e = tid(); e < kC * kC; e += kThreads) dD[(e / kC) * S64 + e % kC] *= sb[e / kC];
         sync();
-        cta_gemm<float, false, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, [&](int a, int col, float v) { if (a < n) p.dwacc[at(a, col)] += v; });
+        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
-        cta_gemm<float, true, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, [&](int b, int col, float v) { if (b < n) p.dwacc[at(b, col)] += v; });
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // outputs
         for (int e = tid(); e < n * D; e += kThreads) {

@@ -16,11 +16,11 @@
 namespace fattn::pathk {
 
 template <typename Tin, int D> struct KSegPrep {
-    static constexpr int kThreads = 128, NW = 4;
+    static constexpr int kThreads = 256, NW = 8;
     static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
     static constexpr size_t MS = tile_bytes<float>(D, D), BIG = tile_bytes<float>(kC, D), TMP = tile_bytes<float>(D, kC);
     static constexpr size_t smem() { return MS + 3 * BIG + TMP; }
-    static constexpr int NB = D >= 64 ? 8 : D / 8;
+    static constexpr int NB = D / 16;
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
         const int h = bid_y();
@@ -34,7 +34,7 @@ template <typename Tin, int D> struct KSegPrep {
         for (int c = kNcs - 1; c >= 0; --c) {
             const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC, t0 = sq.begin + lc * kC;
             load_tile<float, kThreads>(sW, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, kC, p.K, p.vec_w);
-            load_tile<float, kThreads>(sU, SD, p.uf + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+            load_u_f32<Tin, kThreads>(sU, SD, p, row, h, D, kC);
             cp_commit();
             load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D);
             cp_wait<0>();
@@ -42,7 +42,7 @@ template <typename Tin, int D> struct KSegPrep {
             cta_gemm<float, false, false, NB, NW>(kC, D, D, sK, SD, sMs, SD, [&](int b, int col, float v) {
                 st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
             });
-            cta_gemm<float, false, false, 8, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
+            cta_gemm<float, false, false, 4, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
             sync();
             cta_gemm<float, false, true, NB, NW>(D, D, kC, sT, S64, sU, SD, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
             sync();

@@ -25,7 +25,7 @@ namespace fattn::pathk {
 template <int D> struct F32Tiles {
     static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
     static constexpr size_t BIG = tile_bytes<float>(kC, D), SMALL = tile_bytes<float>(kC, kC);
-    static constexpr int NB = D >= 64 ? 8 : D / 8;  // n-tiles per warp tile of a 64 x D product
+    static constexpr int NB = D / 16;  // n-tiles per warp tile of a 64 x D product (8 warps: 8 tiles)
 };
 
 // 64 x D f32 tile <- rows of a [rows, ., D]-strided f32 workspace buffer (rows >= n are 0).
@@ -34,7 +34,7 @@ template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64
 }
 
 template <typename Tin, int D> struct KSegIntra {
-    static constexpr int kThreads = 128, NW = 4;
+    static constexpr int kThreads = 256, NW = 8;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
     static constexpr size_t smem() { return 5 * FT::BIG + 2 * FT::SMALL + 6 * kC * 4; }
@@ -56,9 +56,7 @@ template <typename Tin, int D> struct KSegIntra {
             load_tile<float, kThreads>(s, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, rows_of(lc), p.K,
                                        p.vec_w);
         };
-        auto ldU = [&](float *s, int64_t lc) {
-            load_ws_f32<D, kThreads>(s, p.uf + ((sq.row0 + lc * kC) * p.h + h) * D, hd, rows_of(lc));
-        };
+        auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + lc * kC, h, D, rows_of(lc)); };
         auto landed = [&] {
             cp_commit();
             cp_wait<0>();
@@ -86,7 +84,7 @@ template <typename Tin, int D> struct KSegIntra {
             }
             landed();
             // Q~ = Q - LT(Q W^T) U
-            cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
+            cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
             sync();
             cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
             sync();
@@ -102,7 +100,7 @@ template <typename Tin, int D> struct KSegIntra {
                     ldW(sA, c2);
                     ldU(sB, c2);
                     landed();
-                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
                     sync();
                     cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
                 }
@@ -111,11 +109,11 @@ template <typename Tin, int D> struct KSegIntra {
                     ldW(sA, cj);
                     ldU(sB, cj);
                     landed();
-                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
-                    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
                     sync();
-                    cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, sG, SD, [&](int b, int c, float v) { p.du[((krow + b) * p.hq + hq) * D + c] -= v; });
-                    cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, [&](int b, int c, float v) { p.dwacc[((krow + b) * p.hq + hq) * D + c] -= v; });
+                    cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, sG, SD, p.du + (krow * p.hq + hq) * D, hqd, -1.f, kC);
+                    cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, p.dwacc + (krow * p.hq + hq) * D, hqd, -1.f, kC);
                     sync();
                     cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
                 }
@@ -127,17 +125,17 @@ template <typename Tin, int D> struct KSegIntra {
                                                     p.v_ss, kC, D, kC, p.V);
                 for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 sync();
-                cta_gemm<float, false, false, 8, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
+                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
                     M1[a * S64 + b] = a < nq ? exp2_fast(p.sl2 * (v + gq[a] - gk[b]) - lse2[a]) : 0.f;
                 });
                 sync();
-                cta_gemm<float, false, false, 8, NW>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) {
+                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) {
                     M2[a * S64 + b] = p.scale * M1[a * S64 + b] * (v - dl[a]);
                 });
                 sync();
                 cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
-                cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, [&](int b, int c, float v) { p.dkt[((krow + b) * p.hq + hq) * D + c] += v; });
-                cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, sDO, SD, [&](int b, int c, float v) { p.dvacc[((krow + b) * p.hq + hq) * D + c] += v; });
+                cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, p.dkt + (krow * p.hq + hq) * D, hqd, 1.f, kC);
+                cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, sDO, SD, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
                 if (tid() < kC) {
                     float s = 0.f;
                     for (int b = 0; b < kC; ++b) s += M2[tid() * S64 + b];
@@ -158,7 +156,7 @@ template <typename Tin, int D> struct KSegIntra {
 
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 128, NW = 4;
+    static constexpr int kThreads = 256, NW = 8;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
     static constexpr size_t smem() { return 4 * FT::BIG + 3 * FT::SMALL + 4 * kC * 4; }
@@ -195,11 +193,11 @@ template <typename Tin, int D> struct KOwn {
             gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
         }
         landed();
-        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
-        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
         sync();
         // 2. A = Q K^T - QW Dm, then P (causal, keys < n, rows < n)
-        cta_gemm<float, false, true, 8, NW>(kC, kC, kC, M1, S64, M3, S64, [&](int a, int b, float v) {
+        cta_gemm<float, false, true, 4, NW>(kC, kC, kC, M1, S64, M3, S64, [&](int a, int b, float v) {
             const float s = M2[a * S64 + b] - v;
             M2[a * S64 + b] = (b <= a && a < n) ? exp2_fast(p.sl2 * (s + gq[a] - gq[b]) - lse2[a]) : 0.f;
         });
@@ -210,19 +208,21 @@ template <typename Tin, int D> struct KOwn {
         load_tile_cvt<float, Tin, kThreads>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
                                             p.v_ss, kC, D, n, p.V);
         sync();
-        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, B3, SD, [&](int b, int c, float v) {
-            if (b < n) p.dvacc[((row + b) * p.hq + hq) * D + c] += v;
-        });
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, B3, SD, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
         sync();
-        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int b, float v) {
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int b, float v) {
             M2[a * S64 + b] = p.scale * M2[a * S64 + b] * (v - dl[a]);
         });
         sync();
-        // 4. dK_own = dA^T Q;  dD = -QW^T dA;  dG
+        // 4. gamma (p.gam is the dK_own buffer: read the chunk's gamma before writing its dK_own) and U
+        load_ws_f32<D, kThreads>(B3, p.gam + (row * p.hq + hq) * D, hqd, n);
+        load_u_f32<Tin, kThreads>(B2, SD, p, row, h, D, n);
+        landed();
+        // 5. dK_own = dA^T Q;  dD = -QW^T dA;  dG
         cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, B0, SD, [&](int b, int c, float v) {
             if (b < n) p.dko[((row + b) * p.hq + hq) * D + c] = v;
         });
-        cta_gemm<float, true, true, 8, NW>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
+        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
             p.ddm[(gc * p.hq + hq) * kC * kC + c * kC + b] = -v;
         });
         if (tid() < n) {
@@ -233,26 +233,19 @@ template <typename Tin, int D> struct KOwn {
             p.dgs[(row + x) * p.hq + hq] += s;
         }
         sync();
-        // 5. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
-        load_ws_f32<D, kThreads>(B3, p.gam + (row * p.hq + hq) * D, hqd, n);
-        load_ws_f32<D, kThreads>(B2, p.uf + (row * p.h + h) * D, hd, n);
-        landed();
-        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, B3, SD, [&](int b, int c, float v) {
-            if (b < n) p.du[((row + b) * p.hq + hq) * D + c] -= v;
-        });
+        // 6. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, B3, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
         sync();
-        cta_gemm<float, false, false, 8, NW>(kC, kC, kC, M2, S64, M3, S64, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, M2, S64, M3, S64, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
         sync();
-        cta_gemm<float, false, false, 8, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) {
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) {
             M1[a * S64 + c] = c <= a ? M1[a * S64 + c] - v : 0.f;
         });
         sync();
-        // 6. dW += dQW^T Q
-        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M1, S64, B0, SD, [&](int c, int col, float v) {
-            if (c < n) p.dwacc[((row + c) * p.hq + hq) * D + col] += v;
-        });
+        // 7. dW += dQW^T Q
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, B0, SD, p.dwacc + (row * p.hq + hq) * D, hqd, 1.f, n);
         sync();
-        // 7. dq = gamma + dA K + dQW W
+        // 8. dq = gamma + dA K + dQW W
         ldK(B2);
         sync();
         cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, B2, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });

@@ -22,9 +22,11 @@ template <typename Tin, int D> struct KSegInter {
     static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
     static constexpr bool kF32 = sizeof(Tin) == 4;
-    // dO, Qh (input dtype), Qh f32 copy (16-bit inputs), gamma f32, then E or (K^, V) in a union
-    static constexpr size_t U = TE > 2 * TI ? TE : 2 * TI;
-    static constexpr size_t smem() { return TI + TI + (kF32 ? 0 : TF) + TF + U + 5 * kC * 4; }
+    // dO, Qh (input dtype), Qh f32 copy (16-bit inputs), gamma f32, then E or two stages of
+    // (K^, V, G of the keys) in a union
+    static constexpr size_t STG = 2 * TI + kC * 4;
+    static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
+    static constexpr size_t smem() { return TI + TI + (kF32 ? 0 : TF) + TF + U + 4 * kC * 4; }
     static constexpr int NB = D >= 64 ? 8 : D / 8;
 
     PK_DEV static void run(const PathDev &p, char *smem) {
@@ -44,8 +46,7 @@ template <typename Tin, int D> struct KSegInter {
         float *sG = reinterpret_cast<float *>(c + 2 * TI + (kF32 ? 0 : TF));
         char *u = c + 2 * TI + (kF32 ? 0 : TF) + TF;
         float *sE = reinterpret_cast<float *>(u);
-        Tin *sKh = reinterpret_cast<Tin *>(u), *sV = reinterpret_cast<Tin *>(u + TI);
-        float *lse2 = reinterpret_cast<float *>(u + U), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC;
+        float *lse2 = reinterpret_cast<float *>(u + U), *dl = lse2 + kC, *gq = dl + kC;
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
         for (int64_t i = 0; i < kNcs; ++i) {
@@ -93,27 +94,42 @@ template <typename Tin, int D> struct KSegInter {
                         for (int e = 0; e < 4; ++e) gam[j][e] -= t[j][e];
                     sync();  // sE (union with K^, V) is free again
                 }
-                for (int64_t cj = rp * kNcs; cj < (rp + 1) * kNcs; ++cj) {
+                // the segment's key chunks, the next one's K^ and V in flight while this one is used
+                auto issue = [&](int64_t cj, char *buf) {
                     const int64_t krow = sq.row0 + cj * kC;
-                    load_tile<Tin, kThreads>(sKh, STi, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, ws, kC, D, kC, D, true);
-                    load_tile<Tin, kThreads>(sV, STi,
+                    load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf), STi, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D,
+                                             ws, kC, D, kC, D, true);
+                    load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf + TI), STi,
                                              static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
                                              p.v_ss, kC, D, kC, p.V, p.vec_v);
-                    for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
-                    cp_commit();
-                    cp_wait<0>();
+                    float *g = reinterpret_cast<float *>(buf + 2 * TI);
+                    for (int b = tid(); b < kC; b += kThreads) g[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+                };
+                issue(rp * kNcs, u);
+                cp_commit();
+                for (int64_t j = 0; j < kNcs; ++j) {
+                    char *cur = u + (j & 1) * STG;
+                    if (j + 1 < kNcs) {
+                        issue(rp * kNcs + j + 1, u + ((j + 1) & 1) * STG);
+                        cp_commit();
+                        cp_wait<1>();
+                    } else {
+                        cp_wait<0>();
+                    }
                     sync();
+                    const Tin *sKh = reinterpret_cast<const Tin *>(cur), *sV = reinterpret_cast<const Tin *>(cur + TI);
+                    const float *gk = reinterpret_cast<const float *>(cur + 2 * TI);
                     float S[8][4], dP[8][4];
                     zero_acc(S);
                     zero_acc(dP);
                     warp_gemm<Tin, false, false, 8>(S, sQh, STi, sKh, STi, r0, 0, D);
                     warp_gemm<Tin, false, false, 8>(dP, sdO, STi, sV, STi, r0, 0, D);
-                    for (int j = 0; j < 8; ++j)
+                    for (int jj = 0; jj < 8; ++jj)
                         for (int e = 0; e < 4; ++e) {
-                            const int a = r0 + acc_row(e), b = acc_col(j, e);
-                            const float P = a < nq ? exp2_fast(p.sl2 * (S[j][e] + gq[a] - gk[b]) - lse2[a]) : 0.f;
-                            const float ds = p.scale * P * (dP[j][e] - dl[a]);
-                            S[j][e] = ds;
+                            const int a = r0 + acc_row(e), b = acc_col(jj, e);
+                            const float P = a < nq ? exp2_fast(p.sl2 * (S[jj][e] + gq[a] - gk[b]) - lse2[a]) : 0.f;
+                            const float ds = p.scale * P * (dP[jj][e] - dl[a]);
+                            S[jj][e] = ds;
                             dgr[e >> 1] += ds;
                         }
                     warp_gemm_acc<Tin, true>(gam, S, 1.f, sKh, STi, 0);

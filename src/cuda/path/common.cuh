@@ -99,6 +99,16 @@ template <typename E, int NT> PK_DEV void zero_tile(E *s, int ST, int rows, int 
     for (int e = tid(); e < rows * width; e += NT) s[(e / width) * ST + e % width] = from_f<E>(0.f);
 }
 
+// The 64 x width f32 tile of U rows [row, row + n) of kv head h: U is kept in the walk type (f16
+// for 16-bit inputs: the 10-bit mantissa the tf32 products it feeds use anyway; f32 otherwise).
+template <typename Tin, int NT>
+PK_DEV void load_u_f32(float *s, int ST, const PathDev &p, int64_t row, int h, int width, int n) {
+    using Tw = walk_t<Tin>;
+    const Tw *g = static_cast<const Tw *>(p.uw) + (row * p.h + h) * width;
+    if (sizeof(Tw) == 4) load_tile<float, NT>(s, ST, reinterpret_cast<const float *>(g), int64_t(p.h) * width, 64, width, n, width, true);
+    else load_tile_cvt<float, Tw, NT>(s, ST, g, int64_t(p.h) * width, 64, width, n, width);
+}
+
 // ---- mma fragments from shared-memory tiles ----
 // g = lane / 4, t = lane % 4 throughout. A covers 16 x KS, B two n-tiles (16 columns) x KS.
 template <typename E> struct Frag;
@@ -236,6 +246,56 @@ PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int 
         warp_gemm<E, AT, BK, NB>(acc, A, lda, B, ldb, m0, n0, KD);
         for (int j = 0; j < NB; ++j)
             for (int i = 0; i < 4; ++i) epi(m0 + acc_row(i), n0 + acc_col(j, i), acc[j][i]);
+    }
+}
+
+// G (M x N, row stride ldg, rows >= rows_valid untouched) += sign * op(A) op(B): each warp preloads
+// its output tile of G into the accumulators (sign * G; the loads are issued together, before the
+// products), accumulates, and stores sign * acc once. sign = -1 gives G -= A B. Replaces an
+// epilogue that reads and writes G element by element (a dependent L2 round trip each).
+template <typename E, bool AT, bool BK, int NB, int NW>
+PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, float *G, int64_t ldg,
+                         float sign, int rows_valid) {
+    const int tn = N / (8 * NB), tiles = (M / 16) * tn;
+    for (int tile = warp_id(); tile < tiles; tile += NW) {
+        const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;
+        float acc[NB][4];
+        for (int j = 0; j < NB; ++j)
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + acc_row(2 * h), c = n0 + acc_col(j, 0);
+                const bool ok = r < rows_valid;
+                acc[j][2 * h] = ok ? sign * G[r * ldg + c] : 0.f;
+                acc[j][2 * h + 1] = ok ? sign * G[r * ldg + c + 1] : 0.f;
+            }
+        warp_gemm<E, AT, BK, NB>(acc, A, lda, B, ldb, m0, n0, KD);
+        for (int j = 0; j < NB; ++j)
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + acc_row(2 * h), c = n0 + acc_col(j, 0);
+                if (r >= rows_valid) continue;
+                G[r * ldg + c] = sign * acc[j][2 * h];
+                G[r * ldg + c + 1] = sign * acc[j][2 * h + 1];
+            }
+    }
+}
+
+// acc (16 x 8N) += A B in f32 accuracy on tf32 tensor cores (3xTF32: a b ~ ah bh + ah bl + al bh,
+// x = xh + xl with xh = tf32(x), xl = tf32(x - xh)); A rows (m, k), B rows (n, k), f32 tiles.
+template <int N>
+PK_DEV void warp_gemm_3xtf32(float (&acc)[N][4], const float *A, int lda, const float *B, int ldb, int m0, int n0, int KD) {
+    const int l = lane_id(), g = l >> 2, t = l & 3;
+    for (int k0 = 0; k0 < KD; k0 += 8) {
+        float af[4] = {A[(m0 + g) * lda + k0 + t], A[(m0 + g + 8) * lda + k0 + t], A[(m0 + g) * lda + k0 + t + 4],
+                       A[(m0 + g + 8) * lda + k0 + t + 4]};
+        uint32_t ah[4], al[4];
+        for (int i = 0; i < 4; ++i) ah[i] = to_tf32(af[i]), al[i] = to_tf32(af[i] - as_float(ah[i]));
+        for (int j = 0; j < N; ++j) {
+            const float b0 = B[(n0 + 8 * j + g) * ldb + k0 + t], b1 = B[(n0 + 8 * j + g) * ldb + k0 + t + 4];
+            const uint32_t bh0 = to_tf32(b0), bh1 = to_tf32(b1);
+            const uint32_t bl0 = to_tf32(b0 - as_float(bh0)), bl1 = to_tf32(b1 - as_float(bh1));
+            mma<float>(acc[j], al, bh0, bh1);
+            mma<float>(acc[j], ah, bl0, bl1);
+            mma<float>(acc[j], ah, bh0, bh1);
+        }
     }
 }
 

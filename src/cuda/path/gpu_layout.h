@@ -25,7 +25,7 @@ struct GpuWs {
     // byte offsets from the 128-aligned base (0 = absent)
     size_t cu = 0, chunk_base = 0, seg_base = 0, hist_base = 0, pair_base = 0, bad = 0;
     size_t gsum = 0, uw = 0, ww = 0, kt = 0, dmat = 0;
-    size_t uf = 0, kh = 0, emat = 0, hist = 0, delta = 0, dkh = 0, dvacc = 0, dkt = 0, du = 0, dwacc = 0,
+    size_t kh = 0, emat = 0, hist = 0, delta = 0, dkh = 0, dvacc = 0, dkt = 0, du = 0, dwacc = 0,
            dko = 0, ddm = 0, dgs = 0, dep = 0, gam = 0, qts = 0;
     size_t history_bytes = 0;
     size_t total = 0;
@@ -66,13 +66,13 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
     w.kt = take(sat_prod({rows, H, D, es}));
     w.dmat = take(sat_prod({chunks, H, kC, kC, wsz}));
     if (bwd) {
-        if (p.dtype != FATTN_F32) w.uf = take(sat_prod({rows, H, D, f}));  // f32 inputs: uw is f32 already
         w.kh = take(sat_prod({rows, H, D, es}));
         w.emat = take(sat_prod({segs, H, D, D, f}));
         w.history_bytes = sat_prod({lay.hist_cells, HQ, p.dk, es});
         w.hist = take(w.history_bytes);
         w.delta = take(sat_prod({rows, HQ, f}));
-        for (size_t *b : {&w.dkh, &w.dvacc, &w.dkt, &w.du, &w.dwacc, &w.dko, &w.gam}) *b = take(sat_prod({rows, HQ, D, f}));
+        for (size_t *b : {&w.dkh, &w.dvacc, &w.dkt, &w.du, &w.dwacc, &w.dko}) *b = take(sat_prod({rows, HQ, D, f}));
+        w.gam = w.dko;  // gamma (read last by KOwn) and dK_own (first written by KOwn, after it read gamma)
         w.ddm = take(sat_prod({chunks, HQ, kC, kC, f}));
         w.dgs = take(sat_prod({rows, HQ, f}));
         w.dep = take(sat_prod({w.pairs, HQ, D, D, f}));

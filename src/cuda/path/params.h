@@ -57,7 +57,6 @@ struct PathDev {
     void *ww;        // [rows, H, D] W in the walk type
     void *kt;        // [rows, H, D] K~ (keys walked to their chunk end), input dtype
     void *dmat;      // [chunks, H, 64, 64] D = T SL(W K^T), walk type
-    float *uf;       // [rows, H, D] U in f32 (backward; == uw for f32 inputs)
     void *kh;        // [rows, H, D] K^ (keys walked to their segment end), input dtype
     float *msuf;     // [chunks, H, D, D] suffix products of each chunk's segment (backward)
     float *emat;     // [segments, H, D, D] E_r = I - (product of segment r)
@@ -67,7 +66,7 @@ struct PathDev {
     float *ddm;      // [chunks, Hq, 64, 64]
     float *dgs;      // [rows, Hq]
     float *dep;      // [pairs, Hq, D, D]
-    float *gam;      // [rows, Hq, D] dLoss/dQh[t, own segment] from the inter-segment pass
+    float *gam;      // [rows, Hq, D] dLoss/dQ~ (query side), read last by KOwn: the same buffer as dko
     float *qts;      // [segments, Hq, 64, D] seg_intra scratch: Q~ of the chunk in work
     unsigned long long *bad;  // w/beta check: first offending (row * H + h), or ~0
 };

@@ -33,29 +33,34 @@ PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, in
     sync();
 }
 
-// sM <- M, then sT0 <- (I + M)^-1. Needs sW, sb loaded (and synced).
+// sM <- M (3xTF32, f32-accurate), then sT0 <- (I + M)^-1: thread c solves (I + M) x = e_c from
+// the top, x_a = -sum_{b=c}^{a-1} M[a][b] x_b (b ascending: a fixed order), with no barrier in
+// the loop (the columns are independent). Needs sW, sb loaded (and synced).
 template <int D, int NT>
 PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, int n) {
-    constexpr int SD = PrepTiles<D>::SD, S64 = PrepTiles<D>::S64;
-    for (int e = tid(); e < kC * kC; e += NT) {
-        const int a = e / kC, b = e % kC;
-        float s = 0.f;
-        if (b < a)
-            for (int d = 0; d < D; ++d) s += sW[a * SD + d] * sW[b * SD + d];
-        sM[a * S64 + b] = b < a ? sb[a] * s : 0.f;
-        sT0[a * S64 + b] = a == b ? 1.f : 0.f;
+    constexpr int SD = PrepTiles<D>::SD, S64 = PrepTiles<D>::S64, NW = NT / 32;
+    for (int tile = warp_id(); tile < 16; tile += NW) {  // the 16 x 16 tiles of the 64 x 64 M
+        const int m0 = (tile / 4) * 16, n0 = (tile % 4) * 16;
+        float acc[2][4];
+        zero_acc(acc);
+        if (n0 <= m0 + 15) warp_gemm_3xtf32(acc, sW, SD, sW, SD, m0, n0, D);
+        for (int j = 0; j < 2; ++j)
+            for (int i = 0; i < 4; ++i) {
+                const int a = m0 + acc_row(i), b = n0 + acc_col(j, i);
+                sM[a * S64 + b] = b < a ? sb[a] * acc[j][i] : 0.f;
+            }
     }
+    for (int e = tid(); e < kC * kC; e += NT) sT0[(e / kC) * S64 + e % kC] = (e / kC == e % kC) ? 1.f : 0.f;
     sync();
-    // Row a of (I + M) T0 = I: T0[a][c] = -sum_{b=c}^{a-1} M[a][b] T0[b][c] (c < a).
-    for (int a = 1; a < n; ++a) {
-        if (tid() < a) {
-            const int c = tid();
+    if (tid() < kC) {
+        const int c = tid();
+        for (int a = c + 1; a < n; ++a) {
             float s = 0.f;
             for (int b = c; b < a; ++b) s += sM[a * S64 + b] * sT0[b * S64 + c];
             sT0[a * S64 + c] = -s;
         }
-        sync();
     }
+    sync();
 }
 
 // sWK <- SL(W K^T); sBW (scratch, 64 x 64) <- diag(beta) WK; sDm <- T0 sBW. Needs sW, sK, sb, sT0.
@@ -63,12 +68,12 @@ template <int D, int NW>
 PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sb, const float *sT0, float *sWK,
                        float *sBW, float *sDm) {
     constexpr int SD = PrepTiles<D>::SD, S64 = PrepTiles<D>::S64;
-    cta_gemm<float, false, false, 8, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) {
+    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) {
         sWK[d * S64 + b] = d > b ? v : 0.f;
         sBW[d * S64 + b] = d > b ? sb[d] * v : 0.f;
     });
     sync();
-    cta_gemm<float, false, true, 8, NW>(kC, kC, kC, sT0, S64, sBW, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
+    cta_gemm<float, false, true, 4, NW>(kC, kC, kC, sT0, S64, sBW, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
     sync();
 }
 
@@ -76,7 +81,7 @@ PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sb, const 
 // (walk type), K~ (input dtype) and Dm (walk type) into the workspace. grid (total chunks, H).
 template <typename Tin, int D> struct KPrep {
     using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 128, NW = kThreads / 32;
+    static constexpr int kThreads = 256, NW = kThreads / 32;
     using PT = PrepTiles<D>;
     static constexpr size_t smem() { return 3 * PT::BIG + 4 * PT::SMALL + 256; }
     PK_DEV static void run(const PathDev &p, char *smem) {
@@ -96,17 +101,16 @@ template <typename Tin, int D> struct KPrep {
         const int64_t row = sq.row0 + c0;
         auto at = [&](int a, int col) { return ((row + a) * p.h + h) * D + col; };
         // U = T0 (diag(beta) W)
-        cta_gemm<float, false, true, (D >= 64 ? 8 : D / 8), NW>(kC, D, kC, sT0, S64, sBW, SD, [&](int a, int col, float v) {
+        cta_gemm<float, false, true, D / 16, NW>(kC, D, kC, sT0, S64, sBW, SD, [&](int a, int col, float v) {
             if (a >= n) return;  // rows past the sequence belong to the next one (or to nobody)
             st<Tw>(p.uw, at(a, col), v);
-            if (p.uf && static_cast<void *>(p.uf) != p.uw) p.uf[at(a, col)] = v;
         });
         for (int e = tid(); e < n * D; e += kThreads) st<Tw>(p.ww, at(e / D, e % D), sW[(e / D) * SD + e % D]);
         prep_wk_dm<D, NW>(sW, sK, sb, sT0, sM, sX, sDm);
         for (int e = tid(); e < kC * kC; e += kThreads)
             st<Tw>(p.dmat, (gc * p.h + h) * kC * kC + e, sDm[(e / kC) * S64 + e % kC]);
         // K~ = K - Dm^T W
-        cta_gemm<float, true, true, (D >= 64 ? 8 : D / 8), NW>(kC, D, kC, sDm, S64, sW, SD, [&](int b, int col, float v) {
+        cta_gemm<float, true, true, D / 16, NW>(kC, D, kC, sDm, S64, sW, SD, [&](int b, int col, float v) {
             if (b < n) st<Tin>(p.kt, at(b, col), sK[b * SD + col] - v);
         });
     }

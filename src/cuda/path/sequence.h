@@ -76,7 +76,6 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     }
     d.gsum = static_cast<float *>(at(w.gsum));
     d.uw = at(w.uw), d.ww = at(w.ww), d.kt = at(w.kt), d.dmat = at(w.dmat);
-    d.uf = w.uf ? static_cast<float *>(at(w.uf)) : (bwd ? static_cast<float *>(d.uw) : nullptr);
     d.kh = at(w.kh);
     d.emat = static_cast<float *>(at(w.emat));
     d.hist = at(w.hist);

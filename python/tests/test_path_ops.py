@@ -1,0 +1,73 @@
+"""test_path_ops.py — the PaTH torch ops as an op: torch.library.opcheck (schemas, fake kernels,
+autograd registration), torch.compile with fullgraph, FLA's drop-in name, cu_seqlens as int64 on
+the inputs' device, and on CUDA bitwise repeatability and the STRICT check's message."""
+import pytest
+import torch
+
+import fattn.path as fp
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+def make(device, T=70, HQ=2, H=1, K=16, V=16, dtype=torch.float32, gate=True):
+    torch.manual_seed(0)
+    q = torch.randn(1, T, HQ, K, dtype=dtype, device=device)
+    k = torch.randn(1, T, H, K, dtype=dtype, device=device)
+    v = torch.randn(1, T, H, V, dtype=dtype, device=device)
+    w = torch.nn.functional.normalize(torch.randn(1, T, H, K, device=device), dim=-1)
+    beta = torch.rand(1, T, H, device=device) * 2
+    g = -torch.rand(1, T, HQ, device=device) * 0.05 if gate else None
+    return q, k, v, w, beta, g
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    q, k, v, w, beta, g = make(device)
+    args = [t.requires_grad_(True) for t in (q, k, v, w, beta, g)]
+    torch.library.opcheck(torch.ops.fattn.path_fwd.default, (*args, None, 0.0, 0, 0),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_matches_eager(device):
+    q, k, v, w, beta, g = make(device)
+
+    def step(q, k, v, w, beta, g):
+        return (fp.path_attention(q, k, v, w, beta, g) ** 2).sum()
+
+    eager = [t.clone().requires_grad_(True) for t in (q, k, v, w, beta, g)]
+    step(*eager).backward()
+    comp = [t.clone().requires_grad_(True) for t in (q, k, v, w, beta, g)]
+    torch.compile(step, fullgraph=True, backend="aot_eager")(*comp).backward()
+    for a, b in zip(eager, comp):
+        assert torch.equal(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fla_name_and_int64_cu_seqlens(device):
+    q, k, v, w, beta, g = make(device)
+    cu = torch.tensor([0, 30, 70], dtype=torch.int64, device=device)
+    o, cache = fp.parallel_path_attn(q, k, v, w, beta, g, None, cu)
+    assert cache is None
+    # sequences are independent: the second one alone gives the same rows
+    o2 = fp.path_attention(*(t[:, 30:].contiguous() for t in (q, k, v, w, beta, g)))
+    torch.testing.assert_close(o[:, 30:], o2, rtol=0, atol=0)
+    with pytest.raises(NotImplementedError):
+        fp.parallel_path_attn(q, k, v, w, beta, g, use_cache=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bitwise_and_strict_message():
+    q, k, v, w, beta, g = make("cuda", T=1100, HQ=4, H=2, K=64, V=64, dtype=torch.bfloat16)
+    outs = []
+    for _ in range(2):
+        ins = [t.clone().requires_grad_(True) for t in (q, k, v, w, beta, g)]
+        o = fp.path_attention(*ins)
+        o.float().pow(2).sum().backward()
+        outs.append([o.detach()] + [t.grad for t in ins])
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    beta_bad = beta.clone()
+    beta_bad[0, 17, 1] = 2.5
+    with pytest.raises(Exception, match=r"beta: 2\.500000 at \(b 0, t 17, h 1\)"):
+        fp.path_attention(q, k, v, w, beta_bad, g)
