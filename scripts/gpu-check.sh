@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the one command for the GPU machine (issue 3): build for sm_90a with all cores,
 # CUDA parity (all cases incl. --extra --large), determinism, compute-sanitizer memcheck and
-# racecheck on a small subset, the CUDA benchmarks, and the PyTorch checks when
-# scripts/gpu-check-torch.sh exists. Run from the repository root; results go to ${OUT:-out}:
+# racecheck on a small subset, the CUDA benchmarks, the PyTorch checks when
+# scripts/gpu-check-torch.sh exists, and the PaTH checks beside FLA (scripts/gpu-check-path.sh). Run from the repository root; results go to ${OUT:-out}:
 # build.log, parity.log (test + determinism), sanitize.log, bench.log, bench.csv, torch.log,
 # torch-out.tar.gz, summary.txt (8 files: what one device call brings back), and a short summary table printed LAST.
 #
 #   scripts/gpu-check.sh                      # everything
 #   scripts/gpu-check.sh parity bench         # only these parts (build runs unless "nobuild")
-#   parts: build parity determinism sanitize bench torch   (+ nobuild)
+#   parts: build parity determinism sanitize bench torch path   (+ nobuild)
+# Everything does not fit one 10-minute device call: run it as two, back to back (the second
+# finds the first one's build):
+#   scripts/gpu-check.sh build parity determinism sanitize bench
+#   scripts/gpu-check.sh nobuild torch path
 #
 # Never hangs: every step runs under `timeout`, capped by a global budget (GPU_CHECK_BUDGET
 # seconds, default 580, so one device call of 10 minutes holds it), and the summary is printed
@@ -33,7 +37,7 @@ FAILED=0
 INCOMPLETE=0
 
 parts="$*"
-[ -z "$parts" ] && parts="build parity determinism sanitize bench torch"
+[ -z "$parts" ] && parts="build parity determinism sanitize bench torch path"
 want() { case " $parts " in *" $1 "*) return 0 ;; esac; return 1; }
 if ! want nobuild && ! want build; then parts="build $parts"; fi
 
@@ -155,7 +159,7 @@ fi
 # ---------------------------------------------------------------- sanitizers (small subset)
 if want sanitize; then
     # The quick subset (bf16/f16 D64 cases run the sm90 kernels under AUTO) plus D128 sm90 cases.
-    SAN_SEL=(-p "${SAN_FILTER:-^(plain_s1|plain_s17|plain_d40|f16_s97|bf16_s97|cross_sq17_skv97|causal_tl_s97|causal_br_sq97_skv40|window_16_16_tl|bias_dense|bias_keypad|bias_rowcol|gqa_4_2_b2|varlen_basic|varlen_empty_len1|fused_qkv|bhsd|pad_fltmax|pad_1e9|pad_inf|lpad_fltmax_causal_tl|pad_1e9_bf16_rand|pad_bf16_min)\$}")
+    SAN_SEL=(-p "${SAN_FILTER:-^(plain_s1|plain_s17|plain_d40|f16_s97|bf16_s97|cross_sq17_skv97|causal_tl_s97|causal_br_sq97_skv40|window_16_16_tl|bias_dense|bias_keypad|bias_rowcol|gqa_4_2_b2|varlen_basic|varlen_empty_len1|fused_qkv|bhsd|pad_fltmax|pad_1e9|pad_inf|lpad_fltmax_causal_tl|pad_1e9_bf16_rand|pad_bf16_min|path/dense_T97_gqa_K16_V32_gate_f32|path/dense_T513_gqa_K32_V16_f32|path/varlen_gqa_K64_f16)\$}")
     # Limits: memcheck ran the subset in ~2 s, racecheck in 60-65 s (session 9, H200).
     for tool in memcheck:60 racecheck:150; do
         lim=${tool#*:}; tool=${tool%%:*}
@@ -198,6 +202,12 @@ if want bench; then
         record "bench" "$(status_of $STEP_RC)" "$STEP_S" "$preset: ${line:-no verdict line}"
         [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
     done
+    # PaTH: both history layouts, one process (the history bytes, the workspace, its high-water).
+    if [ -x "$FB" ]; then
+        run_step "bench:path" 40 "$OUT/bench.log" "$FB" path --backend cuda --T 4096 --hq 32 --h 32 --reps 5 --check none
+        record "bench" "$(status_of $STEP_RC)" "$STEP_S" "path: $(grep -E '^packed ' "$OUT/bench.log" | tail -n1 | tr -s ' ')"
+        [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
+    fi
     RESERVE=0
 fi
 
@@ -219,6 +229,18 @@ if want torch; then
         fi
     else
         record torch SKIP 0 "scripts/gpu-check-torch.sh not present"
+    fi
+fi
+
+# ---------------------------------------------------------------- PaTH beside FLA (after torch)
+if want path; then
+    if [ -f scripts/gpu-check-path.sh ]; then
+        mkdir -p "$OUT/path"
+        run_step path 290 "$OUT/path.log" bash scripts/gpu-check-path.sh "$OUT/path"
+        record path "$(status_of $STEP_RC)" "$STEP_S" "$(grep '^gpu-check-path:' "$OUT/path.log" | tail -n1 | cut -c17-)"
+        [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
+        [ -f "$OUT/path/bench_path.log" ] && cp "$OUT/path/bench_path.log" "$OUT/bench_path.log"
+        rm -rf "$OUT/path"
     fi
 fi
 

@@ -18,22 +18,26 @@
 namespace fattn::pathk {
 
 template <typename Tin, int D> struct KSegInter {
-    static constexpr int kThreads = 128, NW = 4, NX = D / 8;
+    // Query blocks of BM rows (one warp per 16): 128 for D <= 64 (two chunks share every K^ / V
+    // load and the segment's critical path halves), 64 at D = 128 (shared memory).
+    static constexpr int BM = D <= 64 ? 2 * kC : kC;
+    static constexpr int kThreads = 2 * BM, NW = BM / 16, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
+    static constexpr size_t QI = tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
     static constexpr bool kF32 = sizeof(Tin) == 4;
-    // dO, Qh (input dtype), Qh f32 copy (16-bit inputs), gamma f32, then E or two stages of
-    // (K^, V, G of the keys) in a union
+    // dO, Qh (input dtype), Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two
+    // stages of (K^, V, G of the keys) in a union
     static constexpr size_t STG = 2 * TI + kC * 4;
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
-    static constexpr size_t smem() { return TI + TI + (kF32 ? 0 : TF) + TF + U + 4 * kC * 4; }
-    static constexpr int NB = D >= 64 ? 8 : D / 8;
+    static constexpr size_t smem() { return QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
+    static constexpr int NB = D / 16;
 
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
         const int hq = bid_y(), h = hq / p.grp;
         const SeqInfo sq = seq_of_seg(p, gs);
-        const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC);
+        const int64_t r = gs - sq.seg0;
         const int r0 = 16 * warp_id();
         if (r == 0) {  // no earlier segment: gamma = 0
             const int64_t rows = sq.len < kS ? sq.len : kS;
@@ -41,22 +45,21 @@ template <typename Tin, int D> struct KSegInter {
             return;
         }
         char *c = smem;
-        Tin *sdO = reinterpret_cast<Tin *>(c), *sQh = reinterpret_cast<Tin *>(c + TI);
-        float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * TI);
-        float *sG = reinterpret_cast<float *>(c + 2 * TI + (kF32 ? 0 : TF));
-        char *u = c + 2 * TI + (kF32 ? 0 : TF) + TF;
+        Tin *sdO = reinterpret_cast<Tin *>(c), *sQh = reinterpret_cast<Tin *>(c + QI);
+        float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * QI);
+        float *sG = reinterpret_cast<float *>(c + 2 * QI + (kF32 ? 0 : QF));
+        char *u = c + 2 * QI + (kF32 ? 0 : QF) + QF;
         float *sE = reinterpret_cast<float *>(u);
-        float *lse2 = reinterpret_cast<float *>(u + U), *dl = lse2 + kC, *gq = dl + kC;
+        float *lse2 = reinterpret_cast<float *>(u + U), *dl = lse2 + BM, *gq = dl + BM;
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
-        for (int64_t i = 0; i < kNcs; ++i) {
-            const int64_t ci = r * kNcs + i;
-            if (ci >= nc) break;
-            const int64_t c0 = ci * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
-            const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        for (int64_t ib = 0; ib < kS / BM; ++ib) {
+            const int64_t c0 = r * kS + ib * BM, t0 = sq.begin + c0, qrow = sq.row0 + c0;
+            if (c0 >= sq.len) break;
+            const int nq = int(sq.len - c0 < BM ? sq.len - c0 : BM);
             load_tile<Tin, kThreads>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                     p.do_ss, kC, D, nq, p.V, p.vec_do);
-            for (int a = tid(); a < kC; a += kThreads) {
+                                     p.do_ss, BM, D, nq, p.V, p.vec_do);
+            for (int a = tid(); a < BM; a += kThreads) {
                 const bool ok = a < nq;
                 lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
                 dl[a] = ok ? p.delta[(qrow + a) * p.hq + hq] : 0.f;
@@ -65,34 +68,34 @@ template <typename Tin, int D> struct KSegInter {
             float gam[NX][4], dgr[2] = {0.f, 0.f};
             zero_acc(gam);
             for (int64_t rp = 0; rp < r; ++rp) {
-                sync();  // previous users of sQh / sE / sKh are done
+                sync();  // previous users of sQh / sE / the key stages are done
                 load_tile<Tin, kThreads>(sQh, STi,
                                          static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.K,
-                                         hstride, kC, D, nq, p.K, true);
+                                         hstride, BM, D, nq, p.K, true);
                 cp_commit();
                 cp_wait<0>();
                 sync();
                 if (rp >= 1) {
                     if (!kF32)
-                        for (int e = tid(); e < kC * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(sQh[(e / D) * STi + e % D]);
+                        for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(sQh[(e / D) * STi + e % D]);
                     acc_to_tile(sG, SD, r0, gam);
                     load_tile<float, kThreads>(sE, SD, p.emat + ((sq.seg0 + rp) * p.h + h) * D * D, D, D, D, D, D, true);
                     cp_commit();
                     cp_wait<0>();
                     sync();
-                    // dE(r, rp) += -Qh^T gamma  (first query chunk of the segment writes)
+                    // dE(r, rp) += -Qh^T gamma over this block's rows (the segment's first block writes)
                     float *dE = p.dep + ((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * p.hq + hq) * D * D;
-                    cta_gemm<float, true, true, NB, NW>(D, D, kC, sQf, SD, sG, SD, [&](int d, int e, float v) {
-                        float &x = dE[d * D + e];
-                        x = (i == 0 ? 0.f : x) - v;
-                    });
+                    if (ib == 0)
+                        cta_gemm<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
+                    else
+                        cta_gemm_rmw<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, dE, D, -1.f, D);
                     // gamma <- gamma - gamma E^T
                     float t[NX][4];
                     zero_acc(t);
                     warp_gemm<float, false, false, NX>(t, sG, SD, sE, SD, r0, 0, D);
                     for (int j = 0; j < NX; ++j)
                         for (int e = 0; e < 4; ++e) gam[j][e] -= t[j][e];
-                    sync();  // sE (union with K^, V) is free again
+                    sync();  // sE (union with the key stages) is free again
                 }
                 // the segment's key chunks, the next one's K^ and V in flight while this one is used
                 auto issue = [&](int64_t cj, char *buf) {

@@ -83,7 +83,7 @@ template <typename Tin, int D> struct KPrep {
     using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = kThreads / 32;
     using PT = PrepTiles<D>;
-    static constexpr size_t smem() { return 3 * PT::BIG + 4 * PT::SMALL + 256; }
+    static constexpr size_t smem() { return 2 * PT::BIG + 3 * PT::SMALL + 256; }  // 2 CTAs / SM at D <= 64
     PK_DEV static void run(const PathDev &p, char *smem) {
         constexpr int SD = PT::SD, S64 = PT::S64;
         const int64_t gc = bid_x();
@@ -91,22 +91,26 @@ template <typename Tin, int D> struct KPrep {
         const SeqInfo sq = seq_of_chunk(p, gc);
         const int64_t c0 = (gc - sq.chunk0) * kC;
         const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
-        float *sW = reinterpret_cast<float *>(smem), *sK = sW + kC * SD, *sBW = sK + kC * SD;
-        float *sT0 = sBW + kC * SD, *sM = sT0 + kC * S64, *sX = sM + kC * S64, *sDm = sX + kC * S64;
-        float *sb = sDm + kC * S64;
+        // sM holds M, then T = T0 diag(beta); sT0 holds T0, then WK
+        float *sW = reinterpret_cast<float *>(smem), *sK = sW + kC * SD, *sM = sK + kC * SD;
+        float *sT0 = sM + kC * S64, *sDm = sT0 + kC * S64, *sb = sDm + kC * S64;
         prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sK, sb);
         prep_t0<D, kThreads>(sW, sb, sM, sT0, n);
-        for (int e = tid(); e < kC * D; e += kThreads) sBW[(e / D) * SD + e % D] = sb[e / D] * sW[(e / D) * SD + e % D];
+        for (int e = tid(); e < kC * kC; e += kThreads) sM[(e / kC) * S64 + e % kC] = sT0[(e / kC) * S64 + e % kC] * sb[e % kC];
         sync();
         const int64_t row = sq.row0 + c0;
         auto at = [&](int a, int col) { return ((row + a) * p.h + h) * D + col; };
-        // U = T0 (diag(beta) W)
-        cta_gemm<float, false, true, D / 16, NW>(kC, D, kC, sT0, S64, sBW, SD, [&](int a, int col, float v) {
-            if (a >= n) return;  // rows past the sequence belong to the next one (or to nobody)
-            st<Tw>(p.uw, at(a, col), v);
+        // U = T W; W in the walk type; WK = SL(W K^T) (into sT0: T0 is no longer needed)
+        cta_gemm<float, false, true, D / 16, NW>(kC, D, kC, sM, S64, sW, SD, [&](int a, int col, float v) {
+            if (a < n) st<Tw>(p.uw, at(a, col), v);  // rows past the sequence belong to the next one
         });
         for (int e = tid(); e < n * D; e += kThreads) st<Tw>(p.ww, at(e / D, e % D), sW[(e / D) * SD + e % D]);
-        prep_wk_dm<D, NW>(sW, sK, sb, sT0, sM, sX, sDm);
+        sync();
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) { sT0[d * S64 + b] = d > b ? v : 0.f; });
+        sync();
+        // Dm = T WK
+        cta_gemm<float, false, true, 4, NW>(kC, kC, kC, sM, S64, sT0, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
+        sync();
         for (int e = tid(); e < kC * kC; e += kThreads)
             st<Tw>(p.dmat, (gc * p.h + h) * kC * kC + e, sDm[(e / kC) * S64 + e % kC]);
         // K~ = K - Dm^T W
