@@ -117,11 +117,10 @@ def _fla_parallel():
         return None
 
 
-# FLA's own test_parallel shapes (dense bf16, GQA, gate): fattn and FLA's Triton kernels are both
+# Two of FLA's own test_parallel shapes (dense bf16, GQA, gate on/off; each costs FLA's Triton autotuning): fattn and FLA's Triton kernels are both
 # held to FLA's bars against the naive reference, on the same inputs.
 @pytest.mark.skipif(not torch.cuda.is_available() or _fla_parallel() is None, reason="needs CUDA and FLA's Triton kernels")
-@pytest.mark.parametrize("B,T,H,HQ,D,gate", [(5, 512, 2, 8, 128, True), (3, 1024, 2, 8, 64, True),
-                                             (2, 2000, 1, 4, 64, False), (1, 4000, 1, 2, 128, False)])
+@pytest.mark.parametrize("B,T,H,HQ,D,gate", [(3, 1024, 2, 8, 64, True), (1, 4000, 1, 2, 128, False)])
 def test_beside_fla_triton(B, T, H, HQ, D, gate):
     args = inputs(B, T, H, HQ, D, D, torch.bfloat16, gate, device="cuda")
     ref = reference(*args, None)
