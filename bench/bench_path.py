@@ -5,7 +5,7 @@ allocated above the inputs during fwd+bwd (torch.cuda.max_memory_allocated), and
 bytes (fattn: its memory model; FLA: its torch.zeros(B, T, NB, HQ, K) of q's dtype). Prints
 one row per case and fattn / FLA ratios.
 
-    python3 bench/bench_path.py [--reps 20] [--cases all|quick] [--no-fla]
+    python3 bench/bench_path.py [--reps 10] [--cases all|quick|4,5] [--no-fla] [--gate]
 """
 import argparse
 import math
@@ -88,7 +88,7 @@ def fla_call():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--cases", default="all")
+    ap.add_argument("--cases", default="all", help="all, quick (the first), or a comma list of indices")
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--gate", action="store_true")
     ap.add_argument("--check", default="none", help="fattn's w/beta check (strict synchronizes)")
@@ -98,7 +98,7 @@ def main():
     print(f"{torch.cuda.get_device_name()}  torch {torch.__version__}  reps {a.reps}  check={a.check}")
     hdr = f"{'case':38s} {'arm':6s} {'fwd ms':>8s} {'fwd+bwd':>8s} {'peak MiB':>9s} {'hist MiB':>9s}"
     print(hdr)
-    cases = CASES if a.cases == "all" else CASES[:1]
+    cases = CASES if a.cases == "all" else CASES[:1] if a.cases == "quick" else [CASES[int(i)] for i in a.cases.split(",")]
     results = {}
     for name, B, T, H, HQ, D, cu, dtype in cases:
         args = make(B, T, H, HQ, D, dtype, a.gate)
