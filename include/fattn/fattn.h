@@ -347,11 +347,11 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
  *   dg like g (all f32). dg must be given exactly when g is.
  * GQA: Hq % H == 0; query head hq uses kv head hq / (Hq / H) (w, beta belong to the kv head, the
  * gate to the query head). K, V in {16, 32, 64, 128}, V may differ from K, any T >= 1.
- * Varlen: cu_seqlens (int32, num_seqs + 1 entries, host memory) with B = 1, T = total tokens;
+ * Varlen: cu_seqlens (int32, num_seqs + 1 entries, host memory on both backends) with B = 1, T = total tokens;
  * every sequence restarts its chunks, segments, gate prefix sum and Householder products.
  *
  * w / beta check: the products are only bounded (spectral norm <= 1) when |w_t| = 1 and
- * beta_t in [0, 2]; low-precision walks (FLA's, and the planned CUDA kernels) rely on that.
+ * beta_t in [0, 2]; low-precision walks (FLA's, and fattn's CUDA kernels) rely on that.
  *   FATTN_PATH_CHECK_STRICT (default): fattn_path_fwd and fattn_path_bwd reject any token whose
  *     | |w_t|_2 - 1 | > check_tol (0 = 1e-3) or beta_t outside [0, 2] or a non-finite value, with
  *     FATTN_ERR_BAD_VALUE and a message naming the token and head. Cost: one pass over w and beta.
@@ -362,7 +362,8 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
  *   PACKED (default): exactly sum_seq sum_{r=1}^{N-1} (L - r*512) token-snapshots x Hq x K x
  *     sizeof(q dtype) bytes (N = ceil(L / 512)); RECTANGULAR: T_total x max N snapshots (FLA's
  *     layout; debug baseline only). Both are part of the backward workspace.
- * Backends: CPU only in this version; a CUDA context answers FATTN_ERR_UNSUPPORTED.
+ * Backends: CPU (f32 arithmetic) and CUDA (sm_80+: bf16/f16 tensor cores, f32 inputs on TF32; the
+ * STRICT check synchronizes the stream once per call). Both bitwise deterministic.
  * The forward saves nothing beyond o and lse: the backward recomputes everything else.
  */
 typedef enum fattn_path_history {
