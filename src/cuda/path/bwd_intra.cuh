@@ -170,7 +170,7 @@ template <typename Tin, int D> struct KOwn {
         float *B0 = reinterpret_cast<float *>(smem), *B1 = B0 + kC * SD, *B2 = B1 + kC * SD, *B3 = B2 + kC * SD;
         float *M1 = B3 + kC * SD, *M2 = M1 + kC * S64, *M3 = M2 + kC * S64;
         float *lse2 = M3 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
-        const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
+        const int64_t hqd = int64_t(p.hq) * D;
         auto landed = [&] {
             cp_commit();
             cp_wait<0>();
