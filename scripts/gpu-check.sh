@@ -9,7 +9,7 @@
 #   scripts/gpu-check.sh                      # everything
 #   scripts/gpu-check.sh parity bench         # only these parts (build runs unless "nobuild")
 #   parts: build parity determinism sanitize bench torch path   (+ nobuild)
-# Everything does not fit one 10-minute device call: run it as three, back to back (each finds
+# Everything does not fit one 10-minute run on the GPU machine: run it as three, back to back (each finds
 # the previous one's build; measured 2026-12-02: 192 s, 158 s for torch, ~350 s for path):
 #   GPU_CHECK_BUDGET=450 scripts/gpu-check.sh build parity determinism sanitize bench
 #   scripts/gpu-check.sh nobuild torch
