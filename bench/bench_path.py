@@ -104,13 +104,7 @@ def main():
         args = make(B, T, H, HQ, D, dtype, a.gate)
         cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device="cuda")
         ours = lambda q, k, v, w, beta, g: fp.path_attention(q, k, v, w, beta, g, cu_seqlens=cu_t, check=a.check)
-        mem = fp.path_memory(*args[:6])
-        if cu is not None:  # the model for the pack: the library's history formula per sequence
-            seg = [cu[i + 1] - cu[i] for i in range(len(cu) - 1)]
-            cells = sum((math.ceil(L / 512) - 1) * L - 512 * math.ceil(L / 512) * (math.ceil(L / 512) - 1) // 2 for L in seg)
-            hist_ours = cells * HQ * D * args[0].element_size()
-        else:
-            hist_ours = mem["history_packed_bytes"]
+        hist_ours = fp.path_memory(*args[:6], cu_seqlens=cu_t)["history_packed_bytes"]
         r = measure(ours, args, a.reps)
         results[(name, "fattn")] = r
         print(f"{name:38s} {'fattn':6s} {r[0]:8.3f} {r[1]:8.3f} {r[2] / MiB:9.1f} {hist_ours / MiB:9.1f}", flush=True)

@@ -198,11 +198,12 @@ def parallel_path_attn(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None, us
     return path_attention(q, k, v, w, beta, g, scale, cu_seqlens), None
 
 
-def path_memory(q, k, v, w, beta, g=None, history="packed"):
-    """The library's memory model for these shapes, as a dict of bytes."""
+def path_memory(q, k, v, w, beta, g=None, history="packed", cu_seqlens=None):
+    """The library's memory model for these shapes (and sequence lengths), as a dict of bytes."""
+    cu = _host_cu(cu_seqlens)
     with device_guard(q.device):
         ctx = context(q.device)
-        p = _params(0.0, None, _HISTORY[history], 0)
+        p = _params(0.0, cu, _HISTORY[history], 0)
         m = PathMemoryInfo()
         vs = [view(q, "q"), view(k, "k"), view(v, "v"), view(w, "w"), _v1(beta, "beta"), _v1(g, "g")]
         check(ctx, _fn("fattn_path_memory")(ctx, ctypes.byref(p), *[ctypes.byref(x) for x in vs],

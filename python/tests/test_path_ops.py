@@ -56,6 +56,13 @@ def test_fla_name_and_int64_cu_seqlens(device):
         fp.parallel_path_attn(q, k, v, w, beta, g, use_cache=True)
 
 
+def test_path_memory_of_a_pack():
+    q, k, v, w, beta, g = make("cpu", T=1300, K=16, V=16)
+    cu = torch.tensor([0, 600, 1300])
+    # sequences of 600 and 700 tokens: (600 - 512) + (700 - 512) token-snapshots x Hq x K x 4 bytes
+    assert fp.path_memory(q, k, v, w, beta, g, cu_seqlens=cu)["history_packed_bytes"] == (88 + 188) * 2 * 16 * 4
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_bitwise_and_strict_message():
     q, k, v, w, beta, g = make("cuda", T=1100, HQ=4, H=2, K=64, V=64, dtype=torch.bfloat16)

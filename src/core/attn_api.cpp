@@ -14,24 +14,9 @@
 #include "core/enum_raw.h"
 #include "core/parallel.h"
 #include "cpu/attn_cpu.h"
-#ifdef FATTN_WITH_CUDA
-#include "cuda/attn_cuda.h"
-#endif
+#include "core/cuda_device.h"
 
 namespace fattn {
-
-#ifdef FATTN_WITH_CUDA
-static cuda::DeviceInfo device_of(const fattn_ctx *ctx) {
-    cuda::DeviceInfo d;
-    d.device = ctx->device;
-    d.sm_major = ctx->sm_major;
-    d.sm_minor = ctx->sm_minor;
-    d.num_sms = ctx->num_sms;
-    d.smem_optin = ctx->smem_optin;
-    d.family = ctx->cuda_family;
-    return d;
-}
-#endif
 
 fattn_status attn_backend_select(const fattn_ctx *ctx, const AttnFwdParams &p, std::string *why) {
     if (ctx->backend == FATTN_BACKEND_CPU) return cpu::attn_select(p, why);

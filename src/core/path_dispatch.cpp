@@ -5,15 +5,23 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cuda_device.h"
 #include "cpu/path/path_cpu.h"
 #ifdef FATTN_WITH_CUDA
 #include "cuda/path_cuda.h"
 #endif
 
 namespace fattn {
-namespace {
 
-std::string S(int64_t x) { return std::to_string(x); }
+std::string path_check_message(double norm, float beta, int64_t b, int64_t t, int64_t h, double tol) {
+    const std::string at = " at (b " + std::to_string(b) + ", t " + std::to_string(t) + ", h " + std::to_string(h) + ")";
+    if (!(std::fabs(norm - 1.0) <= tol))
+        return "w: |w| = " + std::to_string(norm) + at + " is not 1 (check STRICT, tol " + std::to_string(tol) +
+               "; L2-normalize w or use FATTN_PATH_CHECK_NONE)";
+    return "beta: " + std::to_string(beta) + at + " is outside [0, 2] (check STRICT)";
+}
+
+namespace {
 
 // STRICT on the host (CPU contexts): |w_t| = 1 within tol, beta_t in [0, 2], every value finite.
 fattn_status host_check(const PathFwdParams &p, std::string *err) {
@@ -27,29 +35,12 @@ fattn_status host_check(const PathFwdParams &p, std::string *err) {
                 for (int64_t d = 0; d < p.dk; ++d) n2 += double(w[d]) * w[d];
                 const double nrm = std::sqrt(n2);
                 const float be = p.beta[b * p.beta_sb + t * p.beta_ss + h * p.beta_sh];
-                const bool wok = std::fabs(nrm - 1.0) <= tol, bok = be >= 0.f && be <= 2.f;
-                if (wok && bok) continue;
-                const std::string at = " at (b " + S(b) + ", t " + S(t) + ", h " + S(h) + ")";
-                *err = !wok ? "w: |w| = " + std::to_string(nrm) + at + " is not 1 (check STRICT, tol " +
-                                  std::to_string(tol) + "; L2-normalize w or use FATTN_PATH_CHECK_NONE)"
-                            : "beta: " + std::to_string(be) + at + " is outside [0, 2] (check STRICT)";
+                if (std::fabs(nrm - 1.0) <= tol && be >= 0.f && be <= 2.f) continue;
+                *err = path_check_message(nrm, be, b, t, h, tol);
                 return FATTN_ERR_BAD_VALUE;
             }
     return FATTN_OK;
 }
-
-#ifdef FATTN_WITH_CUDA
-cuda::DeviceInfo device_of(const fattn_ctx *ctx) {
-    cuda::DeviceInfo d;
-    d.device = ctx->device;
-    d.sm_major = ctx->sm_major;
-    d.sm_minor = ctx->sm_minor;
-    d.num_sms = ctx->num_sms;
-    d.smem_optin = ctx->smem_optin;
-    d.family = ctx->cuda_family;
-    return d;
-}
-#endif
 
 }  // namespace
 

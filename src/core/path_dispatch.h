@@ -23,6 +23,10 @@ size_t path_backend_workspace(const fattn_ctx *ctx, const PathFwdParams &p, fatt
 // Host heap a call takes besides its workspace (the CPU backend's bookkeeping; 0 on CUDA).
 uint64_t path_backend_host_bytes(const fattn_ctx *ctx, const PathFwdParams &p);
 
+// The STRICT check's message for the first offending token (|w| is tested first), the same from
+// every backend: "w: |w| = 1.010000 at (b 0, t 5, h 0) is not 1 (...)" / "beta: 2.500000 at ...".
+std::string path_check_message(double norm, float beta, int64_t b, int64_t t, int64_t h, double tol);
+
 // The runs (the w / beta check included: p.check). CUDA: enqueued on the context's stream.
 fattn_status path_backend_fwd(const fattn_ctx *ctx, const PathBwdParams &p, void *workspace, std::string *err);
 fattn_status path_backend_bwd(const fattn_ctx *ctx, const PathBwdParams &p, void *workspace, std::string *err);

@@ -70,12 +70,12 @@ inline PathSeq path_seq(const PathFwdParams &p, int64_t s) {
     return {s, 0, p.T, s * p.T};
 }
 
-inline int64_t path_num_segments(int64_t len) { return (len + kPathSegment - 1) / kPathSegment; }
-inline int64_t path_num_chunks(int64_t len) { return (len + kPathChunk - 1) / kPathChunk; }
+constexpr int64_t path_num_segments(int64_t len) { return (len + kPathSegment - 1) / kPathSegment; }
+constexpr int64_t path_num_chunks(int64_t len) { return (len + kPathChunk - 1) / kPathChunk; }
 
 // History cells (one cell = one token's Hq x K snapshot for one segment column r) of a sequence:
 // q_t walked back to the start of segment r is needed for 1 <= r <= floor(t / S) only (§6.3).
-inline int64_t path_packed_cells(int64_t len) {
+constexpr int64_t path_packed_cells(int64_t len) {
     int64_t n = path_num_segments(len);
     return (n - 1) * len - kPathSegment * n * (n - 1) / 2;
 }

@@ -70,15 +70,7 @@ template <typename Tin, int D> struct KChainA {
         float *R = reinterpret_cast<float *>(smem), *sY = reinterpret_cast<float *>(smem + RB);  // Y: W^, then dK^
         float *sXU = sY + kC * SD, *sA = sXU + kC * SD, *sB = sA + kC * SD, *T = sB + kC * SD;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
-        auto landed = [&] {
-            cp_commit();
-            cp_wait<0>();
-            sync();
-        };
-        auto ldW = [&](float *s, int64_t lc) {
-            const int64_t t0 = sq.begin + lc * kC;
-            load_tile<float, kThreads>(s, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, kC, p.K, p.vec_w);
-        };
+        auto ldW = [&](float *s, int64_t lc) { load_w_f32<kThreads>(s, SD, p, sq, lc * kC, h, D, kC); };
         auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + lc * kC, h, D, kC); };
         // R = -(sum over query segments rt > r and the group of dE(rt, r)); 0 for r = 0
         for (int e = tid(); e < D * D; e += kThreads) {
@@ -94,11 +86,11 @@ template <typename Tin, int D> struct KChainA {
             // W^_c: W_c walked forward (k <- k - (k U^T) W) through chunks c+1 .. 7
             sync();
             ldW(sY, lc);
-            landed();
+            cp_landed();
             for (int64_t c2 = c + 1; c2 < kNcs; ++c2) {
                 ldW(sB, r * kNcs + c2);
                 ldU(sA, r * kNcs + c2);
-                landed();
+                cp_landed();
                 cta_gemm<float, false, false, 4, NW>(kC, kC, D, sY, SD, sA, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
                 sync();
                 cta_gemm<float, false, true, NB, NW>(kC, D, kC, T, S64, sB, SD, [&](int a, int col, float v) { sY[a * SD + col] -= v; });
@@ -106,14 +98,14 @@ template <typename Tin, int D> struct KChainA {
             }
             // dU_c -= W^_c R ; XU = U_c R^T
             ldU(sA, lc);
-            landed();
+            cp_landed();
             cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, sY, SD, R, SD, p.du + (krow * p.hq + g0) * D, hqd, -1.f, kC);
             cta_gemm<float, false, false, NB, NW>(kC, D, D, sA, SD, R, SD, [&](int b, int d, float v) { sXU[b * SD + d] = v; });
             sync();
             // R <- R - XU^T W_c + dK^_c^T K~_c
             ldW(sB, lc);
             load_ws_f32<D, kThreads>(sY, p.dkh + (krow * p.hq + g0) * D, hqd, kC);
-            landed();
+            cp_landed();
             load_tile_cvt<float, Tin, kThreads>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D);
             sync();
             cta_gemm<float, true, true, NB, NW>(D, D, kC, sXU, SD, sB, SD, [&](int d, int e, float v) { R[d * SD + e] -= v; });
@@ -124,7 +116,7 @@ template <typename Tin, int D> struct KChainA {
                 sync();
                 ldW(sB, r * kNcs + c2);
                 ldU(sA, r * kNcs + c2);
-                landed();
+                cp_landed();
                 for (float *x : {sXU, sY}) {
                     cta_gemm<float, false, false, 4, NW>(kC, kC, D, x, SD, sB, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
                     sync();
@@ -168,12 +160,10 @@ template <typename Tin, int D> struct KChainB {
         }
         if (tid() < kC) db[tid()] = 0.f;
         sync();
-        prep_wk_dm<D, NW>(BW, BK, sb, T0, S1, S7, Dm);  // S1 = WK, Dm = T0 diag(b) WK
+        prep_wk_dm<D, NW>(BW, BK, T, S1, Dm);  // S1 = WK, Dm = T WK
         // K~ chain
         load_ws_f32<D, kThreads>(BX, p.dkt + (row * p.hq + g0) * D, hqd, n);
-        cp_commit();
-        cp_wait<0>();
-        sync();
+        cp_landed();
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BX, SD, [&](int d, int b, float v) { dD[d * S64 + b] -= v; });
         cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, Dm, S64, BX, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
         for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += BX[(e / D) * SD + e % D];
@@ -187,9 +177,7 @@ template <typename Tin, int D> struct KChainB {
         sync();
         // U chain
         load_ws_f32<D, kThreads>(BX, p.du + (row * p.hq + g0) * D, hqd, n);
-        cp_commit();
-        cp_wait<0>();
-        sync();
+        cp_landed();
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, BX, SD, BW, SD, [&](int a, int c, float v) { dT[a * S64 + c] += v; });
         cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, T, S64, BX, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();

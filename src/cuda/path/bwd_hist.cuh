@@ -32,8 +32,8 @@ template <typename Tin, int D> struct KSegPrep {
         for (int e = tid(); e < D * D; e += kThreads) sMs[(e / D) * SD + e % D] = (e / D == e % D) ? 1.f : 0.f;
         const int64_t ws = int64_t(p.h) * D;
         for (int c = kNcs - 1; c >= 0; --c) {
-            const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC, t0 = sq.begin + lc * kC;
-            load_tile<float, kThreads>(sW, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, kC, p.K, p.vec_w);
+            const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC;
+            load_w_f32<kThreads>(sW, SD, p, sq, lc * kC, h, D, kC);
             load_u_f32<Tin, kThreads>(sU, SD, p, row, h, D, kC);
             cp_commit();
             load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D);
@@ -110,12 +110,8 @@ template <typename Tin, int D> struct KHist {
         tile_to_acc(X, sQ, STi, r0);
         {
             float QW[8][4];
-            zero_acc(QW);
-            warp_gemm_acc<Tw, false>(QW, X, 1.f, sW, STw, 0);
-            for (int j = 0; j < 8; ++j)
-                for (int i = 0; i < 4; ++i)
-                    if (acc_col(j, i) > r0 + acc_row(i)) QW[j][i] = 0.f;
-            warp_gemm_acc<Tw, true>(X, QW, -1.f, sU, STw, 0);
+            qw_lower<Tw>(QW, X, sW, STw, r0);
+            warp_gemm_acc<Tw, true>(X, QW, -1.f, sU, STw, 0);  // Q~ = Q - QW U
         }
         if (ci % kNcs == 0) store(p, sq, hq, c0, n, r0, ci / kNcs, X);
         sync();  // own tiles are stage 1 from here on
@@ -131,10 +127,7 @@ template <typename Tin, int D> struct KHist {
             }
             sync();
             const Tw *cW = reinterpret_cast<const Tw *>(cur), *cU = reinterpret_cast<const Tw *>(cur + TW);
-            float XW[8][4];
-            zero_acc(XW);
-            warp_gemm_acc<Tw, false>(XW, X, 1.f, cW, STw, 0);
-            warp_gemm_acc<Tw, true>(X, XW, -1.f, cU, STw, 0);
+            walk_back<Tw>(X, cW, cU, STw);
             if (cj % kNcs == 0) store(p, sq, hq, c0, n, r0, cj / kNcs, X);
             sync();
         }

@@ -22,12 +22,6 @@
 
 namespace fattn::pathk {
 
-template <int D> struct F32Tiles {
-    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
-    static constexpr size_t BIG = tile_bytes<float>(kC, D), SMALL = tile_bytes<float>(kC, kC);
-    static constexpr int NB = D / 16;  // n-tiles per warp tile of a 64 x D product (8 warps: 8 tiles)
-};
-
 // 64 x D f32 tile <- rows of a [rows, ., D]-strided f32 workspace buffer (rows >= n are 0).
 template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64_t gstride, int n) {
     load_tile<float, NT>(s, F32Tiles<D>::SD, g, gstride, kC, D, n, D, true);
@@ -51,17 +45,8 @@ template <typename Tin, int D> struct KSegIntra {
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
         auto rows_of = [&](int64_t lc) { return int(sq.len - lc * kC < kC ? sq.len - lc * kC : kC); };
-        auto ldW = [&](float *s, int64_t lc) {
-            const int64_t t0 = sq.begin + lc * kC;
-            load_tile<float, kThreads>(s, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, rows_of(lc), p.K,
-                                       p.vec_w);
-        };
+        auto ldW = [&](float *s, int64_t lc) { load_w_f32<kThreads>(s, SD, p, sq, lc * kC, h, D, rows_of(lc)); };
         auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + lc * kC, h, D, rows_of(lc)); };
-        auto landed = [&] {
-            cp_commit();
-            cp_wait<0>();
-            sync();
-        };
         for (int64_t i = 1; i < kNcs; ++i) {
             const int64_t ci = r * kNcs + i;
             if (ci >= nc) break;
@@ -82,7 +67,7 @@ template <typename Tin, int D> struct KSegIntra {
                 gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
                 dgr[a] = 0.f;
             }
-            landed();
+            cp_landed();
             // Q~ = Q - LT(Q W^T) U
             cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
             sync();
@@ -99,7 +84,7 @@ template <typename Tin, int D> struct KSegIntra {
                     sync();
                     ldW(sA, c2);
                     ldU(sB, c2);
-                    landed();
+                    cp_landed();
                     cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
                     sync();
                     cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
@@ -108,7 +93,7 @@ template <typename Tin, int D> struct KSegIntra {
                     sync();
                     ldW(sA, cj);
                     ldU(sB, cj);
-                    landed();
+                    cp_landed();
                     cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
                     cta_gemm<float, false, false, 4, NW>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
                     sync();
@@ -171,11 +156,6 @@ template <typename Tin, int D> struct KOwn {
         float *M1 = B3 + kC * SD, *M2 = M1 + kC * S64, *M3 = M2 + kC * S64;
         float *lse2 = M3 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
         const int64_t hqd = int64_t(p.hq) * D;
-        auto landed = [&] {
-            cp_commit();
-            cp_wait<0>();
-            sync();
-        };
         auto ldK = [&](float *s) {
             load_tile_cvt<float, Tin, kThreads>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
                                                 p.k_ss, kC, D, n, p.K);
@@ -183,7 +163,7 @@ template <typename Tin, int D> struct KOwn {
         // 1. QW = LT(Q W^T)
         load_tile_cvt<float, Tin, kThreads>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
                                             p.q_ss, kC, D, n, p.K);
-        load_tile<float, kThreads>(B1, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, n, p.K, p.vec_w);
+        load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
         load_tile_cvt<float, Tw, kThreads>(M3, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC);
         for (int a = tid(); a < kC; a += kThreads) {
@@ -192,7 +172,7 @@ template <typename Tin, int D> struct KOwn {
             dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
             gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
         }
-        landed();
+        cp_landed();
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
         sync();
@@ -217,7 +197,7 @@ template <typename Tin, int D> struct KOwn {
         // 4. gamma (p.gam is the dK_own buffer: read the chunk's gamma before writing its dK_own) and U
         load_ws_f32<D, kThreads>(B3, p.gam + (row * p.hq + hq) * D, hqd, n);
         load_u_f32<Tin, kThreads>(B2, SD, p, row, h, D, n);
-        landed();
+        cp_landed();
         // 5. dK_own = dA^T Q;  dD = -QW^T dA;  dG
         cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, B0, SD, [&](int b, int c, float v) {
             if (b < n) p.dko[((row + b) * p.hq + hq) * D + c] = v;

@@ -43,7 +43,7 @@ PK_DEV SeqInfo seq_info(const PathDev &p, int64_t s) {
     } else {
         const int64_t nc = ceil_div(p.T, kC), ns = ceil_div(p.T, kS);
         q.b = s, q.begin = 0, q.len = p.T, q.row0 = s * p.T;
-        q.chunk0 = s * nc, q.seg0 = s * ns, q.hist0 = s * packed_cells_of(p.T), q.pair0 = s * pairs_of(p.T);
+        q.chunk0 = s * nc, q.seg0 = s * ns, q.hist0 = s * path_packed_cells(p.T), q.pair0 = s * pairs_of(p.T);
     }
     return q;
 }
@@ -107,6 +107,20 @@ PK_DEV void load_u_f32(float *s, int ST, const PathDev &p, int64_t row, int h, i
     const Tw *g = static_cast<const Tw *>(p.uw) + (row * p.h + h) * width;
     if (sizeof(Tw) == 4) load_tile<float, NT>(s, ST, reinterpret_cast<const float *>(g), int64_t(p.h) * width, 64, width, n, width, true);
     else load_tile_cvt<float, Tw, NT>(s, ST, g, int64_t(p.h) * width, 64, width, n, width);
+}
+
+// All of the issued cp.async copies landed and every thread's writes visible.
+PK_DEV void cp_landed() {
+    cp_commit();
+    cp_wait<0>();
+    sync();
+}
+
+// 64 x width f32 tile of w rows [c0, c0 + n) of the sequence, kv head h (rows >= n are 0).
+template <int NT>
+PK_DEV void load_w_f32(float *s, int ST, const PathDev &p, const SeqInfo &sq, int64_t c0, int h, int width, int n) {
+    const int64_t t0 = sq.begin + c0;
+    load_tile<float, NT>(s, ST, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, 64, width, n, p.K, p.vec_w);
 }
 
 // ---- mma fragments from shared-memory tiles ----
@@ -187,6 +201,14 @@ template <> struct Frag<float> {
         a[2] = to_tf32(sc * (odd ? x1 : x0));
         a[3] = to_tf32(sc * (odd ? y1 : y0));
     }
+};
+
+// Geometry of the f32 tile-algebra kernels: 64 x D and 64 x 64 tiles, n-tiles per warp tile of
+// a 64 x D product (8 warps: 8 tiles).
+template <int D> struct F32Tiles {
+    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(64);
+    static constexpr size_t BIG = tile_bytes<float>(64, D), SMALL = tile_bytes<float>(64, 64);
+    static constexpr int NB = D / 16;
 };
 
 // Accumulator element i (0..3) of n-tile j at this lane: row (within the 16-row tile), column.
@@ -310,6 +332,24 @@ template <typename E, int N>
 PK_DEV void tile_to_acc(float (&c)[N][4], const E *s, int ST, int r0) {
     for (int j = 0; j < N; ++j)
         for (int i = 0; i < 4; ++i) c[j][i] = to_f(s[(r0 + acc_row(i)) * ST + acc_col(j, i)]);
+}
+
+// The walk products of the register-resident kernels (forward, history), this warp's 16 rows at r0:
+// QW = LT(X W^T) of a chunk's own rows (column b <= row a), and one walk back through a chunk,
+// X <- X - (X W^T) U. W, U: 64-row tiles of the walk type Tw (row stride ST).
+template <typename Tw, int NX>
+PK_DEV void qw_lower(float (&QW)[8][4], const float (&X)[NX][4], const Tw *W, int ST, int r0) {
+    zero_acc(QW);
+    warp_gemm_acc<Tw, false>(QW, X, 1.f, W, ST, 0);
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < 4; ++i)
+            if (acc_col(j, i) > r0 + acc_row(i)) QW[j][i] = 0.f;
+}
+template <typename Tw, int NX> PK_DEV void walk_back(float (&X)[NX][4], const Tw *W, const Tw *U, int ST) {
+    float XW[8][4];
+    zero_acc(XW);
+    warp_gemm_acc<Tw, false>(XW, X, 1.f, W, ST, 0);
+    warp_gemm_acc<Tw, true>(X, XW, -1.f, U, ST, 0);
 }
 
 // Row reductions of a register tile over the 4 lanes of a quad (a row's columns live there).

@@ -82,11 +82,7 @@ template <typename Tin, int D> struct KFwd {
         warp_gemm_acc<Tin, false>(S, X, 1.f, sK, STi, 0);  // Q K^T
         {
             float QW[8][4];
-            zero_acc(QW);
-            warp_gemm_acc<Tw, false>(QW, X, 1.f, sW, STw, 0);  // Q W^T, lower triangle incl. the diagonal
-            for (int j = 0; j < 8; ++j)
-                for (int i = 0; i < 4; ++i)
-                    if (acc_col(j, i) > r0 + acc_row(i)) QW[j][i] = 0.f;
+            qw_lower<Tw>(QW, X, sW, STw, r0);                   // LT(Q W^T)
             warp_gemm_acc<Tw, true>(S, QW, -1.f, sDm, STm, 0);  // - QW Dm
             warp_gemm_acc<Tw, true>(X, QW, -1.f, sU, STw, 0);   // Q~ = Q - QW U
         }
@@ -158,12 +154,7 @@ template <typename Tin, int D> struct KFwd {
                     }
             }
             warp_gemm_acc<Tin, true>(O, S, 1.f, cV, STi, 0);
-            if (cj > 0) {
-                float XW[8][4];
-                zero_acc(XW);
-                warp_gemm_acc<Tw, false>(XW, X, 1.f, cW, STw, 0);
-                warp_gemm_acc<Tw, true>(X, XW, -1.f, cU, STw, 0);
-            }
+            if (cj > 0) walk_back<Tw>(X, cW, cU, STw);
             sync();
         }
 

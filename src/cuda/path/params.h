@@ -9,11 +9,13 @@
 
 #include <cstdint>
 
+#include "core/path_params.h"
+
 namespace fattn::pathk {
 
-constexpr int kC = 64;         // chunk (UT transform) — core/path_params.h kPathChunk
-constexpr int kNcs = 8;        // chunks per segment
-constexpr int kS = kC * kNcs;  // segment (history granularity)
+constexpr int kC = int(kPathChunk);               // chunk (UT transform)
+constexpr int kNcs = int(kPathChunksPerSegment);  // chunks per segment
+constexpr int kS = int(kPathSegment);             // segment (history granularity)
 
 struct PathDev {
     // ---- shape ----
@@ -77,12 +79,9 @@ struct SeqInfo {
 };
 
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-constexpr int64_t packed_cells_of(int64_t len) {  // sum_{r=1}^{N-1} (L - r S)
-    const int64_t n = ceil_div(len, kS);
-    return (n - 1) * len - kS * n * (n - 1) / 2;
-}
-constexpr int64_t pairs_of(int64_t len) {  // (r, r') with 1 <= r' < r <= N - 1
-    const int64_t n = ceil_div(len, kS);
+// dE partials of a sequence: (query segment r, key segment r') with 1 <= r' < r <= N - 1.
+constexpr int64_t pairs_of(int64_t len) {
+    const int64_t n = path_num_segments(len);
     return n >= 3 ? (n - 1) * (n - 2) / 2 : 0;
 }
 

@@ -12,25 +12,17 @@
 
 namespace fattn::pathk {
 
-// f32 tiles of one chunk: W, K [64 x D], beta [64]; T0, WK, Dm [64 x 64].
-template <int D> struct PrepTiles {
-    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
-    static constexpr size_t BIG = tile_bytes<float>(kC, D), SMALL = tile_bytes<float>(kC, kC);
-};
-
 // Load W (f32 view), K (input dtype, converted) and beta of chunk c (tokens c0 .. c0+n) of kv head h.
 template <typename Tin, int D, int NT>
 PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, int h, float *sW, float *sK,
                       float *sb) {
-    constexpr int SD = PrepTiles<D>::SD;
+    constexpr int SD = F32Tiles<D>::SD;
     const int64_t t0 = sq.begin + c0;
-    load_tile<float, NT>(sW, SD, p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh, p.w_ss, kC, D, n, p.K, p.vec_w);
+    load_w_f32<NT>(sW, SD, p, sq, c0, h, D, n);
     load_tile_cvt<float, Tin, NT>(sK, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
                                   p.k_ss, kC, D, n, p.K);
     for (int a = tid(); a < kC; a += NT) sb[a] = a < n ? p.beta[sq.b * p.beta_sb + (t0 + a) * p.beta_ss + h * p.beta_sh] : 0.f;
-    cp_commit();
-    cp_wait<0>();
-    sync();
+    cp_landed();
 }
 
 // sM <- M (3xTF32, f32-accurate), then sT0 <- (I + M)^-1: thread c solves (I + M) x = e_c from
@@ -38,7 +30,7 @@ PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, in
 // the loop (the columns are independent). Needs sW, sb loaded (and synced).
 template <int D, int NT>
 PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, int n) {
-    constexpr int SD = PrepTiles<D>::SD, S64 = PrepTiles<D>::S64, NW = NT / 32;
+    constexpr int SD = F32Tiles<D>::SD, S64 = F32Tiles<D>::S64, NW = NT / 32;
     for (int tile = warp_id(); tile < 16; tile += NW) {  // the 16 x 16 tiles of the 64 x 64 M
         const int m0 = (tile / 4) * 16, n0 = (tile % 4) * 16;
         float acc[2][4];
@@ -63,17 +55,14 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, int
     sync();
 }
 
-// sWK <- SL(W K^T); sBW (scratch, 64 x 64) <- diag(beta) WK; sDm <- T0 sBW. Needs sW, sK, sb, sT0.
+// sWK <- SL(W K^T), then sDm <- T WK (T = T0 diag(beta)). Needs sW, sK, sT; the prep kernel and
+// the chain kernel both compute Dm this one way, so the backward's recompute rounds as the prep.
 template <int D, int NW>
-PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sb, const float *sT0, float *sWK,
-                       float *sBW, float *sDm) {
-    constexpr int SD = PrepTiles<D>::SD, S64 = PrepTiles<D>::S64;
-    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) {
-        sWK[d * S64 + b] = d > b ? v : 0.f;
-        sBW[d * S64 + b] = d > b ? sb[d] * v : 0.f;
-    });
+PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float *sWK, float *sDm) {
+    constexpr int SD = F32Tiles<D>::SD, S64 = F32Tiles<D>::S64;
+    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) { sWK[d * S64 + b] = d > b ? v : 0.f; });
     sync();
-    cta_gemm<float, false, true, 4, NW>(kC, kC, kC, sT0, S64, sBW, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
+    cta_gemm<float, false, true, 4, NW>(kC, kC, kC, sT, S64, sWK, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
     sync();
 }
 
@@ -82,7 +71,7 @@ PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sb, const 
 template <typename Tin, int D> struct KPrep {
     using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = kThreads / 32;
-    using PT = PrepTiles<D>;
+    using PT = F32Tiles<D>;
     static constexpr size_t smem() { return 2 * PT::BIG + 3 * PT::SMALL + 256; }  // 2 CTAs / SM at D <= 64
     PK_DEV static void run(const PathDev &p, char *smem) {
         constexpr int SD = PT::SD, S64 = PT::S64;
@@ -100,17 +89,13 @@ template <typename Tin, int D> struct KPrep {
         sync();
         const int64_t row = sq.row0 + c0;
         auto at = [&](int a, int col) { return ((row + a) * p.h + h) * D + col; };
-        // U = T W; W in the walk type; WK = SL(W K^T) (into sT0: T0 is no longer needed)
+        // U = T W; W in the walk type; then WK = SL(W K^T) into sT0 (T0 is no longer needed)
         cta_gemm<float, false, true, D / 16, NW>(kC, D, kC, sM, S64, sW, SD, [&](int a, int col, float v) {
             if (a < n) st<Tw>(p.uw, at(a, col), v);  // rows past the sequence belong to the next one
         });
         for (int e = tid(); e < n * D; e += kThreads) st<Tw>(p.ww, at(e / D, e % D), sW[(e / D) * SD + e % D]);
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) { sT0[d * S64 + b] = d > b ? v : 0.f; });
-        sync();
-        // Dm = T WK
-        cta_gemm<float, false, true, 4, NW>(kC, kC, kC, sM, S64, sT0, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
-        sync();
+        prep_wk_dm<D, NW>(sW, sK, sM, sT0, sDm);  // Dm = T WK
         for (int e = tid(); e < kC * kC; e += kThreads)
             st<Tw>(p.dmat, (gc * p.h + h) * kC * kC + e, sDm[(e / kC) * S64 + e % kC]);
         // K~ = K - Dm^T W

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/path_dispatch.h"
 #include "core/path_params.h"
 #include "cuda/path/bwd.cuh"
 #include "cuda/path/fwd.cuh"
@@ -100,7 +101,7 @@ template <class L> void upload_tables(L &l, const PathFwdParams &p, const GpuWs 
         const int64_t len = int64_t(p.cu_seqlens[s + 1]) - p.cu_seqlens[s];
         cb[s + 1] = cb[s] + ceil_div(len, kC);
         sb[s + 1] = sb[s] + ceil_div(len, kS);
-        hb[s + 1] = hb[s] + packed_cells_of(len);
+        hb[s + 1] = hb[s] + path_packed_cells(len);
         pb[s + 1] = pb[s] + pairs_of(len);
     }
     l.upload(b + w.cu, p.cu_seqlens, n1 * 4);
@@ -128,13 +129,7 @@ template <class L> fattn_status run_check(L &l, const PathFwdParams &p, const Pa
     l.download(&be, p.beta + b * p.beta_sb + t * p.beta_ss + h * p.beta_sh, 4);
     double n2 = 0;
     for (float x : wv) n2 += double(x) * x;
-    const double nrm = std::sqrt(n2);
-    const std::string where = " at (b " + std::to_string(b) + ", t " + std::to_string(t) + ", h " + std::to_string(h) + ")";
-    if (!(std::fabs(nrm - 1.0) <= p.check_tol))
-        *err = "w: |w| = " + std::to_string(nrm) + where + " is not 1 (check STRICT, tol " + std::to_string(p.check_tol) +
-               "; L2-normalize w or use FATTN_PATH_CHECK_NONE)";
-    else
-        *err = "beta: " + std::to_string(be) + where + " is outside [0, 2] (check STRICT)";
+    *err = path_check_message(std::sqrt(n2), be, b, t, h, p.check_tol);
     return FATTN_ERR_BAD_VALUE;
 }
 
