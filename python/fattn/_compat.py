@@ -11,10 +11,14 @@
       i + Sk - Sq - window_size[0] .. i + Sk - Sq + window_size[1]; -1 = unbounded).
 
 Both only rearrange arguments: the tensors are passed as views (SDPA's [B, H, S, D] is
-transposed to [B, S, H, D] without a copy), and everything else is fattn.attention. What fattn
-does not implement (dropout, softcap, ALiBi, paged KV, returning the probabilities) is an error
-that names the argument, never an argument silently ignored. `deterministic` is accepted and has
-no effect: every fattn backward is deterministic.
+transposed to [B, S, H, D] without a copy), and everything else is fattn.attention. Both take
+any strides, as their originals do: a tensor (or SDPA mask) whose innermost stride is not 1, e.g.
+a [B, H, D, S] buffer transposed, is made contiguous first (FA2 makes the same copy; under
+autograd, so gradients come back in the caller's layout), where fattn.attention and the C API
+refuse it. return_attn_probs=True returns (out, softmax_lse, None) in FA2's lse layout. What
+fattn does not implement (dropout, softcap, ALiBi, paged KV, the probabilities themselves) is an
+error that names the argument, never an argument silently ignored. `deterministic` is accepted
+and has no effect: every fattn backward is deterministic.
 """
 from __future__ import annotations
 
@@ -24,6 +28,16 @@ import torch
 from torch import Tensor
 
 from ._attn import attention, scale_arg
+
+
+def _unit_inner(t: Tensor) -> Tensor:
+    """t, or a contiguous copy of it when its innermost stride is not 1 (the library reads
+    rows of the last dim in place). SDPA and FA2 take any strides (FA2 copies the same way);
+    .contiguous() is differentiable, so the gradient reaches t in t's own layout."""
+    if t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        return t.contiguous()
+    return t
+
 
 def _no_dropout(dropout_p, fn: str) -> None:
     if dropout_p != 0.0:
@@ -63,12 +77,26 @@ def _sdpa_bias(mask: Tensor, q: Tensor, ndim: int, Skv: int) -> Tensor:
     if mask.dim() > ndim:
         raise ValueError(f"fattn.sdpa: attn_mask has {mask.dim()} dims, query {ndim}")
     mask = mask[(None,) * (ndim - mask.dim())]                # leading size-1 dims, a view
+    mask = _mask_keys_dense(mask, Skv)
     if ndim == 3:
         mask = mask.unsqueeze(1)                              # [N, 1, Sq, Skv]
     elif ndim > 4:
         lead = tuple(q.shape[:-3])
         mask = mask.expand(lead + tuple(mask.shape[-3:])).flatten(0, ndim - 4)
     return mask
+
+
+def _mask_keys_dense(mask: Tensor, Skv: int) -> Tensor:
+    """A mask whose key dim the library cannot read in place (innermost stride not 1, e.g. a
+    transposed mask, or size 1 broadcast over Skv > 1 keys) -> one whose key dim is Skv long with
+    stride 1. Only the distinct values are copied: stride-0 (expanded) dims stay stride 0."""
+    n = Skv if mask.shape[-1] == 1 else mask.shape[-1]
+    if n <= 1 or (mask.shape[-1] == n and mask.stride(-1) == 1):
+        return mask
+    base = mask[tuple(slice(0, 1) if mask.stride(d) == 0 and mask.shape[d] > 1 else slice(None)
+                      for d in range(mask.dim() - 1))]
+    base = base.expand(*base.shape[:-1], n).contiguous()
+    return base.expand(*mask.shape[:-1], n)
 
 
 def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,
@@ -82,7 +110,23 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] 
     it. is_causal: query i sees keys j <= i (top-left, as SDPA; cannot be combined with
     attn_mask, as in SDPA). scale: None = 1/sqrt(E). enable_gqa: allow Hq != H
     (Hq % H == 0, query head h reads kv head h // (Hq / H)). dropout_p must be 0.
-    Differentiable in query, key, value; deterministic; f32/f16/bf16 (no float64)."""
+    Differentiable in query, key, value; deterministic; f32/f16/bf16 (no float64). Any strides,
+    as SDPA: a tensor or mask whose innermost stride is not 1 (and a mask broadcast over the
+    keys, [..., L, 1]) is copied to a contiguous one, gradients coming back in the caller's
+    layout; everything else is read in place.
+
+    Rows with no allowed key: a bool row with no True (or a float row of -inf) gives o = 0 and
+    zero gradients, as SDPA's math path and FlashAttention do. A float row whose every key gets
+    the same huge negative value (Hugging Face's padding rows: torch.finfo(dtype).min, or -1e9)
+    is not masked: softmax does not change under a constant added to a row, and fattn computes
+    it exactly, so o is that row's attention over its own scores, as if it had no mask. SDPA's
+    math path instead rounds every scale·q·k + finfo.min to finfo.min and returns the mean of V
+    (and FlashAttention has no additive mask). Neither answer is 0; rows that should give 0 need
+    a bool mask or -inf:
+        m = torch.zeros(L, S); m[-1] = torch.finfo(torch.float32).min
+        fattn.sdpa(q, k, v, attn_mask=m)[..., -1, :]       # that of fattn.sdpa(q, k, v)
+        F.scaled_dot_product_attention(q, k, v, attn_mask=m)[..., -1, :]   # v.mean(-2)
+        fattn.sdpa(q, k, v, attn_mask=m > -1)[..., -1, :]  # 0 (bool mask, True = attend)"""
     _no_dropout(dropout_p, "sdpa")
     if is_causal and attn_mask is not None:
         raise ValueError("fattn.sdpa: attn_mask and is_causal=True were both given (SDPA rejects "
@@ -94,9 +138,9 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] 
     if ndim > 3 and not enable_gqa and query.shape[-3] != key.shape[-3]:
         raise ValueError(f"fattn.sdpa: query has {query.shape[-3]} heads and key "
                          f"{key.shape[-3]}: pass enable_gqa=True for grouped-query attention")
-    q, lead = _sdpa_split(query, "query")
-    k, _ = _sdpa_split(key, "key")
-    v, _ = _sdpa_split(value, "value")
+    q, lead = _sdpa_split(_unit_inner(query), "query")
+    k, _ = _sdpa_split(_unit_inner(key), "key")
+    v, _ = _sdpa_split(_unit_inner(value), "value")
     bias = None if attn_mask is None else _sdpa_bias(attn_mask, query, ndim, k.shape[1])
     o = attention(q, k, v, bias=bias, causal="top_left" if is_causal else False,
                   scale=scale_arg(scale, "scale"))
@@ -109,19 +153,31 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] 
 
 
 # ------------------------------------------------------------------------------- FlashAttention-2
-def _fa2_unsupported(fn: str, softcap, alibi_slopes, return_attn_probs, block_table=None):
+def _fa2_common(fn: str, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                return_attn_probs) -> dict:
+    """The checks every FA2 form makes, and fattn.attention's keywords for the rest."""
+    _no_dropout(dropout_p, fn)
+    _fa2_unsupported(fn, softcap, alibi_slopes)
+    return dict(scale=scale_arg(softmax_scale, "softmax_scale"),
+                return_lse=bool(return_attn_probs), **_fa2_mask(causal, window_size, fn))
+
+
+def _fa2_result(out, return_attn_probs):
+    """FA2's return: out, or (out, softmax_lse, S_dmask) with S_dmask None (FA2 gives None too
+    without dropout; fattn never materializes the probabilities in this call)."""
+    if return_attn_probs:
+        o, lse = out
+        return o, lse, None
+    return out
+
+
+def _fa2_unsupported(fn: str, softcap, alibi_slopes):
     if softcap != 0.0:
         raise NotImplementedError(f"fattn.{fn}: softcap={softcap!r}: logit soft-capping is not "
                                   "implemented; pass softcap=0.0")
     if alibi_slopes is not None:
         raise NotImplementedError(f"fattn.{fn}: alibi_slopes: ALiBi is not implemented (an ALiBi "
                                   "bias can be given to fattn.attention(bias=...))")
-    if return_attn_probs:
-        raise NotImplementedError(f"fattn.{fn}: return_attn_probs=True: fattn does not return the "
-                                  "attention probabilities; for the log-sum-exp call "
-                                  "fattn.attention(..., return_lse=True)")
-    if block_table is not None:
-        raise NotImplementedError(f"fattn.{fn}: block_table: a paged KV cache is not implemented")
 
 
 def _fa2_mask(causal, window_size, fn: str) -> dict:
@@ -145,18 +201,28 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     (Hq % Hk == 0), returns out [B, Sq, Hq, Dv]. causal / window_size are aligned to the bottom
     right: query i sees keys i + Sk - Sq - window_size[0] .. i + Sk - Sq + window_size[1]
     (-1 = unbounded; causal makes the right size 0). softmax_scale None = 1/sqrt(D).
-    dropout_p must be 0; softcap, alibi_slopes, return_attn_probs raise; deterministic is always
-    true here. Also takes float32."""
-    _no_dropout(dropout_p, "flash_attn_func")
-    _fa2_unsupported("flash_attn_func", softcap, alibi_slopes, return_attn_probs)
-    return attention(q, k, v, scale=scale_arg(softmax_scale, "softmax_scale"),
-                     **_fa2_mask(causal, window_size, "flash_attn_func"))
+    dropout_p must be 0; softcap and alibi_slopes raise; deterministic is always true here. Also
+    takes float32. A tensor whose innermost stride is not 1 is made contiguous, as FA2 does.
+
+    return_attn_probs=True returns (out, softmax_lse, None), as FA2 does with dropout_p = 0:
+    softmax_lse [B, Hq, Sq] float32, each row's logsumexp over its allowed keys of
+    softmax_scale·q·k (the log of its softmax denominator). The probabilities are not returned:
+    the third element is always None.
+    softmax_lse carries no gradient: FA2's backward drops a gradient reaching its lse, fattn
+    marks it non-differentiable (requires_grad False); out keeps its autograd either way. A row
+    with no allowed key has lse = -inf here (log 0; FA2 writes +inf there), so the usual ring /
+    block merge weight exp(lse_block - lse) is 0 for it."""
+    out = attention(_unit_inner(q), _unit_inner(k), _unit_inner(v),
+                    **_fa2_common("flash_attn_func", dropout_p, softmax_scale, causal,
+                                  window_size, softcap, alibi_slopes, return_attn_probs))
+    return _fa2_result(out, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                               deterministic=False, return_attn_probs=False):
-    """FA2's flash_attn_qkvpacked_func: qkv [B, S, 3, H, D]; q, k, v are read in place."""
+    """FA2's flash_attn_qkvpacked_func: qkv [B, S, 3, H, D]; q, k, v are read in place.
+    Returns as flash_attn_func (return_attn_probs=True: (out, softmax_lse [B, H, S], None))."""
     if qkv.dim() != 5 or qkv.shape[2] != 3:
         raise ValueError(f"fattn.flash_attn_qkvpacked_func: qkv must be [B, S, 3, H, D], got "
                          f"shape {tuple(qkv.shape)}")
@@ -168,7 +234,8 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                              window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                              deterministic=False, return_attn_probs=False):
-    """FA2's flash_attn_kvpacked_func: q [B, Sq, Hq, D], kv [B, Sk, 2, Hk, D] read in place."""
+    """FA2's flash_attn_kvpacked_func: q [B, Sq, Hq, D], kv [B, Sk, 2, Hk, D] read in place.
+    Returns as flash_attn_func (return_attn_probs=True: (out, softmax_lse [B, Hq, Sq], None))."""
     if kv.dim() != 5 or kv.shape[2] != 2:
         raise ValueError(f"fattn.flash_attn_kvpacked_func: kv must be [B, Sk, 2, Hk, D], got "
                          f"shape {tuple(kv.shape)}")
@@ -183,13 +250,17 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """FA2's flash_attn_varlen_func: q [total_q, Hq, D], k [total_k, Hk, D], v [total_k, Hk, Dv],
     cu_seqlens_q/k int32 (or int64) [num_seqs + 1] on the tensors' device, max_seqlen_q/k the
     longest sequence. Masks per sequence, bottom-right, as flash_attn_func. Returns
-    out [total_q, Hq, Dv]."""
+    out [total_q, Hq, Dv]; with return_attn_probs=True (out, softmax_lse, None), softmax_lse
+    [Hq, total_q] float32 in the packed order of q (FA2 2.x's varlen layout), otherwise as
+    flash_attn_func's (no gradient, -inf on a row with no key, no probabilities)."""
     fn = "flash_attn_varlen_func"
-    _no_dropout(dropout_p, fn)
-    _fa2_unsupported(fn, softcap, alibi_slopes, return_attn_probs, block_table)
+    kw = _fa2_common(fn, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                     return_attn_probs)
+    if block_table is not None:
+        raise NotImplementedError(f"fattn.{fn}: block_table: a paged KV cache is not implemented")
     if q.dim() != 3:
         raise ValueError(f"fattn.{fn}: q must be [total_q, Hq, D], got shape {tuple(q.shape)}")
-    return attention(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                     max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                     scale=scale_arg(softmax_scale, "softmax_scale"),
-                     **_fa2_mask(causal, window_size, fn))
+    out = attention(_unit_inner(q), _unit_inner(k), _unit_inner(v), cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                    max_seqlen_k=max_seqlen_k, **kw)
+    return _fa2_result(out, return_attn_probs)

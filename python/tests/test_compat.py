@@ -21,7 +21,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import fattn
 from conftest import DEVICES
-from reference import ref_attention, rel_rms
+from reference import allowed_mask, ref_attention, rel_rms
 
 BAR = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 
@@ -269,15 +269,210 @@ def test_fa2_packed_and_varlen_forms_agree_with_flash_attn_func():
 def test_fa2_unsupported_arguments_are_named_errors():
     q = rnd(1, 4, 2, 8)
     cu = torch.tensor([0, 4], dtype=torch.int32)
-    for kw, what in [(dict(dropout_p=0.1), "dropout_p"), (dict(return_attn_probs=True),
-                     "return_attn_probs"), (dict(softcap=30.0), "softcap"),
+    for kw, what in [(dict(dropout_p=0.1), "dropout_p"), (dict(softcap=30.0), "softcap"),
                      (dict(alibi_slopes=torch.ones(2)), "alibi_slopes")]:
         with pytest.raises(NotImplementedError, match=what):
             fattn.flash_attn_func(q, q, q, **kw)
     with pytest.raises(NotImplementedError, match="block_table"):
         fattn.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4, block_table=cu)
+    with pytest.raises(NotImplementedError, match="dropout_p"):   # with return_attn_probs too
+        fattn.flash_attn_varlen_func(q[0], q[0], q[0], cu, cu, 4, 4, 0.1, return_attn_probs=True)
     with pytest.raises(ValueError, match="window_size"):
         fattn.flash_attn_func(q, q, q, window_size=3)
     # accepted and without effect: fattn's backward is always deterministic
     assert torch.equal(fattn.flash_attn_func(q, q, q, deterministic=True),
                        fattn.flash_attn_func(q, q, q))
+
+
+# ------------------------------------------------------------------------------ return_attn_probs
+def lse64(q, k, scale, causal, window):
+    """float64 logsumexp over the allowed keys of scale·q·k, [B, Hq, Sq] (q [B, Sq, Hq, D],
+    k [B, Sk, Hk, D]); FA2's masks (bottom-right); -inf on a row with no key."""
+    g = q.shape[2] // k.shape[2]
+    kh = k.double().repeat_interleave(g, dim=2)
+    s = scale * torch.einsum("bihd,bjhd->bhij", q.double(), kh)
+    wl, wr = window
+    ok = allowed_mask(q.shape[1], k.shape[1], causal, (wl, 0 if causal else wr), True, q.device)
+    return torch.logsumexp(s.masked_fill(~ok, float("-inf")), dim=-1)
+
+
+def check_lse(lse, want):
+    assert lse.dtype == torch.float32 and lse.shape == want.shape
+    dead = torch.isneginf(want)
+    assert torch.equal(torch.isneginf(lse), dead), "lse = -inf exactly on rows with no key"
+    assert torch.allclose(lse[~dead].double(), want[~dead], rtol=1e-5, atol=1e-5)
+
+
+FA2_LSE_CASES = {                 # Sq, Sk, causal, window_size, softmax_scale
+    "plain_cross":      (7, 9, False, (-1, -1), None),
+    "causal_sq_gt_sk":  (9, 5, True, (-1, -1), None),      # rows 0-3 see no key
+    "causal_window":    (11, 11, True, (3, -1), 0.3),
+    "window_sq_lt_sk":  (5, 12, False, (2, 1), None),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(FA2_LSE_CASES))
+def test_fa2_return_attn_probs_gives_out_lse_none(case, device):
+    """FA2's (out, softmax_lse, S_dmask): out bitwise the plain call's (and its gradients),
+    softmax_lse [B, Hq, Sq] float32 against a float64 logsumexp of the scaled scores under the
+    same bottom-right masks, S_dmask None; lse carries no gradient. The packed forms agree."""
+    sq, sk, causal, window, scale = FA2_LSE_CASES[case]
+    q = rnd(2, sq, 4, 16, device=device).requires_grad_()
+    k = rnd(2, sk, 2, 16, device=device).requires_grad_()
+    v = rnd(2, sk, 2, 16, device=device).requires_grad_()
+    res = fattn.flash_attn_func(q, k, v, 0.0, scale, causal, window, return_attn_probs=True)
+    assert isinstance(res, tuple) and len(res) == 3 and res[2] is None
+    out, lse, _ = res
+    plain = fattn.flash_attn_func(q, k, v, 0.0, scale, causal, window)
+    assert torch.equal(out, plain) and out.requires_grad and not lse.requires_grad
+    want = lse64(q, k, scale or 16 ** -0.5, causal, window)
+    check_lse(lse, want)
+    if case == "causal_sq_gt_sk":
+        assert torch.isneginf(want).any()
+    do = torch.randn_like(out)
+    g = torch.autograd.grad(out, (q, k, v), do)
+    g_plain = torch.autograd.grad(plain, (q, k, v), do)
+    assert all(torch.equal(a, b) for a, b in zip(g, g_plain))
+    if sq == sk:
+        qkv = torch.stack([q.detach(), k.detach().repeat_interleave(2, 2),
+                           v.detach().repeat_interleave(2, 2)], dim=2)
+        o3, l3, s3 = fattn.flash_attn_qkvpacked_func(qkv, 0.0, scale, causal, window,
+                                                     return_attn_probs=True)
+        assert s3 is None and torch.equal(o3, fattn.flash_attn_qkvpacked_func(
+            qkv, 0.0, scale, causal, window))
+        check_lse(l3, lse64(qkv[:, :, 0], qkv[:, :, 1], scale or 16 ** -0.5, causal, window))
+    kv = torch.stack([k.detach(), v.detach()], dim=2)
+    o2, l2, s2 = fattn.flash_attn_kvpacked_func(q.detach(), kv, 0.0, scale, causal, window,
+                                                return_attn_probs=True)
+    assert s2 is None and torch.equal(o2, plain.detach()) and torch.equal(l2, lse)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal,window", [(False, (-1, -1)), (True, (-1, -1)), (True, (3, 0))])
+def test_fa2_varlen_return_attn_probs_lse_is_heads_by_total_q(causal, window, device):
+    """flash_attn_varlen_func's softmax_lse is [Hq, total_q] (FA2 2.x), each sequence's columns
+    its own float64 logsumexp (bottom-right masks per sequence: sequence 0 has Sq 6 > Sk 2, so
+    causal leaves rows without a key); out is bitwise the plain varlen call's."""
+    lq, lk = [6, 1, 9], [2, 4, 9]
+    q = rnd(sum(lq), 4, 16, device=device).requires_grad_()
+    k = rnd(sum(lk), 2, 16, device=device).requires_grad_()
+    v = rnd(sum(lk), 2, 16, device=device).requires_grad_()
+    cq = torch.tensor([0, 6, 7, 16], dtype=torch.int32, device=device)
+    ck = torch.tensor([0, 2, 6, 15], dtype=torch.int32, device=device)
+    out, lse, s = fattn.flash_attn_varlen_func(q, k, v, cq, ck, 9, 9, causal=causal,
+                                               window_size=window, return_attn_probs=True)
+    plain = fattn.flash_attn_varlen_func(q, k, v, cq, ck, 9, 9, causal=causal, window_size=window)
+    assert s is None and torch.equal(out, plain) and out.requires_grad and not lse.requires_grad
+    assert lse.shape == (4, sum(lq)) and lse.dtype == torch.float32
+    want = torch.cat([lse64(q[None, cq[i]:cq[i + 1]], k[None, ck[i]:ck[i + 1]], 16 ** -0.5,
+                            causal, window)[0] for i in range(3)], dim=1)
+    check_lse(lse, want)
+    if causal:
+        assert torch.isneginf(want).any()
+    do = torch.randn_like(out)
+    g = torch.autograd.grad(out, (q, k, v), do)
+    assert all(torch.equal(a, b) for a, b in zip(g, torch.autograd.grad(plain, (q, k, v), do)))
+
+
+# ------------------------------------------------------------------------------ strides
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["query", "key", "value"])
+def test_sdpa_takes_a_non_unit_innermost_stride(which, device):
+    """SDPA takes any strides: a [N, H, E, L] buffer transposed to [N, H, L, E] (innermost
+    stride L) gives the values and gradients of the contiguous call, the gradient landing in
+    the buffer's own layout. fattn.attention (and the C API) keep refusing such a view."""
+    shapes = {"query": (2, 3, 13, 16), "key": (2, 3, 17, 16), "value": (2, 3, 17, 8)}
+    x = {n: rnd(*s, device=device) for n, s in shapes.items()}
+    buf = x[which].transpose(-1, -2).contiguous().requires_grad_()   # [N, H, E, L]
+    strided = buf.transpose(-1, -2)
+    assert strided.stride(-1) != 1 and torch.equal(strided, x[which])
+    mixed = {n: strided if n == which else t.clone().requires_grad_() for n, t in x.items()}
+    dense = {n: t.clone().requires_grad_() for n, t in x.items()}
+    o = fattn.sdpa(**mixed, is_causal=True)
+    ref = fattn.sdpa(**dense, is_causal=True)
+    assert torch.equal(o, ref)
+    do = torch.randn_like(o)
+    o.backward(do)
+    ref.backward(do)
+    assert buf.grad.shape == buf.shape and buf.grad.stride() == buf.stride()
+    assert torch.equal(buf.grad.transpose(-1, -2), dense[which].grad)
+    for n in shapes:
+        if n != which:
+            assert torch.equal(mixed[n].grad, dense[n].grad)
+    t = {n: mixed[n].detach().transpose(1, 2) for n in shapes}     # [N, L, H, E] views
+    with pytest.raises(fattn.FattnError, match="innermost stride"):
+        fattn.attention(t["query"], t["key"], t["value"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sdpa_masks_with_any_strides(device):
+    """A transposed float or bool mask, and a mask broadcast over the keys ([L, 1], stride 0 or
+    size 1 on the key dim), match SDPA's math path as a contiguous mask does."""
+    q, k, v = rnd(2, 2, 9, 16, device=device), rnd(2, 2, 11, 16, device=device), \
+        rnd(2, 2, 11, 16, device=device)
+    masks = {"float_t": torch.randn(11, 9).t(), "bool_t": (torch.rand(11, 9) > 0.3).t(),
+             "per_query": torch.randn(9, 1), "per_query_expanded": torch.randn(2, 1, 9, 1)
+             .expand(2, 2, 9, 11)}
+    for name, m in masks.items():
+        m = m.to(device)
+        o = fattn.sdpa(q, k, v, attn_mask=m)
+        m64 = m if m.dtype == torch.bool else m.double()
+        ref = sdpa_math(q.double(), k.double(), v.double(), attn_mask=m64)
+        assert rel_rms(o, ref) < (2e-3 if device == "cuda" else 1e-5), name
+        assert torch.equal(o, fattn.sdpa(q, k, v, attn_mask=m.contiguous())), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fa2_takes_a_non_unit_innermost_stride(device):
+    """FA2 makes such a tensor contiguous (maybe_contiguous); so does fattn's drop-in."""
+    q = rnd(2, 5, 4, 16, device=device)
+    kb = rnd(2, 7, 16, 2, device=device).requires_grad_()        # [B, Sk, D, Hk] buffer
+    k = kb.transpose(-1, -2)
+    v = rnd(2, 7, 2, 16, device=device)
+    k_dense = k.detach().contiguous().requires_grad_()
+    o = fattn.flash_attn_func(q, k, v, causal=True)
+    ref = fattn.flash_attn_func(q, k_dense, v, causal=True)
+    assert torch.equal(o, ref)
+    do = torch.randn_like(o)
+    assert torch.equal(torch.autograd.grad(o, kb, do)[0].transpose(-1, -2),
+                       torch.autograd.grad(ref, k_dense, do)[0])
+    cq = torch.tensor([0, 2, 5], dtype=torch.int32, device=device)
+    ck = torch.tensor([0, 3, 7], dtype=torch.int32, device=device)
+    ov = fattn.flash_attn_varlen_func(q[0], k[0], v[0], cq, ck, 3, 4, causal=True)
+    assert torch.equal(ov, fattn.flash_attn_varlen_func(q[0], k_dense[0], v[0], cq, ck, 3, 4,
+                                                        causal=True))
+
+
+# ------------------------------------------------------------------------------ finfo.min rows
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_sdpa_finfo_min_padding_row_keeps_its_scores(dtype, device):
+    """A row whose every key has torch.finfo(dtype).min added (Hugging Face's padding rows) is
+    softmax of its own scores (a constant added to a row changes no probability): o and all
+    gradients are those of the same call with that row's mask 0, never 0. SDPA's math path
+    rounds scale·q·k + finfo.min to finfo.min for every key and returns the mean of V there.
+    A bool row with no True gives o = 0 (both)."""
+    q, k, v = (rnd(1, 2, 8, 16, dtype=dtype, device=device).requires_grad_() for _ in range(3))
+    m = torch.randn(8, 8, device=device).to(dtype)
+    m[5] = torch.finfo(dtype).min
+    o = fattn.sdpa(q, k, v, attn_mask=m)
+    x64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    m0 = m.double().clone()
+    m0[5] = 0.0
+    exact = sdpa_math(*x64, attn_mask=m0)              # the same softmax, without the rounding
+    bar = 2e-3 if device == "cuda" and dtype == torch.float32 else BAR[dtype]
+    assert rel_rms(o, exact) < bar
+    assert rel_rms(o[:, :, 5], exact[:, :, 5]) < bar
+    math_row = sdpa_math(*(t.detach().double() for t in (q, k, v)), attn_mask=m.double())[:, :, 5]
+    v_mean = v.detach().double().mean(dim=2)
+    assert torch.allclose(math_row, v_mean, atol=1e-12)            # SDPA's math: mean of V
+    assert (o[:, :, 5].double() - v_mean).abs().max() > 0.1         # fattn: not the mean of V
+    assert o[:, :, 5].abs().max() > 0.1                             # and not 0
+    do = torch.randn_like(exact)
+    g = torch.autograd.grad(o, (q, k, v), do.to(dtype))
+    g_exact = torch.autograd.grad(exact, x64, do)
+    for name, a, b in zip("qkv", g, g_exact):
+        assert rel_rms(a, b) < 2 * bar, f"d{name}"
+    zero = fattn.sdpa(q, k, v, attn_mask=m > torch.finfo(dtype).min)   # bool, True = attend
+    assert torch.equal(zero[:, :, 5], torch.zeros_like(zero[:, :, 5]))
