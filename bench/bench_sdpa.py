@@ -8,7 +8,7 @@ Arms, at equal shape, interleaved per case (LESSONS: unpaired arms mislead):
   fattn-window     fattn with the masked cases' window as window=(256, 256) instead of a bias
   flash, cudnn, efficient, math   SDPA with that backend forced (torch.nn.attention.sdpa_kernel)
   flash-det, efficient-det        the same under torch.use_deterministic_algorithms(True)
-Shapes: ../shared/TARGETS.md (B·S = 16k and Hq·D = 2048 for bf16; B·S = 8k, H16 for f32;
+Shapes: the project's target table (docs/PERF.md, "TARGETS.md shapes"; B·S = 16k and Hq·D = 2048 for bf16; B·S = 8k, H16 for f32;
 a ±256 window given as a dense -inf bias; GQA 32q/8kv; long S).
 Per arm and case: fwd and fwd+bwd time (median of CUDA-event-timed reps, L2 flushed before each),
 TFLOP/s (FlashAttention's convention: fwd 4·B·Hq·Sq·Skv·D, halved when causal; fwd+bwd 3.5x

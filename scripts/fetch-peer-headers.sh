@@ -3,7 +3,7 @@
 # into the git-ignored .carry/cudnn-frontend/include, for the cuDNN SDPA arm of fattn-bench.
 #
 # Run on the dev machine (the GPU machine has no network). scripts/gpu-check.sh picks the headers up
-# from .carry/ when present; name .carry in the device call's `carry` list so they travel.
+# from .carry/ when present; copy .carry/ to the GPU machine with the tree.
 #   scripts/fetch-peer-headers.sh [VERSION]     (default: the newest on PyPI)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,8 +4,8 @@
 # Called by scripts/gpu-check.sh on the GPU machine (python3 with torch 2.11+cu130, nvcc 13,
 # no network, no pip index), which gives it ~250 s. Steps, each under a slice of one deadline
 # (GPU_CHECK_TORCH_BUDGET seconds, default 240) so the whole never hangs. Measured there
-# (session 8): pip 63 s, pytest 54 s; at a 60 s pytest slice a slower machine ran out of it.
-# Session 10: pip 72 s, pytest 79 s, bench_sdpa 25 s left bench_host 8 s (it needs ~20 s) and
+# (2026-12-01): pip 63 s, pytest 54 s; at a 60 s pytest slice a slower machine ran out of it.
+# 2026-12-02: pip 72 s, pytest 79 s, bench_sdpa 25 s left bench_host 8 s (it needs ~20 s) and
 # the example 5 s (~30 s) of a 190 s deadline.
 #   1. build + install: pip install --no-build-isolation --no-deps ./python (libfattn.so with
 #      CUDA, all cores). If FATTN_LIBRARY already names a libfattn.so, that one is used. If pip
@@ -21,7 +21,7 @@
 # The last line printed is always a one-line summary (also OUTDIR/summary.txt), even when the
 # caller's timeout stops the script (TERM is trapped). Exit: 0 when every part passed; 3 when
 # pytest passed but a later part (bench, host, example) failed or ran out of its slice (gpu-check
-# reports that PARTIAL, not PASS: session 10's run printed ALL PASS over two timed-out parts);
+# reports that PARTIAL, not PASS: a run of 2026-12-02 printed ALL PASS over two timed-out parts);
 # 1 when the build or pytest failed.
 set -u
 OUT="${1:?usage: scripts/gpu-check-torch.sh OUTDIR}"

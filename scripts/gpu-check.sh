@@ -4,7 +4,7 @@
 # racecheck on a small subset, the CUDA benchmarks, the PyTorch checks when
 # scripts/gpu-check-torch.sh exists, and the PaTH checks beside FLA (scripts/gpu-check-path.sh). Run from the repository root; results go to ${OUT:-out}:
 # build.log, parity.log (test + determinism), sanitize.log, bench.log, bench.csv, torch.log,
-# torch-out.tar.gz, summary.txt (8 files: what one device call brings back), and a short summary table printed LAST.
+# torch-out.tar.gz, summary.txt (8 files: few enough to copy back from the GPU machine), and a short summary table printed LAST.
 #
 #   scripts/gpu-check.sh                      # everything
 #   scripts/gpu-check.sh parity bench         # only these parts (build runs unless "nobuild")
@@ -16,7 +16,7 @@
 #   GPU_CHECK_BUDGET=420 scripts/gpu-check.sh nobuild path
 #
 # Never hangs: every step runs under `timeout`, capped by a global budget (GPU_CHECK_BUDGET
-# seconds, default 580, so one device call of 10 minutes holds it), and the summary is printed
+# seconds, default 580, so one 10-minute run on the GPU machine holds it), and the summary is printed
 # whatever fails. Environment knobs: BENCH_PRESETS (default "hotstep-sites:40 targets:110
 # hotstep:40", preset:seconds), TORCH_RESERVE (250 s kept for the torch step),
 # BENCH_REPS (10), BENCH_ARMS (fused,portable,exact,cudnn), SAN_FILTER (fattn-test -p regex for the
@@ -161,7 +161,7 @@ fi
 if want sanitize; then
     # The quick subset (bf16/f16 D64 cases run the sm90 kernels under AUTO) plus D128 sm90 cases.
     SAN_SEL=(-p "${SAN_FILTER:-^(plain_s1|plain_s17|plain_d40|f16_s97|bf16_s97|cross_sq17_skv97|causal_tl_s97|causal_br_sq97_skv40|window_16_16_tl|bias_dense|bias_keypad|bias_rowcol|gqa_4_2_b2|varlen_basic|varlen_empty_len1|fused_qkv|bhsd|pad_fltmax|pad_1e9|pad_inf|lpad_fltmax_causal_tl|pad_1e9_bf16_rand|pad_bf16_min|path/dense_T97_gqa_K16_V32_gate_f32|path/dense_T513_gqa_K32_V16_f32|path/varlen_gqa_K64_f16)\$}")
-    # Limits: memcheck ran the subset in ~2 s, racecheck in 60-65 s (session 9, H200).
+    # Limits: memcheck ran the subset in ~2 s, racecheck in 60-65 s (H200, 2026-12-02).
     for tool in memcheck:60 racecheck:150; do
         lim=${tool#*:}; tool=${tool%%:*}
         log="$OUT/sanitize.log"
@@ -222,7 +222,7 @@ if want torch; then
         # 3: pytest passed, a later part (bench, host cost, example) failed or ran out of time.
         [ "$STEP_RC" -eq 3 ] && INCOMPLETE=1
         [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 3 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
-        # Few files come back from a device call: fold the torch outputs into one archive.
+        # Few files come back from the GPU machine: fold the torch outputs into one archive.
         if [ -n "$(ls -A "$OUT/torch" 2>/dev/null)" ]; then
             tar -czf "$OUT/torch-out.tar.gz" -C "$OUT" torch && rm -rf "$OUT/torch"
         else

@@ -1,6 +1,6 @@
 # check_docs.cmake — cmake -P script behind the ctest docs.self_contained (tests/packaging.cmake):
 # what a user reads (README.md, docs/*.md, the public headers, the Python package) must not point
-# at files outside the repository (the developers' ../shared/*.md), and every docs/NAME.md it
+# at files outside the repository (the developers' notes beside it), and every docs/NAME.md it
 # names must exist. Input (-D): SOURCE_DIR.
 file(GLOB _files ${SOURCE_DIR}/README.md ${SOURCE_DIR}/docs/*.md ${SOURCE_DIR}/include/fattn/*
      ${SOURCE_DIR}/python/fattn/*.py)

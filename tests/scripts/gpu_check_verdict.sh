@@ -2,7 +2,7 @@
 # gpu_check_verdict.sh SOURCE_DIR — scripts/gpu-check.sh's verdict for the torch step's exit status,
 # without a GPU: a copy of scripts/ whose gpu-check-torch.sh is a stub exiting with a given status,
 # run as `gpu-check.sh nobuild torch`. 0 must read PASS / ALL PASS; 3 (pytest passed, a later part
-# failed or timed out) PARTIAL / INCOMPLETE, never ALL PASS (session 10's run printed ALL PASS over a
+# failed or timed out) PARTIAL / INCOMPLETE, never ALL PASS (a run of 2026-12-02 printed ALL PASS over a
 # timed-out bench_host and example); 1 FAIL / FAILURES. Then gpu-check-torch.sh's own exit status.
 set -u
 SRC=${1:?usage: gpu_check_verdict.sh SOURCE_DIR}

@@ -1,4 +1,4 @@
-// path_ref.h — float64 oracle of PaTH attention (../shared/PATH.md §1.3), tests and tools only.
+// path_ref.h — float64 oracle of PaTH attention (docs/PATH.md, "Definition"), tests and tools only.
 //
 // Written from the definition, never optimized: for every query the explicit Householder walk
 // x <- H_j x (j = i, i-1, ..., 0) gives the raw scores s_ij = q_i^T H_i ... H_{j+1} k_j, the

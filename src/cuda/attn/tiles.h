@@ -103,7 +103,7 @@ constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
 
 // ---- sm_90a dK/dV kernel (sm90/bwd_dkdv_kernel.cuh) ----
 // 128 keys per CTA (two consumer warpgroups × 64; tf32 with one warpgroup of 64 keys ran L2-bound:
-// every item's four query-side tiles then serve half the keys, session 9). Query rows per item:
+// every item's four query-side tiles then serve half the keys; H200, 2026-12-02). Query rows per item:
 // 64 (at D64, 128 rows spilled ~250 B: Sᵀ, dPᵀ and their fragments double while dK + dV only
 // halve); tf32 32. Two row stages (Q, dO [bm, D] and 4 row arrays of bm floats); tf32 also
 // stages Qᵀ, dOᵀ (the same bytes as Q, dO), one stage at D128 (K, V of 128 keys take 128 KB:

@@ -25,7 +25,7 @@ constexpr int bn(int d, size_t es = 2) { return sm90_dq_bn(d, es); }
 constexpr int stages(int d, size_t es = 2) { return sm90_dq_stages(d, es); }
 constexpr int kThreads = 384;
 // Register split (128·P + 256·C <= 64K): 24/240 measured ~1% faster than 40/232 at D64 and the
-// same at D128 (H200, fattn-bench --preset targets-bf16, session 6).
+// same at D128 (H200, fattn-bench --preset targets-bf16, 2026-12-01).
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
 constexpr size_t dq_smem(int d, size_t es = 2) { return sm90_dq_smem(d, es); }

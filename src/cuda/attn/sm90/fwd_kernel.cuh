@@ -46,7 +46,7 @@ namespace sm90cfg {  // tile shapes and their reasons: tiles.h (sm90_fwd_*)
 constexpr int kBM = sm90_fwd_bm();
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 // Register split (128·P + 256·C <= 64K; the launch holds 168 a thread): measured on the H200
-// (fattn-bench --preset targets-bf16, session 6): D64 runs 5-7% faster with 24/240 than with
+// (fattn-bench --preset targets-bf16, 2026-12-01): D64 runs 5-7% faster with 24/240 than with
 // 40/232 although its producer then spills; D128 runs ~1% faster with 40/232 (its consumers
 // hold S, the P fragments of the previous step and O at once, and spill 80 B there). tf32 at
 // D128 holds less (64-key steps): 24/240.
@@ -112,7 +112,7 @@ __device__ __forceinline__ void sm90_round_rows_tf32(float *tile, int cw) {
 // dQ and dK/dV kernels' `masked` lambdas). tf32: yes, a tile with no bias to read then loads and
 // converts nothing (f32 HOT-Step sites without a bias, S 625–3000: 10–20% faster fwd+bwd on the
 // H200). 16-bit: one copy, because there the second copy's registers made the unmasked tiles
-// slower (bf16 D64 S4096 fwd+bwd 7.24 → 8.16 ms, D128 4.66 → 4.89; PERF.md, session 10).
+// slower (bf16 D64 S4096 fwd+bwd 7.24 → 8.16 ms, D128 4.66 → 4.89; docs/EXPERIMENTS.md, 2026-12-02).
 template <typename T>
 __device__ constexpr bool sm90_split_masked() { return sizeof(T) == 4; }
 // K-step kk of an accumulator (its columns are the next product's k) as a wgmma A fragment.
