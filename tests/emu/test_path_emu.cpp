@@ -176,6 +176,32 @@ const Case kCases[] = {
 INSTANTIATE_TEST_SUITE_P(Cases, PathEmu, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case> &i) { return std::string(i.param.name); });
 
+// K^, E and the history (one span of the workspace) are read last by KSegInter; the own-chunk
+// partials dD and the seg-intra states, written after it, take that span when it holds both.
+// Some oracle cases above run that way and some the other, so MatchesOracle covers both; the
+// reused span never reaches a buffer that is still live.
+TEST(PathEmuLayout, OwnChunkPartialsReuseTheDeadHistorySpan) {
+    int reused = 0, separate = 0;
+    for (const Case &c : kCases) {
+        Problem pr(c);
+        const PathLayout lay = path_layout(pr.p, false);
+        const pathk::GpuWs w = pathk::gpu_workspace(pr.p, lay, FATTN_DIR_BWD);
+        const size_t ddm_bytes = size_t(lay.total_chunks) * size_t(c.HQ) * 64 * 64 * 4;
+        const size_t qts_bytes = size_t(lay.segments) * size_t(c.HQ) * 64 * size_t(w.D) * 4;
+        EXPECT_GE(w.qts, w.ddm + ddm_bytes) << c.name;
+        if (w.ddm == w.kh) {
+            ++reused;
+            EXPECT_LE(w.qts + qts_bytes, w.hist + w.history_bytes + pathk::kGpuWsAlign) << c.name;
+            EXPECT_GT(w.delta, w.hist) << c.name;  // the next buffer starts after the span
+        } else {
+            ++separate;
+            EXPECT_GE(w.ddm, w.dep) << c.name;  // after the last buffer (dep may be empty)
+        }
+    }
+    EXPECT_GE(reused, 1);
+    EXPECT_GE(separate, 1);
+}
+
 // T = 1: one key per query; o = v, and only dv has a non-zero reference.
 TEST(PathEmuEdge, SingleToken) {
     Problem pr({"t1", 1, 1, 2, 1, 64, 64, true, FATTN_F32, {}});

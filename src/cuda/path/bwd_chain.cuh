@@ -153,7 +153,7 @@ template <typename Tin, int D> struct KChainB {
         const int64_t hqd = int64_t(p.hq) * D;
         auto at = [&](int a, int col) { return ((row + a) * p.hq + g0) * D + col; };
         prep_load<Tin, D, kThreads>(p, sq, c0, n, h, BW, BK, sb);
-        prep_t0<D, kThreads>(BW, sb, S1, T0, n);
+        prep_t0<D, kThreads>(BW, sb, S1, T0, T);  // T: scratch until T
         for (int e = tid(); e < kC * kC; e += kThreads) {
             T[(e / kC) * S64 + e % kC] = T0[(e / kC) * S64 + e % kC] * sb[e % kC];
             dD[(e / kC) * S64 + e % kC] = p.ddm[(gc * p.hq + g0) * kC * kC + e];

@@ -37,8 +37,9 @@ template <typename Tin, int D> struct KDkv {
     }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
-        const int64_t gc = bid_x();
-        const int hq = bid_y(), h = hq / p.grp;
+        const GridItem it = heavy_first(p.total_chunks, p.hq, false);
+        const int64_t gc = it.x;
+        const int hq = it.y, h = hq / p.grp;
         const SeqInfo sq = seq_of_chunk(p, gc);
         const int64_t cj = gc - sq.chunk0, k0 = cj * kC, rp = cj / kNcs;
         const int64_t nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);

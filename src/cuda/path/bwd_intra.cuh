@@ -28,10 +28,13 @@ template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64
 }
 
 template <typename Tin, int D> struct KSegIntra {
-    static constexpr int kThreads = 256, NW = 8;
+    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
-    static constexpr size_t smem() { return 5 * FT::BIG + 2 * FT::SMALL + 6 * kC * 4; }
+    // sB (U or V) shares its space with M1, a 64 x 64 product formed once sB is read: six tiles,
+    // so two CTAs share an SM at D <= 64 and every segment of a T 4096 H 32 run is resident at once
+    static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
+    static constexpr size_t smem() { return 4 * FT::BIG + UB + FT::SMALL + 6 * kC * 4; }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
@@ -39,7 +42,7 @@ template <typename Tin, int D> struct KSegIntra {
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC);
         float *sDO = reinterpret_cast<float *>(smem), *sG = sDO + kC * SD, *sX = sG + kC * SD, *sA = sX + kC * SD,
-              *sB = sA + kC * SD, *M1 = sB + kC * SD, *M2 = M1 + kC * S64;
+              *sB = sA + kC * SD, *M1 = sB, *M2 = reinterpret_cast<float *>(smem + 4 * FT::BIG + UB);
         float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC, *dgr = gk + kC;
         float *qts = p.qts + (gs * p.hq + hq) * kC * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
@@ -69,9 +72,9 @@ template <typename Tin, int D> struct KSegIntra {
             }
             cp_landed();
             // Q~ = Q - LT(Q W^T) U
-            cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
+            cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = b <= a ? v : 0.f; });
             sync();
-            cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+            cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
             sync();
             for (int e = tid(); e < kC * D; e += kThreads) qts[e] = sX[(e / D) * SD + e % D];
             for (int64_t j = 0; j < i; ++j) {
@@ -85,17 +88,18 @@ template <typename Tin, int D> struct KSegIntra {
                     ldW(sA, c2);
                     ldU(sB, c2);
                     cp_landed();
-                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
                     sync();
-                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
                 }
                 if (r >= 1 || j >= 1) {  // gamma back through chunk cj
                     sync();
                     ldW(sA, cj);
                     ldU(sB, cj);
                     cp_landed();
-                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
                     cta_gemm<float, false, false, 4, NW>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                    sync();  // U read: M1 takes its place
+                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
                     sync();
                     cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, sG, SD, p.du + (krow * p.hq + hq) * D, hqd, -1.f, kC);
                     cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, p.dwacc + (krow * p.hq + hq) * D, hqd, -1.f, kC);
@@ -110,12 +114,12 @@ template <typename Tin, int D> struct KSegIntra {
                                                     p.v_ss, kC, D, kC, p.V);
                 for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 sync();
+                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                sync();  // V read: M1 (P) takes its place
                 cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
-                    M1[a * S64 + b] = a < nq ? exp2_fast(p.sl2 * (v + gq[a] - gk[b]) - lse2[a]) : 0.f;
-                });
-                sync();
-                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) {
-                    M2[a * S64 + b] = p.scale * M1[a * S64 + b] * (v - dl[a]);
+                    const float P = a < nq ? exp2_fast(p.sl2 * (v + gq[a] - gk[b]) - lse2[a]) : 0.f;
+                    M1[a * S64 + b] = P;
+                    M2[a * S64 + b] = p.scale * P * (M2[a * S64 + b] - dl[a]);
                 });
                 sync();
                 cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
@@ -141,10 +145,13 @@ template <typename Tin, int D> struct KSegIntra {
 
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 256, NW = 8;
+    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
-    static constexpr size_t smem() { return 4 * FT::BIG + 3 * FT::SMALL + 4 * kC * 4; }
+    // B2 holds K, Dm, V, U, Dm, K in turn (Dm loaded twice rather than kept): six tiles, two CTAs
+    // per SM at D <= 64
+    static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
+    static constexpr size_t smem() { return 3 * FT::BIG + UB + 2 * FT::SMALL + 4 * kC * 4; }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gc = bid_x();
@@ -152,9 +159,9 @@ template <typename Tin, int D> struct KOwn {
         const SeqInfo sq = seq_of_chunk(p, gc);
         const int64_t ci = gc - sq.chunk0, c0 = ci * kC, t0 = sq.begin + c0, row = sq.row0 + c0;
         const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
-        float *B0 = reinterpret_cast<float *>(smem), *B1 = B0 + kC * SD, *B2 = B1 + kC * SD, *B3 = B2 + kC * SD;
-        float *M1 = B3 + kC * SD, *M2 = M1 + kC * S64, *M3 = M2 + kC * S64;
-        float *lse2 = M3 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
+        float *B0 = reinterpret_cast<float *>(smem), *B1 = B0 + kC * SD, *B3 = B1 + kC * SD;
+        float *B2 = B3 + kC * SD, *M1 = reinterpret_cast<float *>(smem + 3 * FT::BIG + UB), *M2 = M1 + kC * S64;
+        float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
         const int64_t hqd = int64_t(p.hq) * D;
         auto ldK = [&](float *s) {
             load_tile_cvt<float, Tin, kThreads>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
@@ -165,7 +172,9 @@ template <typename Tin, int D> struct KOwn {
                                             p.q_ss, kC, D, n, p.K);
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
-        load_tile_cvt<float, Tw, kThreads>(M3, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC);
+        auto ldDm = [&] {
+            load_tile_cvt<float, Tw, kThreads>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC);
+        };
         for (int a = tid(); a < kC; a += kThreads) {
             const bool ok = a < n;
             lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
@@ -176,8 +185,10 @@ template <typename Tin, int D> struct KOwn {
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
         sync();
+        ldDm();
+        sync();
         // 2. A = Q K^T - QW Dm, then P (causal, keys < n, rows < n)
-        cta_gemm<float, false, true, 4, NW>(kC, kC, kC, M1, S64, M3, S64, [&](int a, int b, float v) {
+        cta_gemm<float, false, true, 4, NW>(kC, kC, kC, M1, S64, B2, S64, [&](int a, int b, float v) {
             const float s = M2[a * S64 + b] - v;
             M2[a * S64 + b] = (b <= a && a < n) ? exp2_fast(p.sl2 * (s + gq[a] - gq[b]) - lse2[a]) : 0.f;
         });
@@ -216,9 +227,11 @@ template <typename Tin, int D> struct KOwn {
         // 6. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
         cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, B3, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, M2, S64, M3, S64, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) {
+        ldDm();
+        sync();
+        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, M2, S64, B2, S64, [&](int a, int c, float v) {
             M1[a * S64 + c] = c <= a ? M1[a * S64 + c] - v : 0.f;
         });
         sync();

@@ -34,8 +34,9 @@ template <typename Tin, int D> struct KSegInter {
     static constexpr int NB = D / 16;
 
     PK_DEV static void run(const PathDev &p, char *smem) {
-        const int64_t gs = bid_x();
-        const int hq = bid_y(), h = hq / p.grp;
+        const GridItem it = heavy_first(p.total_segs, p.hq, true);
+        const int64_t gs = it.x;
+        const int hq = it.y, h = hq / p.grp;
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0;
         const int r0 = 16 * warp_id();

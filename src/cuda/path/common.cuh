@@ -47,6 +47,18 @@ PK_DEV SeqInfo seq_info(const PathDev &p, int64_t s) {
     }
     return q;
 }
+// The (item, head) a CTA of an (nx items, ny heads) grid works on, longest first: CTAs start in
+// blockIdx order (x fastest), so the items are handed out heaviest first, every head of an item
+// before the next item. last_heavy: the last items weigh most (a query chunk or segment walks
+// all of the sequence before it), else the first ones (a key chunk is read by all after it).
+struct GridItem {
+    int64_t x;
+    int y;
+};
+PK_DEV GridItem heavy_first(int64_t nx, int ny, bool last_heavy) {
+    const int64_t lin = int64_t(bid_y()) * nx + bid_x(), i = lin / ny;
+    return {last_heavy ? nx - 1 - i : i, int(lin % ny)};
+}
 PK_DEV SeqInfo seq_of_chunk(const PathDev &p, int64_t gc) {
     return seq_info(p, p.cu ? seq_search(p.chunk_base, p.num_seqs, gc) : gc / ceil_div(p.T, kC));
 }

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "cuda/path/sequence.h"
 
@@ -15,6 +16,14 @@ template <class K> __global__ void __launch_bounds__(K::kThreads) path_kernel(co
     extern __shared__ __align__(128) char smem[];
     K::run(p, smem);
 }
+// A kernel that sets K::kMinBlocks > 1 (CTAs per SM it is sized for) gets the register cap that
+// keeps them resident; the others keep ptxas's own choice (an explicit 1 is not the same choice).
+template <class K> __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) path_kernel_mb(const PathDev p) {
+    extern __shared__ __align__(128) char smem[];
+    K::run(p, smem);
+}
+template <class K, class = void> struct has_min_blocks : std::false_type {};
+template <class K> struct has_min_blocks<K, std::void_t<decltype(K::kMinBlocks)>> : std::bool_constant<(K::kMinBlocks > 1)> {};
 
 struct CudaLauncher {
     cudaStream_t stream;
@@ -23,11 +32,15 @@ struct CudaLauncher {
     template <class K> void launch(int64_t gx, int gy, const PathDev &d) {
         if (err != cudaSuccess || gx <= 0 || gy <= 0) return;
         const size_t sm = K::smem();
+        auto *fn = [] {
+            if constexpr (has_min_blocks<K>::value) return path_kernel_mb<K>;
+            else return path_kernel<K>;
+        }();
         if (sm > 48 * 1024) {
-            err = cudaFuncSetAttribute(path_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm));
+            err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm));
             if (err != cudaSuccess) return void(where = "cudaFuncSetAttribute");
         }
-        path_kernel<K><<<dim3(unsigned(gx), unsigned(gy)), K::kThreads, sm, stream>>>(d);
+        fn<<<dim3(unsigned(gx), unsigned(gy)), K::kThreads, sm, stream>>>(d);
         err = cudaGetLastError();
         if (err != cudaSuccess) where = "kernel launch";
     }

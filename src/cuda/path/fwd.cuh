@@ -39,8 +39,9 @@ template <typename Tin, int D> struct KFwd {
     }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
-        const int64_t gc = bid_x();
-        const int hq = bid_y(), h = hq / p.grp;
+        const GridItem it = heavy_first(p.total_chunks, p.hq, true);
+        const int64_t gc = it.x;
+        const int hq = it.y, h = hq / p.grp;
         const SeqInfo sq = seq_of_chunk(p, gc);
         const int64_t ci = gc - sq.chunk0, c0 = ci * kC;
         const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);

@@ -73,10 +73,21 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         w.delta = take(sat_prod({rows, HQ, f}));
         for (size_t *b : {&w.dkh, &w.dvacc, &w.dkt, &w.du, &w.dwacc, &w.dko}) *b = take(sat_prod({rows, HQ, D, f}));
         w.gam = w.dko;  // gamma (read last by KOwn) and dK_own (first written by KOwn, after it read gamma)
-        w.ddm = take(sat_prod({chunks, HQ, kC, kC, f}));
         w.dgs = take(sat_prod({rows, HQ, f}));
         w.dep = take(sat_prod({w.pairs, HQ, D, D, f}));
-        w.qts = take(sat_prod({segs, HQ, kC, D, f}));
+        // K^, E and the history (kh .. hist, one span) are read last by KSegInter; the own-chunk
+        // partials dD (first written by KOwn) and the seg-intra states (KSegIntra) come after it,
+        // so they take that span when it holds both, else space of their own
+        const size_t ddm_bytes = sat_round(sat_prod({chunks, HQ, kC, kC, f}), kGpuWsAlign);
+        const size_t qts_bytes = sat_round(sat_prod({segs, HQ, kC, D, f}), kGpuWsAlign);
+        const size_t span = w.hist + sat_round(w.history_bytes, kGpuWsAlign) - w.kh;
+        if (sat_add(ddm_bytes, qts_bytes) <= span) {
+            w.ddm = w.kh;
+            w.qts = w.kh + ddm_bytes;
+        } else {
+            w.ddm = take(ddm_bytes);
+            w.qts = take(qts_bytes);
+        }
     }
     w.total = sat_add(c, kGpuWsAlign);  // slack: the base is aligned up to 128 bytes
     return w;

@@ -25,11 +25,14 @@ PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, in
     cp_landed();
 }
 
-// sM <- M (3xTF32, f32-accurate), then sT0 <- (I + M)^-1: thread c solves (I + M) x = e_c from
-// the top, x_a = -sum_{b=c}^{a-1} M[a][b] x_b (b ascending: a fixed order), with no barrier in
-// the loop (the columns are independent). Needs sW, sb loaded (and synced).
+// sM <- M (3xTF32, f32-accurate), then sT0 <- (I + M)^-1 in 16 x 16 blocks, f32 FMA in a fixed
+// order: the four diagonal blocks by forward substitution (thread c of block k solves column c
+// from the top), then the blocks below the diagonal by distance d = 1, 2, 3 from it:
+//   Y_ij = sum_{k=j}^{i-1} M_ik X_kj,   X_ij = -X_ii Y_ij        (i - j = d)
+// every element of a stage in parallel. Rows past the sequence have beta = 0: their M rows are 0
+// and their X rows those of I. Needs sW, sb loaded (and synced); sY: 768 floats of scratch.
 template <int D, int NT>
-PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, int n) {
+PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, float *sY) {
     constexpr int SD = F32Tiles<D>::SD, S64 = F32Tiles<D>::S64, NW = NT / 32;
     for (int tile = warp_id(); tile < 16; tile += NW) {  // the 16 x 16 tiles of the 64 x 64 M
         const int m0 = (tile / 4) * 16, n0 = (tile % 4) * 16;
@@ -44,15 +47,34 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, int
     }
     for (int e = tid(); e < kC * kC; e += NT) sT0[(e / kC) * S64 + e % kC] = (e / kC == e % kC) ? 1.f : 0.f;
     sync();
-    if (tid() < kC) {
-        const int c = tid();
-        for (int a = c + 1; a < n; ++a) {
+    if (tid() < kC) {  // diagonal block k = c / 16, its column c
+        const int c = tid(), k0 = c & ~15;
+        for (int a = c + 1; a < k0 + 16; ++a) {
             float s = 0.f;
             for (int b = c; b < a; ++b) s += sM[a * S64 + b] * sT0[b * S64 + c];
             sT0[a * S64 + c] = -s;
         }
     }
     sync();
+    for (int d = 1; d < 4; ++d) {
+        const int nblk = 4 - d;  // blocks (i, j = i - d), i = d .. 3
+        for (int e = tid(); e < nblk * 256; e += NT) {
+            const int j = e / 256, i = j + d, a = (e / 16) % 16, b = e % 16;
+            const float *mrow = sM + (16 * i + a) * S64;
+            float s = 0.f;
+            for (int m = 16 * j; m < 16 * i; ++m) s += mrow[m] * sT0[m * S64 + 16 * j + b];
+            sY[e] = s;
+        }
+        sync();
+        for (int e = tid(); e < nblk * 256; e += NT) {
+            const int j = e / 256, i = j + d, a = (e / 16) % 16, b = e % 16;
+            const float *xrow = sT0 + (16 * i + a) * S64 + 16 * i;
+            float s = 0.f;
+            for (int m = 0; m <= a; ++m) s += xrow[m] * sY[j * 256 + m * 16 + b];
+            sT0[(16 * i + a) * S64 + 16 * j + b] = -s;
+        }
+        sync();
+    }
 }
 
 // sWK <- SL(W K^T), then sDm <- T WK (T = T0 diag(beta)). Needs sW, sK, sT; the prep kernel and
@@ -84,7 +106,7 @@ template <typename Tin, int D> struct KPrep {
         float *sW = reinterpret_cast<float *>(smem), *sK = sW + kC * SD, *sM = sK + kC * SD;
         float *sT0 = sM + kC * S64, *sDm = sT0 + kC * S64, *sb = sDm + kC * S64;
         prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sK, sb);
-        prep_t0<D, kThreads>(sW, sb, sM, sT0, n);
+        prep_t0<D, kThreads>(sW, sb, sM, sT0, sDm);  // sDm: scratch until Dm
         for (int e = tid(); e < kC * kC; e += kThreads) sM[(e / kC) * S64 + e % kC] = sT0[(e / kC) * S64 + e % kC] * sb[e % kC];
         sync();
         const int64_t row = sq.row0 + c0;
