@@ -135,10 +135,15 @@ template <typename Tin, int D> struct KChainA {
 };
 
 template <typename Tin, int D> struct KChainB {
-    static constexpr int kThreads = 256, NW = 8;
+    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
-    static constexpr size_t smem() { return 3 * FT::BIG + 7 * FT::SMALL + 2 * kC * 4; }
+    // Six tiles, two CTAs per SM at D <= 64: W, K, T0 and three that take the chain's products in
+    // turn (WK is formed twice, T twice, rather than kept):
+    //   C: M, WK | dK~ | WK, S7 = SL(T^T dD) | T | S7      E: scratch, Dm | dT
+    //   F: T | dD | dU | dD
+    static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
+    static constexpr size_t smem() { return 2 * FT::BIG + 2 * UB + 2 * FT::SMALL + 2 * kC * 4; }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gc = bid_x();
@@ -146,73 +151,77 @@ template <typename Tin, int D> struct KChainB {
         const SeqInfo sq = seq_of_chunk(p, gc);
         const int64_t c0 = (gc - sq.chunk0) * kC, row = sq.row0 + c0, t0 = sq.begin + c0;
         const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
-        float *BW = reinterpret_cast<float *>(smem), *BK = BW + kC * SD, *BX = BK + kC * SD;
-        float *S1 = BX + kC * SD, *T0 = S1 + kC * S64, *T = T0 + kC * S64, *Dm = T + kC * S64, *dD = Dm + kC * S64,
-              *dT = dD + kC * S64, *S7 = dT + kC * S64;
-        float *sb = S7 + kC * S64, *db = sb + kC;
+        float *BW = reinterpret_cast<float *>(smem), *BK = BW + kC * SD;
+        float *C = reinterpret_cast<float *>(smem + 2 * FT::BIG), *F = reinterpret_cast<float *>(smem + 2 * FT::BIG + UB);
+        float *T0 = reinterpret_cast<float *>(smem + 2 * FT::BIG + 2 * UB), *E = T0 + kC * S64;
+        float *sb = E + kC * S64, *db = sb + kC;
         const int64_t hqd = int64_t(p.hq) * D;
         auto at = [&](int a, int col) { return ((row + a) * p.hq + g0) * D + col; };
+        auto t_into = [&](float *s) {  // T = T0 diag(beta)
+            for (int e = tid(); e < kC * kC; e += kThreads) s[(e / kC) * S64 + e % kC] = T0[(e / kC) * S64 + e % kC] * sb[e % kC];
+        };
         prep_load<Tin, D, kThreads>(p, sq, c0, n, h, BW, BK, sb);
-        prep_t0<D, kThreads>(BW, sb, S1, T0, T);  // T: scratch until T
-        for (int e = tid(); e < kC * kC; e += kThreads) {
-            T[(e / kC) * S64 + e % kC] = T0[(e / kC) * S64 + e % kC] * sb[e % kC];
-            dD[(e / kC) * S64 + e % kC] = p.ddm[(gc * p.hq + g0) * kC * kC + e];
-        }
+        prep_t0<D, kThreads>(BW, sb, C, T0, E);
+        t_into(F);
         if (tid() < kC) db[tid()] = 0.f;
         sync();
-        prep_wk_dm<D, NW>(BW, BK, T, S1, Dm);  // S1 = WK, Dm = T WK
-        // K~ chain
-        load_ws_f32<D, kThreads>(BX, p.dkt + (row * p.hq + g0) * D, hqd, n);
+        prep_wk_dm<D, NW>(BW, BK, F, C, E);  // C = WK, E = Dm = T WK
+        // K~ chain (C = dK~, F = dD)
+        load_ws_f32<D, kThreads>(C, p.dkt + (row * p.hq + g0) * D, hqd, n);
+        for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] = p.ddm[(gc * p.hq + g0) * kC * kC + e];
         cp_landed();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BX, SD, [&](int d, int b, float v) { dD[d * S64 + b] -= v; });
-        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, Dm, S64, BX, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
-        for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += BX[(e / D) * SD + e % D];
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
+        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, E, S64, C, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
+        for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += C[(e / D) * SD + e % D];
         sync();
-        // Dm chain
-        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, dD, S64, S1, S64, [&](int a, int c, float v) { dT[a * S64 + c] = v; });
-        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T, S64, dD, S64, [&](int c, int b, float v) { S7[c * S64 + b] = c > b ? v : 0.f; });
+        // Dm chain (C = WK, E = dT = dD WK^T, then C = S7 = SL(T^T dD): T^T = diag(beta) T0^T)
+        prep_wk<D, NW>(BW, BK, C);
+        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, F, S64, C, S64, [&](int a, int c, float v) { E[a * S64 + c] = v; });
         sync();
-        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, S7, S64, BK, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, S7, S64, BW, SD, p.dko + at(0, 0), hqd, 1.f, n);
+        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, F, S64, [&](int c, int b, float v) { C[c * S64 + b] = c > b ? sb[c] * v : 0.f; });
         sync();
-        // U chain
-        load_ws_f32<D, kThreads>(BX, p.du + (row * p.hq + g0) * D, hqd, n);
+        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, C, S64, BK, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, C, S64, BW, SD, p.dko + at(0, 0), hqd, 1.f, n);
+        sync();
+        // U chain (F = dU, C = T)
+        load_ws_f32<D, kThreads>(F, p.du + (row * p.hq + g0) * D, hqd, n);
+        t_into(C);
         cp_landed();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BX, SD, BW, SD, [&](int a, int c, float v) { dT[a * S64 + c] += v; });
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, T, S64, BX, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, F, SD, BW, SD, [&](int a, int c, float v) { E[a * S64 + c] += v; });
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, C, S64, F, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // T = T0 diag(b): dT lower, dbeta, dT0
         for (int e = tid(); e < kC * kC; e += kThreads)
-            if (e % kC > e / kC) dT[(e / kC) * S64 + e % kC] = 0.f;
+            if (e % kC > e / kC) E[(e / kC) * S64 + e % kC] = 0.f;
         sync();
         if (tid() < kC) {
             const int b = tid();
             float s = 0.f;
-            for (int a = 0; a < kC; ++a) s += T0[a * S64 + b] * dT[a * S64 + b];
+            for (int a = 0; a < kC; ++a) s += T0[a * S64 + b] * E[a * S64 + b];
             db[b] += s;
         }
         sync();
-        for (int e = tid(); e < kC * kC; e += kThreads) dT[(e / kC) * S64 + e % kC] *= sb[e % kC];
+        for (int e = tid(); e < kC * kC; e += kThreads) E[(e / kC) * S64 + e % kC] *= sb[e % kC];
         sync();
-        // dM = SL(-T0^T (dT0 T0^T))
-        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, dT, S64, T0, S64, [&](int a, int c, float v) { S7[a * S64 + c] = v; });
+        // dM = SL(-T0^T (dT0 T0^T))  (C = dT0 T0^T, F = dM, then C = W W^T)
+        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, E, S64, T0, S64, [&](int a, int c, float v) { C[a * S64 + c] = v; });
         sync();
-        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, S7, S64, [&](int a, int b, float v) { dD[a * S64 + b] = a > b ? -v : 0.f; });
+        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, C, S64, [&](int a, int b, float v) { F[a * S64 + b] = a > b ? -v : 0.f; });
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { S7[a * S64 + b] = v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { C[a * S64 + b] = v; });
         sync();
         if (tid() < kC) {
             const int a = tid();
             float s = 0.f;
-            for (int b = 0; b < kC; ++b) s += dD[a * S64 + b] * S7[a * S64 + b];
+            for (int b = 0; b < kC; ++b) s += F[a * S64 + b] * C[a * S64 + b];
             db[a] += s;
         }
         sync();
-        for (int e = tid(); e < kC * kC; e += kThreads) dD[(e / kC) * S64 + e % kC] *= sb[e / kC];
+        for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] *= sb[e / kC];
         sync();
-        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, dD, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // outputs
         for (int e = tid(); e < n * D; e += kThreads) {

@@ -79,11 +79,15 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, flo
 
 // sWK <- SL(W K^T), then sDm <- T WK (T = T0 diag(beta)). Needs sW, sK, sT; the prep kernel and
 // the chain kernel both compute Dm this one way, so the backward's recompute rounds as the prep.
-template <int D, int NW>
-PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float *sWK, float *sDm) {
+template <int D, int NW> PK_DEV void prep_wk(const float *sW, const float *sK, float *sWK) {
     constexpr int SD = F32Tiles<D>::SD, S64 = F32Tiles<D>::S64;
     cta_gemm<float, false, false, 4, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) { sWK[d * S64 + b] = d > b ? v : 0.f; });
     sync();
+}
+template <int D, int NW>
+PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float *sWK, float *sDm) {
+    constexpr int S64 = F32Tiles<D>::S64;
+    prep_wk<D, NW>(sW, sK, sWK);
     cta_gemm<float, false, true, 4, NW>(kC, kC, kC, sT, S64, sWK, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
     sync();
 }
