@@ -300,7 +300,9 @@ def check_lse(lse, want):
     assert lse.dtype == torch.float32 and lse.shape == want.shape
     dead = torch.isneginf(want)
     assert torch.equal(torch.isneginf(lse), dead), "lse = -inf exactly on rows with no key"
-    assert torch.allclose(lse[~dead].double(), want[~dead], rtol=1e-5, atol=1e-5)
+    # f32 inputs run at prec "auto": strict f32 on the CPU, TF32 products on CUDA (10-bit mantissa)
+    tol = 1e-5 if lse.device.type == "cpu" else 3e-3
+    assert torch.allclose(lse[~dead].double(), want[~dead], rtol=tol, atol=tol)
 
 
 FA2_LSE_CASES = {                 # Sq, Sk, causal, window_size, softmax_scale
