@@ -243,7 +243,8 @@ typedef enum fattn_align {
 
 typedef struct fattn_attn_params {
     float scale;               /* 0 (default) means 1/sqrt(D); finite, |scale| <= 2^126 */
-    fattn_tensor bias;         /* optional additive bias (data NULL = none); f32/f16/bf16; may hold -inf */
+    fattn_tensor bias;         /* optional additive bias (data NULL = none); f32/f16/bf16; may hold -inf;
+                                  its gradient: fattn_attn_bwd_ex (dbias) */
     fattn_causal causal;
     int64_t window_left;       /* -1 = unbounded */
     int64_t window_right;      /* -1 = unbounded */
@@ -305,6 +306,45 @@ FATTN_API fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params 
                                       const fattn_tensor *dk, const fattn_tensor *dv,
                                       void *workspace, size_t workspace_bytes);
 
+/* ---- The bias gradient (dbias) ------------------------------------------------------------
+ * The calls above never compute a gradient for the bias. The _ex calls below take a request
+ * mask `want` (0 = the plain call's answer, bit for bit) and a backward that also writes dbias.
+ *   FATTN_ATTN_WANT_DBIAS: the backward will write dbias = dL/d(bias), the gradient of the logit
+ *     (dS = P ∘ (dP − delta), not multiplied by scale: the bias adds to scale·q·k).
+ * dbias has the bias's logical shape *reduced over its broadcast dims*: ne = [B or 1, Hq or 1,
+ * Sq or 1, Skv], 1 exactly where the bias view steps by 0 (a dim of extent 1 or stride 0), e.g.
+ * a bias [1, Hq, Sq, Skv] -> dbias [1, Hq, Sq, Skv] summed over the batch; a bias [B, 1, Sq, Skv]
+ * with nb[2] = 0 -> dbias [B, 1, 1, Skv] summed over heads and query rows. Varlen: [1, Hq|1,
+ * total_q|1, total_kv], indexed by packed positions like the bias. dtype f32 whatever the bias
+ * dtype (it is a float32 reduction; convert it yourself). Any output view: innermost stride 1,
+ * never one element twice, no byte shared with another view. Broken rules: SHAPE_MISMATCH,
+ * DTYPE_MISMATCH, BAD_STRIDE, OVERLAP, each naming dbias; dbias given without a bias: BAD_BIAS.
+ * Entries whose key the masks exclude, whose bias is -inf, or that lie outside every sequence
+ * (varlen) are 0. The reduction over broadcast dims runs inside the kernels in a fixed order:
+ * bitwise deterministic, independent of the thread count, no workspace beyond the plain call's.
+ * Backends: the CPU (FUSED and EXACT). A CUDA context answers FATTN_ERR_UNSUPPORTED naming dbias
+ * (from fattn_attn_supports_ex with FATTN_ATTN_WANT_DBIAS, and from fattn_attn_bwd_ex). */
+#define FATTN_ATTN_WANT_DBIAS 1u
+
+FATTN_API fattn_status fattn_attn_supports_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                              const fattn_tensor *q, const fattn_tensor *k,
+                                              const fattn_tensor *v, uint32_t want, char *why,
+                                              size_t why_len);
+FATTN_API fattn_status fattn_attn_workspace_size_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                                    const fattn_tensor *q, const fattn_tensor *k,
+                                                    const fattn_tensor *v, uint32_t want,
+                                                    fattn_dir dir, size_t *bytes);
+/* fattn_attn_bwd plus dbias (NULL, or data NULL: not requested, exactly fattn_attn_bwd). The
+ * other outputs are bitwise the same whether dbias is requested or not. */
+FATTN_API fattn_status fattn_attn_bwd_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                         const fattn_tensor *q, const fattn_tensor *k,
+                                         const fattn_tensor *v, const fattn_tensor *o,
+                                         const fattn_tensor *lse, const void *saved,
+                                         const fattn_tensor *dout, const fattn_tensor *dq,
+                                         const fattn_tensor *dk, const fattn_tensor *dv,
+                                         const fattn_tensor *dbias, void *workspace,
+                                         size_t workspace_bytes);
+
 /* Memory model (docs/CONTRACT.md §6), bytes for one call with these shapes and p->algo.
  * Never under-predicts the measured peak. "inputs" = q, k, v (+ bias); "outputs" = o, lse. */
 typedef struct fattn_attn_memory_info {
@@ -312,7 +352,7 @@ typedef struct fattn_attn_memory_info {
     uint64_t saved_bytes;         /* kept between fwd and bwd beyond the inputs: o, lse, saved buffer */
     uint64_t fwd_workspace_bytes;
     uint64_t bwd_workspace_bytes;
-    uint64_t grads_bytes;         /* dout, dq, dk, dv */
+    uint64_t grads_bytes;         /* dout, dq, dk, dv (+ dbias: fattn_attn_memory_ex) */
     uint64_t fwd_peak_bytes;      /* inputs + saved + fwd workspace */
     uint64_t bwd_peak_bytes;      /* inputs + saved + grads + bwd workspace */
 } fattn_attn_memory_info;
@@ -320,6 +360,12 @@ typedef struct fattn_attn_memory_info {
 FATTN_API fattn_status fattn_attn_memory(fattn_ctx_t *ctx, const fattn_attn_params *p,
                                          const fattn_tensor *q, const fattn_tensor *k,
                                          const fattn_tensor *v, fattn_attn_memory_info *out);
+/* Same with a request mask (see FATTN_ATTN_WANT_DBIAS): with the dbias bit, grads_bytes and
+ * bwd_peak_bytes also count dbias (f32, the bias's reduced shape). want = 0: fattn_attn_memory. */
+FATTN_API fattn_status fattn_attn_memory_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                            const fattn_tensor *q, const fattn_tensor *k,
+                                            const fattn_tensor *v, uint32_t want,
+                                            fattn_attn_memory_info *out);
 
 /* Longest S (self-attention, Sq = Skv = S) whose bwd_peak_bytes fits in budget_bytes, for the
  * geometry B, Hq, Hkv, D, Dv, dtype and p (masks, algo). 0 if even S = 1 does not fit. */
@@ -327,6 +373,38 @@ FATTN_API fattn_status fattn_attn_max_seqlen(fattn_ctx_t *ctx, const fattn_attn_
                                              fattn_dtype dtype, int64_t B, int64_t Hq, int64_t Hkv,
                                              int64_t D, int64_t Dv, uint64_t budget_bytes,
                                              int64_t *max_s);
+
+/* ---- Merging partial results (context parallelism, KV blocks) ------------------------------
+ * fattn_attn_merge combines n_parts partial results of one set of query rows, each the forward
+ * over one block of keys (o normalized over the block's keys, lse its log-sum-exp), into the
+ * result over all of them, exactly (log-sum-exp rescaling, f32 arithmetic), folded left to right
+ * in array order:
+ *   acc = part 0;  for i = 1 .. n_parts-1:  m = max(lse_acc, lse_i),
+ *     w_a = exp(lse_acc - m), w_b = exp(lse_i - m), t = w_a + w_b,
+ *     o_acc = o_acc * (w_a / t) + o_i * (w_b / t),  lse_acc = m + log(t)
+ * A part whose lse is -inf in a row adds nothing to that row (its o there is not read, so a
+ * block that no query row of the row's sees may leave o unwritten); a row whose every part is
+ * -inf gives o = 0, lse = -inf (docs/CONTRACT.md). NaN propagates.
+ *   o_parts[i]   [B, S, H, Dv], f32, f16 or bf16 (each part its own dtype); read in f32
+ *   lse_parts[i] ne = [B, H, S, 1] f32, nb[2] = 1: the forward's lse view
+ *   o_out        [B, S, H, Dv], f32, f16 or bf16 (rounded once, at the end)
+ *   lse_out      ne = [B, H, S, 1] f32, nb[2] = 1
+ * Every view agrees with o_out's dims (SHAPE_MISMATCH naming the view, "o_parts[2]: ne[1] (seq)
+ * is 7 but o_out has 8"); lse not f32: DTYPE_MISMATCH; the view rules of this header (strides,
+ * alignment, 2^63 bytes) as for the forward; o_out and lse_out share no byte with each other or
+ * with any part (OVERLAP: merge into a buffer of its own, not into part 0). n_parts < 1:
+ * FATTN_ERR_BAD_VALUE; o_parts or lse_parts NULL: FATTN_ERR_NULL_POINTER. o_parts and
+ * lse_parts are host arrays of n_parts views; the views' data are in the context's memory.
+ * The order fixes the bits: pass the blocks in a fixed order (e.g. key-block order), never in
+ * arrival order. Each row is computed by one thread from its own inputs: bitwise deterministic,
+ * independent of the thread count. CPU and CUDA results may differ in the last bits (exp, log).
+ * Backends: CPU; CUDA (enqueued on the context's stream; a table of n_parts * 64 bytes comes
+ * from the context's allocator, freed stream-ordered before the call returns). No workspace.
+ * With the global (merged) o and lse, fattn_attn_bwd over one key block gives that block's
+ * exact share of dq, dk, dv (algo FUSED; docs/RING.md). */
+FATTN_API fattn_status fattn_attn_merge(fattn_ctx_t *ctx, int64_t n_parts,
+                                        const fattn_tensor *o_parts, const fattn_tensor *lse_parts,
+                                        const fattn_tensor *o_out, const fattn_tensor *lse_out);
 
 /* ------------------------------------------------------------------------------------------ */
 /* PaTH attention (docs/PATH.md) — section owned by the PaTH family                            */

@@ -165,6 +165,11 @@ public:
                         const fattn_tensor &v, fattn_attn_memory_info *out) const {
         return detail::check(fattn_attn_memory(ctx_, &p, &q, &k, &v, out), ctx_);
     }
+    // want: FATTN_ATTN_WANT_* bits (fattn.h: fattn_attn_memory_ex).
+    fattn_status memory(const fattn_attn_params &p, const fattn_tensor &q, const fattn_tensor &k,
+                        const fattn_tensor &v, uint32_t want, fattn_attn_memory_info *out) const {
+        return detail::check(fattn_attn_memory_ex(ctx_, &p, &q, &k, &v, want, out), ctx_);
+    }
     fattn_status max_seqlen(const fattn_attn_params &p, fattn_dtype dtype, int64_t B, int64_t Hq,
                             int64_t Hkv, int64_t D, int64_t Dv, uint64_t budget_bytes,
                             int64_t *max_s) const {
@@ -187,6 +192,18 @@ public:
                           void *workspace = nullptr, size_t workspace_bytes = 0) {
         return detail::check(fattn_attn_bwd(ctx_, &p, &q, &k, &v, &o, &lse, saved, &dout, &dq, &dk,
                                             &dv, workspace, workspace_bytes),
+                             ctx_);
+    }
+    // The backward with the bias gradient (fattn.h: fattn_attn_bwd_ex; CPU contexts).
+    fattn_status attn_bwd_dbias(const fattn_attn_params &p, const fattn_tensor &q,
+                                const fattn_tensor &k, const fattn_tensor &v, const fattn_tensor &o,
+                                const fattn_tensor &lse, const void *saved,
+                                const fattn_tensor &dout, const fattn_tensor &dq,
+                                const fattn_tensor &dk, const fattn_tensor &dv,
+                                const fattn_tensor &dbias, void *workspace = nullptr,
+                                size_t workspace_bytes = 0) {
+        return detail::check(fattn_attn_bwd_ex(ctx_, &p, &q, &k, &v, &o, &lse, saved, &dout, &dq,
+                                               &dk, &dv, &dbias, workspace, workspace_bytes),
                              ctx_);
     }
 

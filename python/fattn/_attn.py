@@ -153,7 +153,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     window: (left, right), None or -1 = unbounded, measured from the same diagonal
     (window_align, default: the causal alignment, else "bottom_right").
     bias: additive, broadcastable to [B, Hq, Sq, Skv] (size-1 or stride-0 dims; may hold -inf).
-    No gradient flows to bias. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
+    A bias that requires grad gets its gradient on the CPU (summed over its broadcast dims in
+    the library, deterministic; eager only); on CUDA that raises NotImplementedError. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
     Returns o [B, Sq, Hq, Dv] in q's dtype, and with return_lse also lse [B, Hq, Sq] float32
     (natural log of each row's softmax denominator; -inf for a fully masked row; no gradient).
     """
@@ -161,11 +162,16 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     # its fake kernel instead of failing.
     _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
                      "cu_seqlens_k": cu_seqlens_k})
-    if bias is not None and bias.requires_grad and torch.is_grad_enabled():
-        raise NotImplementedError("fattn: the gradient with respect to bias is not "
-                                  "implemented; pass bias.detach()")
+    bias_grad = bias is not None and bias.requires_grad and torch.is_grad_enabled()
+    if bias_grad and q.device.type != "cpu":
+        raise NotImplementedError("fattn: the gradient with respect to bias (dbias) is computed "
+                                  "on the CPU only; on " + q.device.type + " pass bias.detach()")
     squeeze = cu_seqlens_q is not None and q.dim() == 3
-    q, k, v, bias = _prepare(q, k, v, bias, cu_seqlens_q)
+    if bias_grad:
+        q, k, v, _ = _prepare(q, k, v, None, cu_seqlens_q)
+        bias = _grad_bias(bias)
+    else:
+        q, k, v, bias = _prepare(q, k, v, bias, cu_seqlens_q)
     cu_seqlens_q = seqlens_arg(cu_seqlens_q, "cu_seqlens_q")
     cu_seqlens_k = seqlens_arg(cu_seqlens_k, "cu_seqlens_k")
     scalars = normalize(q, causal=causal, window=window, window_align=window_align, scale=scale,
@@ -173,7 +179,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
                         max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, prec=prec,
                         algo=algo)
     try:
-        o, lse, _ = _ops.attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, scalars)
+        if bias_grad:
+            o, lse = _AttnBiasFn.apply(scalars, q, k, v, bias, cu_seqlens_q, cu_seqlens_k)
+        else:
+            o, lse, _ = _ops.attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, scalars)
     except _lib.FattnError as e:
         hint = None if cu_seqlens_q is not None else _layout_hint(q, k, v, bias)
         if hint is None:
@@ -182,6 +191,54 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     if squeeze:
         o, lse = o.squeeze(0), lse.squeeze(0)
     return (o, lse) if return_lse else o
+
+
+def _grad_bias(bias):
+    """The bias input of _AttnBiasFn: 4 dims, and a stride-0 dim of size > 1 (an expanded view)
+    narrowed to size 1. Its elements along that dim are one value, so the forward is the same;
+    autograd gives the whole summed gradient to index 0 of the view and the expand's backward
+    sums that into the tensor it was expanded from."""
+    if bias.dim() < 4:
+        bias = bias[(None,) * (4 - bias.dim())]
+    for d in range(3):
+        if bias.shape[d] > 1 and bias.stride(d) == 0:
+            bias = bias.narrow(d, 0, 1)
+    return bias
+
+
+def _bias_view_tensor(bias, q, k):
+    """bias [b|1, h|1, Sq|1, Skv|1] as the library reads it: query dim expanded by stride 0,
+    a size-1 key dim materialized (the library needs a unit key stride)."""
+    sq, skv = q.shape[1], k.shape[1]
+    if bias.shape[3] != skv or bias.stride(3) != 1:
+        bias = bias.expand(bias.shape[0], bias.shape[1], bias.shape[2], skv).contiguous()
+    return bias.expand(bias.shape[0], bias.shape[1], sq, skv)
+
+
+class _AttnBiasFn(torch.autograd.Function):
+    """attention() with a bias that requires grad (CPU): the forward kernel, and a backward
+    that also returns dbias (fattn_attn_bwd_ex), summed over the bias's broadcast dims inside
+    the library (bitwise deterministic), in the bias's dtype and shape. Eager only: it calls
+    the kernels directly, not through the torch ops (no torch.compile graph, no autocast)."""
+
+    @staticmethod
+    def forward(ctx, scalars, q, k, v, bias, cu_q, cu_k):
+        o, lse, saved = _ops._fwd_kernel(q, k, v, _bias_view_tensor(bias, q, k), cu_q, cu_k,
+                                         *scalars)
+        ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
+        ctx.scalars = scalars
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, _dlse):
+        q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv, db = _ops.attn_bwd_dbias(do, q, k, v, o, lse, saved,
+                                             _bias_view_tensor(bias, q, k), cu_q, cu_k,
+                                             *ctx.scalars)
+        if bias.shape[3] != db.shape[3]:  # a size-1 key dim: its keys' gradients summed
+            db = db.sum(3, keepdim=True)
+        return None, dq, dk, dv, db.to(bias.dtype).reshape(bias.shape), None, None
 
 
 def _prepare(q, k, v, bias, cu_seqlens_q):

@@ -308,6 +308,33 @@ def _bwd_kernel(*args):
         return _bwd(*args)
 
 
+def attn_bwd_dbias(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
+    """The backward that also returns the bias gradient (fattn_attn_bwd_ex): dq, dk, dv and
+    dbias, float32, of bias's shape with 1 on every dim bias steps by 0 (size 1 or stride 0),
+    summed over it inside the library. Eager CPU only: no torch op, no plan cache (attention()
+    calls it for a bias that requires grad)."""
+    if dout.stride(3) != 1:
+        dout = dout.contiguous()
+    c = _lib.context_entry(q.device)
+    ctx, L = c.handle, lib()
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    red = [1 if bias.shape[d] == 1 or bias.stride(d) == 0 else bias.shape[d] for d in range(3)]
+    dbias = torch.empty(red + [bias.shape[3]], dtype=torch.float32, device=q.device)
+    p = params(bias, cu_q, cu_k, *scalars)
+    qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
+    ws_bytes = _size(L.fattn_attn_workspace_size, ctx,
+                     (ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv),
+                      _lib.DIR_BWD), "attn_workspace_size")
+    ws = _alloc_ws(ws_bytes, q.device)
+    check(ctx, L.fattn_attn_bwd_ex(ctx, p, qv, kv, vv, view(o, "o"), lse_view(lse), ptr(saved),
+                                   view(dout, "dout"), view(dq, "dq"), view(dk, "dk"),
+                                   view(dv, "dv"), view(dbias, "dbias"), ptr(ws), ws_bytes),
+          "attn_bwd")
+    return dq, dk, dv, dbias
+
+
 @torch.library.register_fake("fattn::attn_bwd")
 def _bwd_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *scalars):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)

@@ -20,6 +20,10 @@ namespace fattn {
 
 fattn_status attn_backend_select(const fattn_ctx *ctx, const AttnFwdParams &p, std::string *why) {
     if (ctx->backend == FATTN_BACKEND_CPU) return cpu::attn_select(p, why);
+    if (p.want_dbias) {  // the bias gradient has CPU kernels only (both algorithms)
+        if (why) *why = "dbias: the bias gradient is not computed on a CUDA context (CPU backend only)";
+        return FATTN_ERR_UNSUPPORTED;
+    }
 #ifdef FATTN_WITH_CUDA
     return cuda::attn_select(p, device_of(ctx), why);
 #else
@@ -113,6 +117,11 @@ void fill_bwd(const fattn::AttnBwdParams &p) {
     fill_view(p.dk, p.dtype, ne_k, p.dk_sb, p.dk_ss, p.dk_sh, 0.0f);
     const int64_t ne_v[4] = {B, p.total_kv, p.hkv, p.dim_v};
     fill_view(p.dv, p.dtype, ne_v, p.dv_sb, p.dv_ss, p.dv_sh, 0.0f);
+    if (p.dbias) {  // nothing attends: every bias entry's gradient is 0
+        const int64_t ne_b[4] = {p.bias_sb ? B : 1, p.bias_sh ? p.hq : 1, p.bias_si ? p.total_q : 1,
+                                 p.total_kv};
+        fill_view(p.dbias, FATTN_F32, ne_b, p.dbias_sb, p.dbias_sh, p.dbias_si, 0.0f);
+    }
 }
 
 // Workspace: the caller's (checked for size) or the context allocator's (freed on scope exit).
@@ -176,12 +185,14 @@ fattn_prec fattn_resolve_prec(const fattn_ctx_t *ctx, const fattn_attn_params *p
     return fattn::attn_resolve_prec(ctx, req, dt);
 }
 
-fattn_status fattn_attn_supports(fattn_ctx_t *ctx, const fattn_attn_params *p,
-                                 const fattn_tensor *q, const fattn_tensor *k,
-                                 const fattn_tensor *v, char *why, size_t why_len) {
+fattn_status fattn_attn_supports_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                    const fattn_tensor *q, const fattn_tensor *k,
+                                    const fattn_tensor *v, uint32_t want, char *why,
+                                    size_t why_len) {
     fattn_status s = guarded(ctx, "fattn_attn_supports", [&] {
         AttnViews vw;
         vw.q = q; vw.k = k; vw.v = v;
+        vw.want = want;
         AttnResolved r;
         return validate(ctx, p, AttnOp::QUERY, vw, &r);
     });
@@ -193,9 +204,25 @@ fattn_status fattn_attn_supports(fattn_ctx_t *ctx, const fattn_attn_params *p,
     return s;
 }
 
+fattn_status fattn_attn_supports(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                 const fattn_tensor *q, const fattn_tensor *k,
+                                 const fattn_tensor *v, char *why, size_t why_len) {
+    return fattn_attn_supports_ex(ctx, p, q, k, v, 0, why, why_len);
+}
+
 fattn_status fattn_attn_workspace_size(fattn_ctx_t *ctx, const fattn_attn_params *p,
                                        const fattn_tensor *q, const fattn_tensor *k,
                                        const fattn_tensor *v, fattn_dir dir, size_t *bytes) {
+    return fattn_attn_workspace_size_ex(ctx, p, q, k, v, 0, dir, bytes);
+}
+
+// The CPU's dbias needs no workspace of its own (it accumulates in dbias, with the backward's
+// scratch slots), so the sizes do not depend on `want` there; the parameter lets a backend that
+// does need some say so without another entry point.
+fattn_status fattn_attn_workspace_size_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,
+                                          const fattn_tensor *q, const fattn_tensor *k,
+                                          const fattn_tensor *v, uint32_t want, fattn_dir dir,
+                                          size_t *bytes) {
     return guarded(ctx, "fattn_attn_workspace_size", [&] {
         if (!bytes) return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER, "bytes: is NULL");
         *bytes = 0;
@@ -205,6 +232,7 @@ fattn_status fattn_attn_workspace_size(fattn_ctx_t *ctx, const fattn_attn_params
                                     "dir: " + std::to_string(rdir) + " is not a fattn_dir");
         AttnViews vw;
         vw.q = q; vw.k = k; vw.v = v;
+        vw.want = want;
         AttnResolved r;
         fattn_status s = validate(ctx, p, AttnOp::QUERY, vw, &r);
         if (s != FATTN_OK) return s;
@@ -272,10 +300,20 @@ fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params *p, const 
                             const fattn_tensor *lse, const void *saved, const fattn_tensor *dout,
                             const fattn_tensor *dq, const fattn_tensor *dk, const fattn_tensor *dv,
                             void *workspace, size_t workspace_bytes) {
+    return fattn_attn_bwd_ex(ctx, p, q, k, v, o, lse, saved, dout, dq, dk, dv, nullptr, workspace,
+                             workspace_bytes);
+}
+
+fattn_status fattn_attn_bwd_ex(fattn_ctx_t *ctx, const fattn_attn_params *p, const fattn_tensor *q,
+                               const fattn_tensor *k, const fattn_tensor *v, const fattn_tensor *o,
+                               const fattn_tensor *lse, const void *saved, const fattn_tensor *dout,
+                               const fattn_tensor *dq, const fattn_tensor *dk, const fattn_tensor *dv,
+                               const fattn_tensor *dbias, void *workspace, size_t workspace_bytes) {
     return guarded(ctx, "fattn_attn_bwd", [&] {
         AttnViews vw;
         vw.q = q; vw.k = k; vw.v = v; vw.o = o; vw.lse = lse;
         vw.dout = dout; vw.dq = dq; vw.dk = dk; vw.dv = dv;
+        vw.dbias = dbias;
         AttnResolved r;
         fattn_status s = validate(ctx, p, AttnOp::BWD, vw, &r);
         if (s != FATTN_OK) return s;

@@ -57,9 +57,11 @@ uint64_t sat(i128 x) { return x > i128(UINT64_MAX) ? UINT64_MAX : uint64_t(x); }
 
 // The model, shared by fattn_attn_memory and the S search. The error (if any) is recorded on ctx.
 fattn_status model(fattn_ctx *ctx, const fattn_attn_params *p, const fattn_tensor *q,
-                   const fattn_tensor *k, const fattn_tensor *v, fattn_attn_memory_info *out) {
+                   const fattn_tensor *k, const fattn_tensor *v, fattn_attn_memory_info *out,
+                   uint32_t want = 0) {
     fattn::AttnViews vw;
     vw.q = q; vw.k = k; vw.v = v;
+    vw.want = want;
     fattn::AttnResolved r;
     std::string why;
     fattn_status s = fattn::attn_validate(ctx, p, fattn::AttnOp::QUERY, vw, true, &r, &why);
@@ -84,7 +86,10 @@ fattn_status model(fattn_ctx *ctx, const fattn_attn_params *p, const fattn_tenso
         ws_b += host_allowance(ctx, fp);
     }
     const i128 saved = o_bytes + lse_bytes + saved_buf;
-    const i128 grads = o_bytes + q_bytes + k_bytes + v_bytes;  // dout, dq, dk, dv
+    i128 grads = o_bytes + q_bytes + k_bytes + v_bytes;  // dout, dq, dk, dv
+    if (fp.want_dbias)  // dbias: f32, the bias's shape reduced over its broadcast dims
+        grads += prod({fp.bias_sb ? B : 1, fp.bias_sh ? fp.hq : 1, fp.bias_si ? fp.total_q : 1,
+                       fp.total_kv}) * 4;
     out->inputs_bytes = sat(inputs);
     out->saved_bytes = sat(saved);
     out->fwd_workspace_bytes = sat(ws_f);
@@ -108,6 +113,16 @@ fattn_status fattn_attn_memory(fattn_ctx_t *ctx, const fattn_attn_params *p, con
         if (!out) return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER, "out: is NULL");
         *out = fattn_attn_memory_info{};
         return model(ctx, p, q, k, v, out);
+    });
+}
+
+fattn_status fattn_attn_memory_ex(fattn_ctx_t *ctx, const fattn_attn_params *p, const fattn_tensor *q,
+                                  const fattn_tensor *k, const fattn_tensor *v, uint32_t want,
+                                  fattn_attn_memory_info *out) {
+    return guarded(ctx, "fattn_attn_memory", [&] {
+        if (!out) return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER, "out: is NULL");
+        *out = fattn_attn_memory_info{};
+        return model(ctx, p, q, k, v, out, want);
     });
 }
 

@@ -64,6 +64,9 @@ struct AttnFwdParams {
     const int32_t *cu_seqlens_q;
     const int32_t *cu_seqlens_kv;
 
+    // ---- requests beyond O/LSE and dQ/dK/dV (fattn_attn_*_ex): seen by the selection ----
+    bool want_dbias;      // the backward also writes dbias (AttnBwdParams::dbias)
+
     // ---- backend knobs ----
     int nthreads;         // CPU
     void *stream;         // CUDA (cudaStream_t)
@@ -77,6 +80,10 @@ struct AttnBwdParams : AttnFwdParams {
     void *dq;         int64_t dq_sb, dq_ss, dq_sh;
     void *dk;         int64_t dk_sb, dk_ss, dk_sh;
     void *dv;         int64_t dv_sb, dv_ss, dv_sh;
+    // dbias (nullptr: not requested): f32, the bias's shape reduced over its broadcast dims, so
+    // element (b, h, i, j) of the bias's index space is at dbias + b*dbias_sb + h*dbias_sh +
+    // i*dbias_si + j, with a stride 0 exactly where the bias's is 0 (the sum runs over that dim).
+    float *dbias;     int64_t dbias_sb, dbias_sh, dbias_si;
 };
 
 // ---- sequence geometry shared by every backend (host and device) ----

@@ -82,6 +82,7 @@ fattn_status attn_check_buffers(AttnOp op, const AttnViews &vw, const fattn_attn
         {"o", vw.o, !bwd},       {"lse", vw.lse, !bwd, 2},   {"dout", vw.dout, false},
         {"dq", vw.dq, true},     {"dk", vw.dk, true},        {"dv", vw.dv, true},
         {"bias", params.bias.data ? &params.bias : nullptr, false},
+        {"dbias", bwd && vw.dbias && vw.dbias->data ? vw.dbias : nullptr, true},
         {"cu_seqlens_q", &cu_q, false}, {"cu_seqlens_kv", &cu_kv, false},
     };
     for (int b = 0; b < nb; ++b)
@@ -218,11 +219,41 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
         FATTN_RETURN_ON(vc::check_data(bias_view, why));
     }
 
+    // ---- dbias (the bias gradient): requested by a BWD's view or a QUERY's want bit ----
+    FATTN_RETURN_IF((vw.want & ~uint32_t(FATTN_ATTN_WANT_DBIAS)) != 0, FATTN_ERR_BAD_VALUE,
+                    "want: " + std::to_string(vw.want) + " has bits other than FATTN_ATTN_WANT_DBIAS");
+    const bool has_dbias = bwd ? (vw.dbias && vw.dbias->data) : (vw.want & FATTN_ATTN_WANT_DBIAS) != 0;
+    View dbias_view{"dbias", vw.dbias, true};
+    FATTN_RETURN_IF(has_dbias && !has_bias, FATTN_ERR_BAD_BIAS,
+                    "dbias: the bias gradient is requested but params has no bias (bias.data is NULL)");
+    if (bwd && has_dbias) {
+        const fattn_tensor &db = *vw.dbias, &b = p.bias;
+        FATTN_RETURN_ON(vc::check_dtype_valid(dbias_view, why));
+        FATTN_RETURN_IF(db.dtype != FATTN_F32, FATTN_ERR_DTYPE_MISMATCH,
+                        string("dbias: dtype is ") + fattn_dtype_name(db.dtype) +
+                            ", must be f32 (the bias gradient is a float32 reduction)");
+        // The bias's shape, reduced to 1 where the bias steps by 0 (extent 1 or stride 0).
+        static const char *const kBiasDims[4] = {"batch", "heads", "query rows", "keys"};
+        const int64_t full[4] = {B, Hq, Sq, Skv};
+        for (int d = 0; d < 4; ++d) {
+            const bool bcast = d < 3 && vc::step(b, d) == 0;
+            const int64_t want = bcast ? 1 : full[d];
+            FATTN_RETURN_IF(db.ne[d] != want, FATTN_ERR_SHAPE_MISMATCH,
+                            "dbias: ne[" + S(d) + "] (" + kBiasDims[d] + ") is " + S(db.ne[d]) +
+                                ", must be " + S(want) +
+                                (bcast ? " (the bias broadcasts this dim: its gradient is summed over it)"
+                                       : " (the bias's extent)"));
+        }
+        FATTN_RETURN_ON(vc::check_strides(dbias_view, why));
+        FATTN_RETURN_ON(vc::check_data(dbias_view, why));
+    }
+
     // ---- overlap: outputs pairwise, and every output against every input ----
-    View all[10];
+    View all[11];
     int nall = 0;
     for (int i = 0; i < nviews; ++i) all[nall++] = views[i];
     if (has_bias) all[nall++] = bias_view;
+    if (bwd && has_dbias) all[nall++] = dbias_view;
     if (op != AttnOp::QUERY) FATTN_RETURN_ON(vc::check_overlaps(all, nall, why));
 
     // ---- masks ----
@@ -348,6 +379,7 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
     }
     r.cu_seqlens_q = varlen ? p.cu_seqlens_q : nullptr;
     r.cu_seqlens_kv = varlen ? p.cu_seqlens_kv : nullptr;
+    r.want_dbias = has_dbias;
     r.nthreads = ctx->nthreads;
     r.stream = ctx->stream;
     if (bwd) {
@@ -356,6 +388,11 @@ fattn_status attn_validate(const fattn_ctx *ctx, const fattn_attn_params *params
         r.dq = dq.data; r.dq_sb = vc::step(dq, 0); r.dq_ss = vc::step(dq, 1); r.dq_sh = vc::step(dq, 2);
         r.dk = dk.data; r.dk_sb = vc::step(dk, 0); r.dk_ss = vc::step(dk, 1); r.dk_sh = vc::step(dk, 2);
         r.dv = dv.data; r.dv_sb = vc::step(dv, 0); r.dv_ss = vc::step(dv, 1); r.dv_sh = vc::step(dv, 2);
+        if (has_dbias) {  // dims of extent 1 step by 0: exactly the bias's broadcast dims
+            const fattn_tensor &db = *vw.dbias;
+            r.dbias = static_cast<float *>(db.data);
+            r.dbias_sb = vc::step(db, 0); r.dbias_sh = vc::step(db, 1); r.dbias_si = vc::step(db, 2);
+        }
     }
 
     // ---- how much work: B, S or H of 0 ----

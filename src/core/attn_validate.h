@@ -24,6 +24,10 @@ struct AttnViews {
     const fattn_tensor *q = nullptr, *k = nullptr, *v = nullptr;
     const fattn_tensor *o = nullptr, *lse = nullptr;
     const fattn_tensor *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+    // The bias gradient (BWD only; nullptr or data NULL: not requested).
+    const fattn_tensor *dbias = nullptr;
+    // Requests (FATTN_ATTN_WANT_*) of a QUERY; a BWD derives them from its views.
+    uint32_t want = 0;
 };
 
 // How much work the validated call holds.

@@ -16,6 +16,17 @@
 //      the bits do not depend on the thread count; it exists so that a problem with few
 //      (sequence, kv head) pairs still has several tasks, at the cost of nchunks dQ partials.
 // This is the "deterministic 2-pass" dQ: no recompute of S for dQ, one pass over all tile pairs.
+//
+// dbias (optional, f32, the bias's shape reduced over its broadcast dims): zeroed first, then every
+// element gets its dS contributions added in a fixed order by exactly one task, never by two:
+//   - owned (dbias_owned): when every contribution to an element comes from one main-loop task
+//     (the bias is per batch or B = 1 or varlen, and per head or Hkv = 1), that task adds its dS
+//     tile as it goes, in its own order (query head of the group, then q tile, then row);
+//   - otherwise (a bias shared by the batches of a dense call, or by the heads of several kv
+//     heads) a second pass, one task per dbias tile (cell, kv tile), recomputes the dS tiles that
+//     reach it (the first two GEMMs of the main loop) in the order sequence, head, q tile, row.
+// No partial buffers, no atomics, no workspace beyond the main loop's scratch slots; the other
+// outputs are computed exactly as without dbias.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -65,6 +76,122 @@ void compute_delta(const AttnBwdParams &p, const Workspace &ws, float *delta, fl
     });
 }
 
+// True when every dS contribution to a dbias element comes from one main-loop task (see top).
+bool dbias_owned(const AttnBwdParams &p) {
+    const bool shared_b = !p.cu_seqlens_q && p.bias_sb == 0 && p.batch > 1;
+    const bool shared_h = p.bias_sh == 0 && p.hkv > 1;
+    return !shared_b && !shared_h;
+}
+
+// dbias rows (b, h, i) of a dS tile: dst[j] += ds[j], rows in order (a row broadcast over the
+// queries, dbias_si = 0, takes them one after the other).
+inline void add_dbias_tile(const AttnBwdParams &p, const SeqRange &r, int64_t h, int64_t i0, int rows,
+                           int64_t j0, int bk, const float *ds, int64_t ld) {
+    for (int i = 0; i < rows; ++i) {
+        float *dst = p.dbias + r.batch_index * p.dbias_sb + h * p.dbias_sh +
+                     (r.q_begin + i0 + i) * p.dbias_si + r.kv_begin + j0;
+        const float *src = ds + i * ld;
+        for (int j = 0; j < bk; ++j) dst[j] += src[j];
+    }
+}
+
+// Zero every dbias element (each task one row of the reduced [B|1, Hq|1, Sq|1, Skv] view).
+void zero_dbias(const AttnBwdParams &p) {
+    const int64_t nb = p.bias_sb ? (p.cu_seqlens_q ? 1 : p.batch) : 1;
+    const int64_t nh = p.bias_sh ? p.hq : 1, ni = p.bias_si ? p.total_q : 1;
+    parallel_for(nb * nh * ni, p.nthreads, [&](int64_t t) {
+        const int64_t b = t / (nh * ni), h = (t / ni) % nh, i = t % ni;
+        std::memset(p.dbias + b * p.dbias_sb + h * p.dbias_sh + i * p.dbias_si, 0, size_t(p.total_kv) * 4);
+    });
+}
+
+// The second dbias pass (dbias not owned): one task per (cell, kv tile). A cell is one dbias
+// slice and q tile: its sequences (all batches when the bias is shared by them, else one), its
+// heads (all when shared, else one), its q tiles (all when the bias broadcasts over the queries,
+// else one). The task recomputes P and dS of every tile pair of the cell, as the main loop does,
+// and adds them in order (sequence, head, q tile, row). Uses the main loop's packed scale · Q,
+// dO, delta and lse' (still in the workspace) and its scratch slots.
+template <bool kExact>
+void dbias_pass(const AttnBwdParams &p, const float *saved, Workspace &ws) {
+    const bool sum_b = !p.cu_seqlens_q && p.bias_sb == 0;  // dense: every batch has batch 0's lengths
+    const bool sum_h = p.bias_sh == 0, sum_i = p.bias_si == 0;
+    const int64_t ncs = sum_b ? 1 : p.batch, nhc = sum_h ? 1 : p.hq, group = p.group();
+    const int64_t hdv = p.dim_v;
+    TaskIndex ti;
+    ti.off.assign(size_t(ncs) + 1, 0);
+    for (int64_t cs = 0; cs < ncs; ++cs) {
+        const SeqRange r = seq_range(p, cs);
+        const int64_t nq = sum_i ? (r.q_len > 0 ? 1 : 0) : cdiv(r.q_len, kBQ);
+        ti.off[size_t(cs) + 1] = ti.off[size_t(cs)] + nhc * nq * cdiv(r.kv_len, kBK);
+    }
+    SlotPool pool(ws.nslots);
+    parallel_for(ti.total(), p.nthreads, [&](int64_t t) {
+        int64_t cs, rem;
+        ti.locate(t, &cs, &rem);
+        const SeqRange r0 = seq_range(p, cs);
+        const int64_t nqt = cdiv(r0.q_len, kBQ), nkt = cdiv(r0.kv_len, kBK), nqc = sum_i ? 1 : nqt;
+        const int64_t kt = rem % nkt, qc = (rem / nkt) % nqc, hc = rem / (nkt * nqc);
+        const int64_t s_lo = sum_b ? 0 : cs, s_hi = sum_b ? p.batch : cs + 1;
+        const int64_t h_lo = sum_h ? 0 : hc, h_hi = sum_h ? p.hq : hc + 1;
+        const int64_t qt_lo = sum_i ? 0 : qc, qt_hi = sum_i ? nqt : qc + 1;
+        const int64_t j0 = kt * kBK;
+        const int bk = int(std::min<int64_t>(kBK, r0.kv_len - j0));
+        const int n = int(pad_n(bk));
+        int slot = pool.acquire();
+        BwdScratch sc = carve_bwd(p, ws.slots + size_t(slot) * ws.slot_bytes);
+        int64_t loaded = -1;  // (sequence, kv head) whose K/V tile the scratch holds
+        for (int64_t s = s_lo; s < s_hi; ++s) {
+            const SeqRange r = seq_range(p, s);
+            for (int64_t h = h_lo; h < h_hi; ++h) {
+                const int64_t hk = h / group;
+                for (int64_t qt = qt_lo; qt < qt_hi; ++qt) {
+                    const int64_t i0 = qt * kBQ;
+                    const int rows = int(std::min<int64_t>(kBQ, r.q_len - i0));
+                    if (!tile_may_touch(p, r, i0, rows, j0, bk)) continue;
+                    if (!ws.map.active(s, h, qt, kt, nkt)) continue;
+                    if (tile_rows(p, r, i0, rows, j0, bk, sc.tr) == kTileSkip) continue;
+                    if (loaded != s * p.hkv + hk) {
+                        const int64_t krow = r.batch_index * p.k_sb + (r.kv_begin + j0) * p.k_ss + hk * p.k_sh;
+                        const int64_t vrow = r.batch_index * p.v_sb + (r.kv_begin + j0) * p.v_ss + hk * p.v_sh;
+                        if (!kExact) load_tile_t(elem(p.k, p.dtype, krow), p.dtype, p.k_ss, bk, int(p.d), sc.kt, sc.ldt);
+                        load_tile_t(elem(p.v, p.dtype, vrow), p.dtype, p.v_ss, bk, int(hdv), sc.vt, sc.ldt);
+                        loaded = s * p.hkv + hk;
+                    }
+                    const int64_t prow = (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
+                    const float *qs = ws.qs + prow * ws.ldq, *dout = ws.dos + prow * ws.ldo;
+                    const float *lse = ws.lse_rel + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
+                    const float *cl = ceil_row(p, ws, r, h, i0);
+                    const float *delta = ws.delta + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
+                    // P exactly as the main loop builds it (bias always present here)
+                    if (kExact) {
+                        const float *pcol = saved + ((s * p.hq + h) * p.seqlen_kv + j0) * p.seqlen_q + i0;
+                        transpose(pcol, p.seqlen_q, bk, rows, sc.pm, sc.ldt);
+                        for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * sc.ldt + bk, sc.pm + i * sc.ldt + n, 0.0f);
+                    } else {
+                        gemm(rows, n, int(p.d), qs, ws.ldq, sc.kt, sc.ldt, sc.pm, sc.ldt, false);
+                        for (int i = 0; i < rows; ++i) {
+                            float *pr = sc.pm + i * sc.ldt;
+                            int a = sc.tr->a[i], b = sc.tr->b[i];
+                            if (a >= b || lse[i] == kNegInf) {
+                                std::fill(pr, pr + n, 0.0f);
+                                continue;
+                            }
+                            add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, pr, a, b, cl[i]);
+                            std::fill(pr, pr + a, 0.0f);
+                            std::fill(pr + b, pr + n, 0.0f);
+                            exp_shift(pr + a, lse[i], pr + a, b - a);
+                        }
+                    }
+                    gemm(rows, n, int(hdv), dout, ws.ldo, sc.vt, sc.ldt, sc.dp, sc.ldt, false);
+                    for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * sc.ldt, sc.pm + i * sc.ldt, delta[i], n);
+                    add_dbias_tile(p, r, h, i0, rows, j0, bk, sc.dp, sc.ldt);
+                }
+            }
+        }
+        pool.release(slot);
+    });
+}
+
 }  // namespace
 
 template <bool kExact>
@@ -79,6 +206,8 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
         std::memset(ws.dq_part + t * p.total_q * dp, 0, size_t(p.total_q * dp) * 4);
     });
     compute_delta(p, ws, ws.delta, ws.lse_rel);
+    const bool dbias_in_loop = p.dbias && dbias_owned(p);
+    if (p.dbias) zero_dbias(p);
     // Rows whose bias ceiling is large: their lse − ceiling may have lost log Σ; recompute it.
     if (!kExact && any_large_ceiling(p, ws)) fused_fwd(p, ws, ws.lse_rel);
 
@@ -175,6 +304,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     gemm_tn(bk, int(dp), rows, sc.dp, sc.ldt, qs, ws.ldq, sc.dk, sc.ldd, true, &pf_dq);
                     float *dq = ws.dq_part + (((c * nb + r.batch_index) * p.hq + h) * p.total_q + r.q_begin + i0) * dp;
                     gemm(rows, int(dp), bk, sc.dp, sc.ldt, sc.kr, sc.ldd, dq, dp, true);
+                    if (dbias_in_loop) add_dbias_tile(p, r, h, i0, rows, j0, bk, sc.dp, sc.ldt);
                 }
             }
             store_tile(elem(p.dk, p.dtype, r.batch_index * p.dk_sb + (r.kv_begin + j0) * p.dk_ss + hk * p.dk_sh),
@@ -200,6 +330,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
         store_tile(elem(p.dq, p.dtype, b * p.dq_sb + i0 * p.dq_ss + h * p.dq_sh), p.dtype, p.dq_ss,
                    int(i1 - i0), int(p.d), sum, dp, p.scale);
     });
+    if (p.dbias && !dbias_in_loop) dbias_pass<kExact>(p, saved, ws);
     if (p.cu_seqlens_kv) {  // dK/dV rows that belong to no sequence
         const int64_t kv_lo = p.cu_seqlens_kv[0], kv_hi = p.cu_seqlens_kv[p.batch];
         for (int64_t hk = 0; hk < p.hkv; ++hk) {

@@ -177,6 +177,19 @@ void attn_bwd(const Problem &p, const Tensors &t, Outputs *out, bool want_dbias)
     }
 }
 
+void reduce_dbias(const Problem &p, const std::vector<double> &full, bool sum_b, bool sum_h,
+                  bool sum_i, std::vector<double> *out) {
+    const int64_t nb = sum_b ? 1 : p.B, nh = sum_h ? 1 : p.Hq, ni = sum_i ? 1 : p.Sq;
+    out->assign(size_t(nb * nh * ni * p.Skv), 0.0);
+    for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < p.Hq; ++h)
+            for (int64_t i = 0; i < p.Sq; ++i)
+                for (int64_t j = 0; j < p.Skv; ++j) {
+                    const int64_t dst = (((sum_b ? 0 : b) * nh + (sum_h ? 0 : h)) * ni + (sum_i ? 0 : i)) * p.Skv + j;
+                    (*out)[size_t(dst)] += full[size_t(bias_at(p, b, h, i, j))];
+                }
+}
+
 // ---------------------------------------------------------------- gather layer
 
 double decode(const void *base, fattn_dtype t, int64_t i) {

@@ -66,6 +66,12 @@ struct Outputs {
 void attn_fwd(const Problem &p, const Tensors &t, Outputs *out);
 void attn_bwd(const Problem &p, const Tensors &t, Outputs *out, bool want_dbias = false);
 
+// The bias gradient of a broadcast bias: full = out->dbias of attn_bwd ([B, Hq, Sq, Skv]) summed
+// over the dims the bias broadcasts (sum_b, sum_h, sum_i), in double, into the reduced
+// [B|1, Hq|1, Sq|1, Skv] array the C API's dbias holds.
+void reduce_dbias(const Problem &p, const std::vector<double> &full, bool sum_b, bool sum_h,
+                  bool sum_i, std::vector<double> *out);
+
 // Gather layer: p's pointers must be host memory. Fills prob and t (t.dout only from bwd params).
 void gather(const AttnFwdParams &p, Problem *prob, Tensors *t);
 void gather(const AttnBwdParams &p, Problem *prob, Tensors *t);

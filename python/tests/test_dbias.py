@@ -1,0 +1,148 @@
+"""test_dbias.py — fattn.attention's bias gradient (CPU): against torch's math SDPA in float64 with
+a float attn_mask that requires grad, for every broadcast form of the mask (full, per head,
+shared, [B, 1, 1, Skv], 2-d, an expanded leaf, a size-1 key dim), with -inf entries, GQA and the
+causal mask; bitwise repeatable; CUDA raises NotImplementedError naming the bias gradient.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fattn
+from conftest import HAS_CUDA
+
+B, SQ, SKV, HQ, HKV, D = 2, 70, 90, 4, 2, 32
+
+
+def _qkv(dtype=torch.float32):
+    q = torch.randn(B, SQ, HQ, D, dtype=dtype)
+    k = torch.randn(B, SKV, HKV, D, dtype=dtype)
+    v = torch.randn(B, SKV, HKV, D, dtype=dtype)
+    return q, k, v
+
+
+def _reference(q, k, v, mask, causal):
+    """float64 math SDPA in torch's [B, H, S, D] layout, GQA by repeating k/v heads."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    m64 = mask.detach().double().requires_grad_()
+    rep = HQ // HKV
+    qt = q64.transpose(1, 2)
+    kt = k64.transpose(1, 2).repeat_interleave(rep, dim=1)
+    vt = v64.transpose(1, 2).repeat_interleave(rep, dim=1)
+    full = m64
+    if causal:  # top-left: key j <= query i
+        keep = torch.ones(SQ, SKV, dtype=torch.bool).tril()
+        full = m64.masked_fill(~keep, float("-inf"))
+    o = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=full).transpose(1, 2)
+    return o, q64, k64, v64, m64
+
+
+def _leaf(shape, neg_inf=True):
+    m = torch.randn(*shape)
+    if neg_inf:
+        m[..., 3::7] = float("-inf")  # some keys masked in every row, never a whole row
+    return m.requires_grad_()
+
+
+MASKS = {
+    "BHSS": lambda: _leaf((B, HQ, SQ, SKV)),
+    "1HSS": lambda: _leaf((1, HQ, SQ, SKV)),
+    "11SS": lambda: _leaf((1, 1, SQ, SKV)),
+    "B11S": lambda: _leaf((B, 1, 1, SKV)),
+    "SS_2d": lambda: _leaf((SQ, SKV)),
+    "H1S_3d": lambda: _leaf((HQ, 1, SKV)),
+    "BH1_keydim1": lambda: _leaf((B, HQ, SQ, 1), neg_inf=False),
+}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", list(MASKS))
+def test_dbias_matches_math_sdpa(name, causal):
+    q, k, v = _qkv()
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    mask = MASKS[name]()
+    do = torch.randn(B, SQ, HQ, D)
+    o = fattn.attention(q, k, v, bias=mask, causal="top_left" if causal else False)
+    o.backward(do)
+    o_ref, q64, k64, v64, m64 = _reference(q, k, v, mask, causal)
+    o_ref.backward(do.double())
+    assert mask.grad is not None and mask.grad.shape == mask.shape and mask.grad.dtype == mask.dtype
+
+    def rel(a, b):
+        return ((a.double() - b).norm() / b.norm().clamp_min(1e-30)).item()
+
+    assert rel(o.detach(), o_ref.detach()) < 1e-5
+    for got, ref in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert rel(got, ref) < 1e-5
+    if name == "BH1_keydim1":  # a per-row constant: its gradient is 0 up to rounding
+        assert (mask.grad.double() - m64.grad).abs().max().item() < 1e-5
+    else:
+        assert rel(mask.grad, m64.grad) < 1e-5
+    # -inf entries (and, with causal, keys above the diagonal) get exactly 0
+    if name != "BH1_keydim1":
+        dead = torch.isinf(mask.detach())
+        assert (mask.grad[dead] == 0).all()
+    if causal and name in ("BHSS", "1HSS", "11SS", "SS_2d"):
+        keep = torch.ones(SQ, SKV, dtype=torch.bool).tril()
+        assert (mask.grad[..., ~keep] == 0).all()
+
+
+def test_dbias_expanded_leaf_and_repeatable():
+    q, k, v = _qkv()
+    leaf = _leaf((1, 1, SQ, SKV))
+    do = torch.randn(B, SQ, HQ, D)
+    grads = []
+    for _ in range(2):
+        leaf.grad = None
+        o = fattn.attention(q, k, v, bias=leaf.expand(B, HQ, SQ, SKV))
+        o.backward(do)
+        grads.append(leaf.grad.clone())
+    assert torch.equal(grads[0], grads[1])  # bitwise
+    o_ref, _, _, _, m64 = _reference(q, k, v, leaf, False)
+    o_ref.backward(do.double())
+    assert ((grads[0].double() - m64.grad).norm() / m64.grad.norm()).item() < 1e-5
+
+
+def test_dbias_leaves_qkv_gradients_unchanged():
+    q, k, v = _qkv()
+    mask = _leaf((1, HQ, SQ, SKV))
+    do = torch.randn(B, SQ, HQ, D)
+    out = []
+    for want in (False, True):
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        m = mask.detach().clone().requires_grad_(want)
+        fattn.attention(qq, kk, vv, bias=m).backward(do)
+        out.append((qq.grad, kk.grad, vv.grad))
+    for a, b in zip(*out):
+        assert torch.equal(a, b)
+
+
+def test_dbias_bf16_bias_dtype():
+    q, k, v = _qkv()
+    mask = torch.randn(1, 1, SQ, SKV, dtype=torch.bfloat16).requires_grad_()
+    fattn.attention(q, k, v, bias=mask).sum().backward()
+    assert mask.grad.dtype == torch.bfloat16 and torch.isfinite(mask.grad.float()).all()
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_dbias_cuda_not_implemented():
+    q, k, v = (t.cuda() for t in _qkv(torch.bfloat16))
+    mask = torch.randn(1, 1, SQ, SKV, device="cuda").requires_grad_()
+    with pytest.raises(NotImplementedError, match="bias"):
+        fattn.attention(q, k, v, bias=mask)
+
+
+@pytest.mark.parametrize("mask_shape", [(B, 1, SQ, SKV), (1, HQ, SQ, SKV), (SQ, SKV), (B, 1, 1, SKV)])
+def test_sdpa_float_attn_mask_grad(mask_shape):
+    """fattn.sdpa (torch's layout) with a float attn_mask that requires grad, beside torch's
+    math SDPA in float64."""
+    q = torch.randn(B, HQ, SQ, D, requires_grad=True)
+    k, v = torch.randn(B, HQ, SKV, D), torch.randn(B, HQ, SKV, D)
+    m = _leaf(mask_shape)
+    do = torch.randn(B, HQ, SQ, D)
+    fattn.sdpa(q, k, v, attn_mask=m).backward(do)
+    m64 = m.detach().double().requires_grad_()
+    F.scaled_dot_product_attention(q.detach().double(), k.double(), v.double(),
+                                   attn_mask=m64).backward(do.double())
+    assert m.grad.shape == m.shape
+    assert ((m.grad.double() - m64.grad).norm() / m64.grad.norm()).item() < 1e-5
+    assert (m.grad[torch.isinf(m.detach())] == 0).all()
