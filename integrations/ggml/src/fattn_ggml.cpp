@@ -1,0 +1,607 @@
+// fattn_ggml.cpp — fattn's softmax attention as ggml custom ops (forward and backward) and the
+// backward hook that makes the forward differentiable in ggml_build_backward_expand.
+//
+// Graph shape of one op:
+//   fa  = GGML_OP_CUSTOM, F32 [n_o + n_lse]: O [Dv, Sq, Hq, B] then LSE [Sq, Hq, B], contiguous;
+//         srcs q, k, v (, mask); fattn_attn_fwd writes both parts.
+//   o   = view of fa's O part (what the caller gets).
+//   bwd = GGML_OP_CUSTOM, F32 [n_q + n_k + n_v]: dQ, dK, dV (contiguous, shaped like q, k, v);
+//         srcs q, k, v, fa, dO (a 4-d view), (mask); fattn_attn_bwd writes all three.
+// ggml's VIEW backward turns o's gradient into fa's (acc into a zero copy of fa), so the hook on fa
+// reads dO from the first n_o elements of that gradient; the LSE part of it is never read.
+//
+// Threads: ggml calls a custom op's function on every thread of the graph (ith = 0 .. nth-1).
+// Thread 0 makes a CPU fattn context of nth threads whose parallel loops run on all of them
+// (fattn_ctx_set_parallel); threads 1.. wait for loops and take items until thread 0 is done.
+#include "fattn_ggml.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+
+namespace {
+
+using std::string;
+
+thread_local string t_last_error;
+
+fattn_status fail(fattn_status s, string msg) {
+    t_last_error = std::move(msg);
+    return s;
+}
+
+string S(int64_t x) { return std::to_string(x); }
+
+// Compute-time failures (the op has no status to return from inside ggml_graph_compute).
+std::mutex g_compute_mu;
+int g_compute_failures = 0;
+string g_compute_first;
+
+void record_compute_failure(const string &msg) {
+    std::lock_guard<std::mutex> lock(g_compute_mu);
+    if (g_compute_failures++ == 0) g_compute_first = msg;
+}
+
+// The leading fields of ggml's struct ggml_custom_op_params (ggml-impl.h): what a GGML_OP_CUSTOM
+// node keeps in op_params, read here to recognise this library's nodes.
+struct CustomHead {
+    ggml_custom_op_t fun;
+    int n_tasks;
+    void *userdata;
+};
+
+// ------------------------------------------------------------------ ggml threads as fattn's pool
+
+struct Job {
+    fattn_task_fn task;
+    void *task_ctx;
+    int64_t n;
+    int max_threads;
+    uint64_t id;
+    std::atomic<int64_t> next{0};
+    std::atomic<int64_t> done{0};
+};
+
+// One per node; reset by thread 0 after every computation (all helpers have left by then).
+struct Pool {
+    std::atomic<Job *> cur{nullptr};
+    std::atomic<int> users{0};     // helpers holding a pointer read from cur
+    std::atomic<int> finished{0};  // thread 0's fattn call has returned
+    std::atomic<int> exited{0};    // helpers that saw finished
+    uint64_t last_id = 0;          // thread 0 only
+};
+
+inline void relax() { std::this_thread::yield(); }
+
+void run_items(Job *j) {
+    for (int64_t i; (i = j->next.fetch_add(1)) < j->n;) {
+        j->task(j->task_ctx, i);
+        j->done.fetch_add(1);
+    }
+}
+
+// fattn_parallel_fn, called on thread 0 by the fattn call.
+void pool_run(void *user, int64_t n, int max_threads, fattn_task_fn task, void *task_ctx) {
+    Pool *pool = static_cast<Pool *>(user);
+    if (n <= 0) return;
+    if (n == 1 || max_threads <= 1) {
+        for (int64_t i = 0; i < n; ++i) task(task_ctx, i);
+        return;
+    }
+    Job j;
+    j.task = task;
+    j.task_ctx = task_ctx;
+    j.n = n;
+    j.max_threads = max_threads;
+    j.id = ++pool->last_id;
+    pool->cur.store(&j);
+    run_items(&j);
+    while (j.done.load() < n) relax();
+    // Unpublish, then wait for every helper that may still hold &j (one that read cur before the
+    // store re-checks it after counting itself in users, so it either is counted or backs off).
+    pool->cur.store(nullptr);
+    while (pool->users.load() != 0) relax();
+}
+
+void pool_help(Pool *pool, int ith) {
+    uint64_t seen = 0;
+    while (!pool->finished.load()) {
+        Job *j = pool->cur.load();
+        if (!j) {
+            relax();
+            continue;
+        }
+        pool->users.fetch_add(1);
+        if (pool->cur.load() == j && j->id != seen) {
+            seen = j->id;
+            if (ith < j->max_threads) run_items(j);
+        } else {
+            relax();
+        }
+        pool->users.fetch_sub(1);
+    }
+    pool->exited.fetch_add(1);
+}
+
+void pool_finish(Pool *pool, int nth) {
+    pool->finished.store(1);
+    while (pool->exited.load() < nth - 1) relax();
+    pool->exited.store(0);
+    pool->finished.store(0);
+}
+
+// ------------------------------------------------------------------ the op record
+
+constexpr uint32_t kMagicFwd = 0x46414631u;  // "FAF1"
+constexpr uint32_t kMagicBwd = 0x46414231u;  // "FAB1"
+
+struct Op {
+    uint32_t magic;
+    float scale;
+    fattn_causal causal;
+    fattn_prec prec;      // requested
+    fattn_prec resolved;  // what runs
+    ggml_tensor *o;       // forward: the view handed to the caller
+    Pool pool;
+};
+
+size_t op_bytes() { return (sizeof(Op) + 63) & ~size_t(63); }
+
+Op *new_op(ggml_context *ctx, uint32_t magic, const Op *from) {
+    void *mem = ggml_new_buffer(ctx, op_bytes());
+    Op *op = new (mem) Op();
+    op->magic = magic;
+    op->scale = from->scale;
+    op->causal = from->causal;
+    op->prec = from->prec;
+    op->resolved = from->resolved;
+    op->o = nullptr;
+    return op;
+}
+
+void fwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata);
+void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata);
+void attn_backward(ggml_context *ctx, ggml_tensor *fa, ggml_tensor *grad, const bool *needs_grad,
+                   ggml_tensor **src_grads, void *userdata);
+
+const Op *op_of(const ggml_tensor *t, ggml_custom_op_t fun, uint32_t magic) {
+    if (!t || t->op != GGML_OP_CUSTOM) return nullptr;
+    CustomHead h;
+    std::memcpy(&h, t->op_params, sizeof h);
+    if (h.fun != fun || !h.userdata) return nullptr;
+    const Op *op = static_cast<const Op *>(h.userdata);
+    return op->magic == magic ? op : nullptr;
+}
+
+// The forward record of o (nullptr unless o is an fattn_ggml_attn output).
+const Op *fwd_of_o(const ggml_tensor *o) {
+    if (!o || !o->view_src) return nullptr;
+    const Op *op = op_of(o->view_src, fwd_compute, kMagicFwd);
+    return op && op->o == o ? op : nullptr;
+}
+
+// ------------------------------------------------------------------ views
+
+// A ggml [ne0, ne1, ne2, ne3] = [D, S, H, B] tensor as fattn's [B, S, H, D] view (element strides).
+fattn_tensor bshd(const ggml_tensor *t, void *data) {
+    const int64_t es = (int64_t)ggml_type_size(t->type);
+    return fattn_tensor_4d(data, FATTN_F32, t->ne[3], t->ne[1], t->ne[2], t->ne[0],
+                           (int64_t)t->nb[3] / es, (int64_t)t->nb[1] / es, (int64_t)t->nb[2] / es,
+                           (int64_t)t->nb[0] / es);
+}
+
+// A contiguous ggml [D, S, H, B] block at data.
+fattn_tensor bshd_contiguous(void *data, int64_t D, int64_t Sn, int64_t H, int64_t B) {
+    return fattn_tensor_4d(data, FATTN_F32, B, Sn, H, D, D * Sn * H, D, D * Sn, 1);
+}
+
+// lse [Sq, Hq, B] contiguous as fattn's [B, Hq, Sq, 1].
+fattn_tensor lse_view(void *data, int64_t Sq, int64_t Hq, int64_t B) {
+    return fattn_tensor_4d(data, FATTN_F32, B, Hq, Sq, 1, Hq * Sq, Sq, 1, 1);
+}
+
+// mask [Skv, Sq', Hm, Bm] as fattn's bias [Bm, Hm, Sq, Skv]; size-1 dims broadcast (stride 0).
+fattn_tensor bias_view(const ggml_tensor *m, void *data, int64_t Sq) {
+    const int64_t es = (int64_t)ggml_type_size(m->type);
+    const fattn_dtype dt = m->type == GGML_TYPE_F16 ? FATTN_F16 : FATTN_F32;
+    return fattn_tensor_4d(data, dt, m->ne[3], m->ne[2], Sq, m->ne[0],
+                           m->ne[3] == 1 ? 0 : (int64_t)m->nb[3] / es,
+                           m->ne[2] == 1 ? 0 : (int64_t)m->nb[2] / es, (int64_t)m->nb[1] / es,
+                           (int64_t)m->nb[0] / es);
+}
+
+fattn_attn_params make_params(float scale, fattn_causal causal, fattn_prec prec,
+                              const ggml_tensor *mask, void *mask_data, int64_t Sq) {
+    fattn_attn_params p = fattn_attn_params_default();
+    p.scale = scale;
+    p.causal = causal;
+    p.prec = prec;
+    p.algo = FATTN_ALGO_FUSED;
+    if (mask) p.bias = bias_view(mask, mask_data, Sq);
+    return p;
+}
+
+// Stand-in addresses for tensors not allocated yet (size queries read no data; a bias counts as
+// given only with a non-NULL pointer). Distinct, 64-byte aligned, never dereferenced.
+void *fake_data(int i) { return reinterpret_cast<void *>(uintptr_t(1) << 20 | uintptr_t(i) << 12); }
+void *data_or_fake(const ggml_tensor *t, int i) { return t->data ? t->data : fake_data(i); }
+
+// ------------------------------------------------------------------ input rules (ggml's terms)
+
+fattn_status check_layout(const char *name, const ggml_tensor *t) {
+    const size_t es = ggml_type_size(t->type);
+    if (t->nb[0] != es)
+        return fail(FATTN_ERR_BAD_STRIDE, string(name) + ": nb[0] is " + S((int64_t)t->nb[0]) +
+                                              " bytes; ne0 must be contiguous (nb[0] = " +
+                                              S((int64_t)es) + ")");
+    for (int d = 1; d < 4; ++d)
+        if (t->nb[d] % es != 0)
+            return fail(FATTN_ERR_BAD_STRIDE, string(name) + ": nb[" + S(d) + "] is " +
+                                                  S((int64_t)t->nb[d]) +
+                                                  " bytes, not a multiple of the element size " +
+                                                  S((int64_t)es));
+    return FATTN_OK;
+}
+
+fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v,
+                          const ggml_tensor *mask, float scale, fattn_causal causal,
+                          fattn_prec prec) {
+    if (!q) return fail(FATTN_ERR_NULL_POINTER, "q: is NULL");
+    if (!k) return fail(FATTN_ERR_NULL_POINTER, "k: is NULL");
+    if (!v) return fail(FATTN_ERR_NULL_POINTER, "v: is NULL");
+    const ggml_tensor *qkv[3] = {q, k, v};
+    const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; ++i) {
+        if (qkv[i]->type != GGML_TYPE_F32)
+            return fail(FATTN_ERR_DTYPE_MISMATCH, string(names[i]) + ": type is " +
+                                                      ggml_type_name(qkv[i]->type) +
+                                                      "; q, k and v must be F32");
+        fattn_status s = check_layout(names[i], qkv[i]);
+        if (s != FATTN_OK) return s;
+    }
+    if (k->ne[0] != q->ne[0])
+        return fail(FATTN_ERR_SHAPE_MISMATCH, "k: ne0 (head dim D) is " + S(k->ne[0]) +
+                                                  " but q has " + S(q->ne[0]));
+    if (k->ne[3] != q->ne[3])
+        return fail(FATTN_ERR_SHAPE_MISMATCH,
+                    "k: ne3 (batch) is " + S(k->ne[3]) + " but q has " + S(q->ne[3]));
+    if (v->ne[3] != q->ne[3])
+        return fail(FATTN_ERR_SHAPE_MISMATCH,
+                    "v: ne3 (batch) is " + S(v->ne[3]) + " but q has " + S(q->ne[3]));
+    if (v->ne[1] != k->ne[1])
+        return fail(FATTN_ERR_SHAPE_MISMATCH,
+                    "v: ne1 (keys) is " + S(v->ne[1]) + " but k has " + S(k->ne[1]));
+    if (v->ne[2] != k->ne[2])
+        return fail(FATTN_ERR_SHAPE_MISMATCH,
+                    "v: ne2 (kv heads) is " + S(v->ne[2]) + " but k has " + S(k->ne[2]));
+    if (k->ne[2] <= 0 || q->ne[2] % k->ne[2] != 0)
+        return fail(FATTN_ERR_GQA_HEADS, "k: ne2 (kv heads) is " + S(k->ne[2]) +
+                                             ", must divide q's ne2 (query heads) " + S(q->ne[2]));
+    if (mask) {
+        if (mask->type != GGML_TYPE_F32 && mask->type != GGML_TYPE_F16)
+            return fail(FATTN_ERR_BAD_BIAS, string("mask: type is ") + ggml_type_name(mask->type) +
+                                                ", must be F32 or F16");
+        fattn_status s = check_layout("mask", mask);
+        if (s != FATTN_OK) return s == FATTN_ERR_BAD_STRIDE ? FATTN_ERR_BAD_BIAS : s;
+        if (mask->ne[0] != k->ne[1])
+            return fail(FATTN_ERR_BAD_BIAS, "mask: ne0 is " + S(mask->ne[0]) + " but k has " +
+                                                S(k->ne[1]) + " keys (ne1)");
+        if (mask->ne[1] < q->ne[1])
+            return fail(FATTN_ERR_BAD_BIAS, "mask: ne1 is " + S(mask->ne[1]) +
+                                                ", must be at least q's " + S(q->ne[1]) +
+                                                " query rows (ne1)");
+        if (mask->ne[2] != 1 && mask->ne[2] != q->ne[2])
+            return fail(FATTN_ERR_BAD_BIAS, "mask: ne2 is " + S(mask->ne[2]) +
+                                                ", must be 1 or q's " + S(q->ne[2]) + " heads");
+        if (mask->ne[3] != 1 && mask->ne[3] != q->ne[3])
+            return fail(FATTN_ERR_BAD_BIAS, "mask: ne3 is " + S(mask->ne[3]) +
+                                                ", must be 1 or q's batch " + S(q->ne[3]));
+    }
+    if (!std::isfinite(scale))
+        return fail(FATTN_ERR_BAD_VALUE, "scale: is not finite");
+    const int c = (int)causal;
+    if (c != FATTN_CAUSAL_NONE && c != FATTN_CAUSAL_TOP_LEFT && c != FATTN_CAUSAL_BOTTOM_RIGHT)
+        return fail(FATTN_ERR_BAD_MASK, "causal: " + S(c) + " is not a fattn_causal");
+    const int pr = (int)prec;
+    if (pr != FATTN_PREC_AUTO && pr != FATTN_PREC_F32 && pr != FATTN_PREC_TF32)
+        return fail(FATTN_ERR_BAD_VALUE, "prec: " + S(pr) +
+                                             " is not FATTN_PREC_AUTO, FATTN_PREC_F32 or "
+                                             "FATTN_PREC_TF32");
+    return FATTN_OK;
+}
+
+struct CpuCtx {
+    fattn_ctx_t *ctx = nullptr;
+    CpuCtx() { (void)fattn_ctx_init_cpu(1, &ctx); }
+    ~CpuCtx() { fattn_ctx_free(ctx); }
+};
+
+// ggml-side rules, then fattn_attn_supports() at these shapes; on success *resolved (if given).
+fattn_status supports(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v,
+                      const ggml_tensor *mask, float scale, fattn_causal causal, fattn_prec prec,
+                      fattn_prec *resolved) {
+    fattn_status s = check_inputs(q, k, v, mask, scale, causal, prec);
+    if (s != FATTN_OK) return s;
+    CpuCtx c;
+    if (!c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
+    const fattn_tensor tq = bshd(q, data_or_fake(q, 0)), tk = bshd(k, data_or_fake(k, 1)),
+                       tv = bshd(v, data_or_fake(v, 2));
+    const fattn_attn_params p =
+        make_params(scale, causal, prec, mask, mask ? data_or_fake(mask, 3) : nullptr, q->ne[1]);
+    char why[512];
+    s = fattn_attn_supports(c.ctx, &p, &tq, &tk, &tv, why, sizeof why);
+    if (s != FATTN_OK)
+        return fail(s, string("fattn (views [B, S, H, D] = ggml ne3, ne1, ne2, ne0): ") + why);
+    if (resolved) *resolved = fattn_resolve_prec(c.ctx, &p, &tq);
+    return FATTN_OK;
+}
+
+// Bytes the op adds to ctx's memory pool (metadata of 2 tensors + the record; data too when the
+// context allocates).
+bool ctx_has_room(ggml_context *ctx, size_t tensors, size_t data_bytes) {
+    size_t need = tensors * ggml_tensor_overhead() + op_bytes() + 256;
+    if (!ggml_get_no_alloc(ctx)) need += data_bytes + 64;
+    const size_t size = ggml_get_mem_size(ctx), used = ggml_used_mem(ctx);
+    return size >= used && size - used >= need;
+}
+
+// ------------------------------------------------------------------ compute functions
+
+void fill_nan(ggml_tensor *dst) {
+    float *d = static_cast<float *>(dst->data);
+    const int64_t n = ggml_nelements(dst);
+    for (int64_t i = 0; i < n; ++i) d[i] = std::numeric_limits<float>::quiet_NaN();
+}
+
+// Thread 0's part: a CPU context on the ggml threads, the call, the helpers released.
+template <class Call>
+void drive(Op *op, ggml_tensor *dst, int nth, const char *what, Call &&call) {
+    fattn_ctx_t *fc = nullptr;
+    fattn_status s = fattn_ctx_init_cpu(nth, &fc);
+    string msg;
+    if (s != FATTN_OK) {
+        msg = fattn_ctx_last_error(nullptr);
+    } else {
+        s = fattn_ctx_set_parallel(fc, pool_run, &op->pool);
+        if (s == FATTN_OK) s = call(fc);
+        if (s != FATTN_OK) msg = fattn_ctx_last_error(fc);
+        fattn_ctx_free(fc);
+    }
+    pool_finish(&op->pool, nth);
+    if (s != FATTN_OK) {
+        fill_nan(dst);
+        record_compute_failure(string(what) + " (" + (dst->name[0] ? dst->name : "?") +
+                               "): " + fattn_status_string(s) + ": " + msg);
+    }
+}
+
+void fwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
+    Op *op = static_cast<Op *>(userdata);
+    if (ith != 0) {
+        pool_help(&op->pool, ith);
+        return;
+    }
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const int64_t Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
+    float *base = static_cast<float *>(dst->data);
+    drive(op, dst, nth, "fattn_attn_fwd", [&](fattn_ctx_t *fc) {
+        const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
+        const fattn_tensor to = bshd_contiguous(base, Dv, Sq, Hq, B);
+        const fattn_tensor tl = lse_view(base + Dv * Sq * Hq * B, Sq, Hq, B);
+        const fattn_attn_params p =
+            make_params(op->scale, op->causal, op->prec, mask, mask ? mask->data : nullptr, Sq);
+        return fattn_attn_fwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0);
+    });
+}
+
+void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
+    Op *op = static_cast<Op *>(userdata);
+    if (ith != 0) {
+        pool_help(&op->pool, ith);
+        return;
+    }
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *fa = dst->src[3],
+                      *dout = dst->src[4], *mask = dst->src[5];
+    const int64_t D = q->ne[0], Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
+    const int64_t Skv = k->ne[1], Hkv = k->ne[2];
+    float *fab = static_cast<float *>(fa->data);
+    float *g = static_cast<float *>(dst->data);
+    drive(op, dst, nth, "fattn_attn_bwd", [&](fattn_ctx_t *fc) {
+        const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
+        const fattn_tensor to = bshd_contiguous(fab, Dv, Sq, Hq, B);
+        const fattn_tensor tl = lse_view(fab + Dv * Sq * Hq * B, Sq, Hq, B);
+        const fattn_tensor tdo = bshd(dout, dout->data);
+        const int64_t nq = D * Sq * Hq * B, nk = D * Skv * Hkv * B;
+        const fattn_tensor tdq = bshd_contiguous(g, D, Sq, Hq, B);
+        const fattn_tensor tdk = bshd_contiguous(g + nq, D, Skv, Hkv, B);
+        const fattn_tensor tdv = bshd_contiguous(g + nq + nk, Dv, Skv, Hkv, B);
+        const fattn_attn_params p =
+            make_params(op->scale, op->causal, op->prec, mask, mask ? mask->data : nullptr, Sq);
+        return fattn_attn_bwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, &tdo, &tdq, &tdk, &tdv,
+                              nullptr, 0);
+    });
+}
+
+// ------------------------------------------------------------------ backward graph
+
+// The bwd node for fa and a dO view [Dv, Sq, Hq, B]; dq, dk, dv views of it (any may be NULL).
+void build_back(ggml_context *ctx, ggml_tensor *fa, const Op *fop, ggml_tensor *dout,
+                ggml_tensor **dq, ggml_tensor **dk, ggml_tensor **dv) {
+    ggml_tensor *q = fa->src[0], *k = fa->src[1], *v = fa->src[2], *mask = fa->src[3];
+    const int64_t nq = ggml_nelements(q), nk = ggml_nelements(k), nv = ggml_nelements(v);
+    Op *bop = new_op(ctx, kMagicBwd, fop);
+    ggml_tensor *args[6] = {q, k, v, fa, dout, mask};
+    ggml_tensor *g = ggml_custom_4d(ctx, GGML_TYPE_F32, nq + nk + nv, 1, 1, 1, args, mask ? 6 : 5,
+                                    bwd_compute, GGML_N_TASKS_MAX, bop);
+    ggml_format_name(g, "fattn_attn_back");
+    auto part = [&](const ggml_tensor *like, int64_t offset) {
+        const size_t es = sizeof(float);
+        return ggml_view_4d(ctx, g, like->ne[0], like->ne[1], like->ne[2], like->ne[3],
+                            like->ne[0] * es, like->ne[0] * like->ne[1] * es,
+                            like->ne[0] * like->ne[1] * like->ne[2] * es, offset * es);
+    };
+    if (dq) *dq = part(q, 0);
+    if (dk) *dk = part(k, nq);
+    if (dv) *dv = part(v, nq + nk);
+}
+
+// ggml_custom_backward_t of fa: grad is fa's gradient ([n_o + n_lse]); its O part is dO.
+void attn_backward(ggml_context *ctx, ggml_tensor *fa, ggml_tensor *grad, const bool *needs_grad,
+                   ggml_tensor **src_grads, void *userdata) {
+    const Op *fop = static_cast<const Op *>(userdata);
+    if (!needs_grad[0] && !needs_grad[1] && !needs_grad[2]) return;  // only the mask: none
+    ggml_tensor *g = grad;
+    if (g->type != GGML_TYPE_F32) g = ggml_cast(ctx, g, GGML_TYPE_F32);
+    if (!ggml_is_contiguous(g)) g = ggml_cont(ctx, g);
+    const ggml_tensor *o = fop->o;
+    const size_t es = sizeof(float);
+    ggml_tensor *dout = ggml_view_4d(ctx, g, o->ne[0], o->ne[1], o->ne[2], o->ne[3], o->ne[0] * es,
+                                     o->ne[0] * o->ne[1] * es, o->ne[0] * o->ne[1] * o->ne[2] * es, 0);
+    ggml_tensor *d[3] = {nullptr, nullptr, nullptr};
+    build_back(ctx, fa, fop, dout, &d[0], &d[1], &d[2]);
+    for (int j = 0; j < 3; ++j)
+        if (needs_grad[j]) src_grads[j] = d[j];
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ C API
+
+extern "C" {
+
+struct ggml_tensor *fattn_ggml_attn(struct ggml_context *ctx, struct ggml_tensor *q,
+                                    struct ggml_tensor *k, struct ggml_tensor *v,
+                                    struct ggml_tensor *mask, float scale, fattn_causal causal,
+                                    fattn_prec prec) {
+    if (!ctx) {
+        fail(FATTN_ERR_NULL_POINTER, "ctx: is NULL");
+        return nullptr;
+    }
+    fattn_prec resolved = FATTN_PREC_AUTO;
+    if (supports(q, k, v, mask, scale, causal, prec, &resolved) != FATTN_OK) return nullptr;
+    const int64_t Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
+    const int64_t n_o = Dv * Sq * Hq * B, n_lse = Sq * Hq * B;
+    if (!ctx_has_room(ctx, 2, size_t(n_o + n_lse) * sizeof(float))) {
+        fail(FATTN_ERR_OUT_OF_MEMORY, "ctx: its memory pool has no room for the op's 2 tensors "
+                                      "and record (" + S((int64_t)ggml_used_mem(ctx)) + " of " +
+                                          S((int64_t)ggml_get_mem_size(ctx)) + " bytes used)");
+        return nullptr;
+    }
+    Op proto{};
+    proto.scale = scale;
+    proto.causal = causal;
+    proto.prec = prec;
+    proto.resolved = resolved;
+    Op *op = new_op(ctx, kMagicFwd, &proto);
+    ggml_tensor *args[4] = {q, k, v, mask};
+    ggml_tensor *fa = ggml_custom_4d(ctx, GGML_TYPE_F32, n_o + n_lse, 1, 1, 1, args, mask ? 4 : 3,
+                                     fwd_compute, GGML_N_TASKS_MAX, op);
+    ggml_format_name(fa, "fattn_attn");
+    ggml_custom_set_backward(fa, attn_backward, op);
+    const size_t es = sizeof(float);
+    ggml_tensor *o = ggml_view_4d(ctx, fa, Dv, Sq, Hq, B, Dv * es, Dv * Sq * es, Dv * Sq * Hq * es, 0);
+    ggml_format_name(o, "fattn_attn.o");
+    op->o = o;
+    return o;
+}
+
+struct ggml_tensor *fattn_ggml_attn_lse(struct ggml_context *ctx, struct ggml_tensor *o) {
+    const Op *op = fwd_of_o(o);
+    if (!ctx || !op) {
+        fail(ctx ? FATTN_ERR_BAD_VALUE : FATTN_ERR_NULL_POINTER,
+             ctx ? "o: is not a tensor returned by fattn_ggml_attn" : "ctx: is NULL");
+        return nullptr;
+    }
+    const int64_t Sq = o->ne[1], Hq = o->ne[2], B = o->ne[3];
+    const size_t es = sizeof(float);
+    ggml_tensor *lse = ggml_view_3d(ctx, o->view_src, Sq, Hq, B, Sq * es, Sq * Hq * es,
+                                    size_t(ggml_nelements(o)) * es);
+    ggml_format_name(lse, "fattn_attn.lse");
+    return lse;
+}
+
+int fattn_ggml_is_attn(const struct ggml_tensor *t) { return fwd_of_o(t) ? 1 : 0; }
+
+fattn_prec fattn_ggml_attn_prec(const struct ggml_tensor *o) {
+    const Op *op = fwd_of_o(o);
+    return op ? op->resolved : FATTN_PREC_AUTO;
+}
+
+fattn_status fattn_ggml_attn_back(struct ggml_context *ctx, struct ggml_tensor *o,
+                                  struct ggml_tensor *grad_o, struct ggml_tensor **dq,
+                                  struct ggml_tensor **dk, struct ggml_tensor **dv) {
+    if (!ctx) return fail(FATTN_ERR_NULL_POINTER, "ctx: is NULL");
+    if (!grad_o) return fail(FATTN_ERR_NULL_POINTER, "grad_o: is NULL");
+    const Op *op = fwd_of_o(o);
+    if (!op) return fail(FATTN_ERR_BAD_VALUE, "o: is not a tensor returned by fattn_ggml_attn");
+    if (grad_o->type != GGML_TYPE_F32)
+        return fail(FATTN_ERR_DTYPE_MISMATCH,
+                    string("grad_o: type is ") + ggml_type_name(grad_o->type) + ", must be F32");
+    for (int d = 0; d < 4; ++d)
+        if (grad_o->ne[d] != o->ne[d])
+            return fail(FATTN_ERR_SHAPE_MISMATCH, "grad_o: ne" + S(d) + " is " + S(grad_o->ne[d]) +
+                                                      " but o has " + S(o->ne[d]));
+    fattn_status s = check_layout("grad_o", grad_o);
+    if (s != FATTN_OK) return s;
+    const int64_t n = ggml_nelements(o->view_src->src[0]) + ggml_nelements(o->view_src->src[1]) +
+                      ggml_nelements(o->view_src->src[2]);
+    if (!ctx_has_room(ctx, 4, size_t(n) * sizeof(float)))
+        return fail(FATTN_ERR_OUT_OF_MEMORY, "ctx: its memory pool has no room for the backward's "
+                                             "tensors");
+    build_back(ctx, o->view_src, op, grad_o, dq, dk, dv);
+    return FATTN_OK;
+}
+
+fattn_status fattn_ggml_attn_supports(const struct ggml_tensor *q, const struct ggml_tensor *k,
+                                      const struct ggml_tensor *v, const struct ggml_tensor *mask,
+                                      float scale, fattn_causal causal, fattn_prec prec, char *why,
+                                      size_t why_len) {
+    fattn_status s = supports(q, k, v, mask, scale, causal, prec, nullptr);
+    if (why && why_len > 0) {
+        const char *msg = s == FATTN_OK ? "" : t_last_error.c_str();
+        std::strncpy(why, msg, why_len - 1);
+        why[why_len - 1] = '\0';
+    }
+    return s;
+}
+
+fattn_status fattn_ggml_attn_memory(const struct ggml_tensor *q, const struct ggml_tensor *k,
+                                    const struct ggml_tensor *v, const struct ggml_tensor *mask,
+                                    float scale, fattn_causal causal, fattn_prec prec,
+                                    fattn_attn_memory_info *out) {
+    if (!out) return fail(FATTN_ERR_NULL_POINTER, "out: is NULL");
+    fattn_status s = supports(q, k, v, mask, scale, causal, prec, nullptr);
+    if (s != FATTN_OK) return s;
+    CpuCtx c;
+    if (!c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
+    const fattn_tensor tq = bshd(q, data_or_fake(q, 0)), tk = bshd(k, data_or_fake(k, 1)),
+                       tv = bshd(v, data_or_fake(v, 2));
+    const fattn_attn_params p =
+        make_params(scale, causal, prec, mask, mask ? data_or_fake(mask, 3) : nullptr, q->ne[1]);
+    s = fattn_attn_memory(c.ctx, &p, &tq, &tk, &tv, out);
+    if (s != FATTN_OK) return fail(s, string("fattn: ") + fattn_ctx_last_error(c.ctx));
+    return FATTN_OK;
+}
+
+const char *fattn_ggml_last_error(void) { return t_last_error.c_str(); }
+
+int fattn_ggml_compute_error(char *why, size_t why_len) {
+    std::lock_guard<std::mutex> lock(g_compute_mu);
+    const int n = g_compute_failures;
+    if (why && why_len > 0) {
+        const char *msg = n ? g_compute_first.c_str() : "";
+        std::strncpy(why, msg, why_len - 1);
+        why[why_len - 1] = '\0';
+    }
+    g_compute_failures = 0;
+    g_compute_first.clear();
+    return n;
+}
+
+}  // extern "C"

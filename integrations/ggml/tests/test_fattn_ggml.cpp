@@ -1,0 +1,901 @@
+// test_fattn_ggml.cpp — fattn_ggml_attn against ggml's own attention chain
+// (mul_mat -> soft_max_ext -> mul_mat, differentiated by ggml's backward) and against a float64
+// reference, forward and gradients; plus masks, GQA, views, threads, the LSE, precision, errors.
+//
+//   fattn-ggml-test --list      the cases
+//   fattn-ggml-test CASE        one case (ctest runs each as ggml.CASE); "all" runs every one
+//
+// Accuracy: rms(x - ref) / rms(ref) per output, float64 reference on the same inputs; the bound
+// for f32 is 1e-5 (fattn vs reference, ggml's chain vs reference, and fattn vs ggml's chain).
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fattn_ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+
+namespace {
+
+using std::string;
+using std::vector;
+
+int g_failures = 0;
+
+#define EXPECT(cond, ...)                                                       \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            std::fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            std::fprintf(stderr, __VA_ARGS__);                                  \
+            std::fprintf(stderr, "\n");                                         \
+            ++g_failures;                                                       \
+        }                                                                       \
+    } while (0)
+
+const float kInf = std::numeric_limits<float>::infinity();
+constexpr double kTol = 1e-5;
+
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 1) {}
+    float uni() {  // [-1, 1)
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return float((s >> 40) & 0xFFFFFF) / float(1 << 23) - 1.0f;
+    }
+};
+
+// ------------------------------------------------------------------ configuration and inputs
+
+enum MaskKind { MASK_NONE, MASK_F32_BCAST, MASK_F16_PER_HEAD, MASK_F32_PADDED };
+
+struct Cfg {
+    int D = 32, Dv = 32, Sq = 24, Skv = 24, Hq = 4, Hkv = 4, B = 2;
+    fattn_causal causal = FATTN_CAUSAL_NONE;
+    MaskKind mask = MASK_NONE;
+    float scale = 0.0f;        // 0 = 1/sqrt(D)
+    bool fused_qkv = false;    // q, k, v are permuted views of one [D, Hq + 2 Hkv, S, B] param
+    bool shared_qk = false;    // k is q
+    int threads = 2;
+    uint64_t seed = 1;
+    float eff_scale() const { return scale != 0.0f ? scale : 1.0f / std::sqrt(float(D)); }
+    int mask_rows() const { return mask == MASK_F32_PADDED ? Sq + 5 : Sq; }
+    int mask_heads() const { return mask == MASK_F16_PER_HEAD ? Hq : 1; }
+    int mask_batch() const { return mask == MASK_F32_BCAST ? 1 : B; }
+};
+
+// Host copies in ggml's contiguous layouts: q [D, Sq, Hq, B], k [D, Skv, Hkv, B],
+// v [Dv, Skv, Hkv, B], w = dO [Dv, Sq, Hq, B], mask [Skv, rows, Hm, Bm] (already f16-rounded
+// for the f16 mask).
+struct Inputs {
+    vector<float> q, k, v, w, mask;
+};
+
+bool allowed(const Cfg &c, int i, int j) {
+    if (c.causal == FATTN_CAUSAL_TOP_LEFT) return j <= i;
+    if (c.causal == FATTN_CAUSAL_BOTTOM_RIGHT) return j <= i + c.Skv - c.Sq;
+    return true;
+}
+
+Inputs make_inputs(const Cfg &c) {
+    Rng r(c.seed);
+    Inputs in;
+    auto fill = [&](vector<float> &x, size_t n, float amp) {
+        x.resize(n);
+        for (auto &e : x) e = amp * r.uni();
+    };
+    fill(in.q, size_t(c.D) * c.Sq * c.Hq * c.B, 1.0f);
+    fill(in.k, size_t(c.D) * c.Skv * c.Hkv * c.B, 1.0f);
+    fill(in.v, size_t(c.Dv) * c.Skv * c.Hkv * c.B, 1.0f);
+    fill(in.w, size_t(c.Dv) * c.Sq * c.Hq * c.B, 1.0f);
+    if (c.shared_qk) in.k = in.q;
+    if (c.mask != MASK_NONE) {
+        const int R = c.mask_rows(), Hm = c.mask_heads(), Bm = c.mask_batch();
+        in.mask.resize(size_t(c.Skv) * R * Hm * Bm);
+        for (int b = 0; b < Bm; ++b)
+            for (int h = 0; h < Hm; ++h)
+                for (int i = 0; i < R; ++i)
+                    for (int j = 0; j < c.Skv; ++j) {
+                        float x = 1.5f * r.uni() - 0.5f;
+                        const int keep = std::min(i, c.Skv - 1);  // every row keeps a key
+                        if (j != keep && r.uni() > 0.8f) x = -kInf;
+                        if (c.mask == MASK_F16_PER_HEAD) x = ggml_fp16_to_fp32(ggml_fp32_to_fp16(x));
+                        in.mask[((size_t(b) * Hm + h) * R + i) * c.Skv + j] = x;
+                    }
+    }
+    return in;
+}
+
+float mask_at(const Cfg &c, const Inputs &in, int b, int h, int i, int j) {
+    if (c.mask == MASK_NONE) return 0.0f;
+    const int R = c.mask_rows(), Hm = c.mask_heads(), Bm = c.mask_batch();
+    const int bb = Bm == 1 ? 0 : b, hh = Hm == 1 ? 0 : h;
+    return in.mask[((size_t(bb) * Hm + hh) * R + i) * c.Skv + j];
+}
+
+// ------------------------------------------------------------------ float64 reference
+
+struct Outputs {
+    vector<double> o, lse, dq, dk, dv;
+};
+
+Outputs reference(const Cfg &c, const Inputs &in) {
+    const int D = c.D, Dv = c.Dv, Sq = c.Sq, Skv = c.Skv, Hq = c.Hq, Hkv = c.Hkv, B = c.B;
+    const double scale = c.eff_scale();
+    Outputs r;
+    r.o.assign(size_t(Dv) * Sq * Hq * B, 0.0);
+    r.lse.assign(size_t(Sq) * Hq * B, 0.0);
+    r.dq.assign(in.q.size(), 0.0);
+    r.dk.assign(in.k.size(), 0.0);
+    r.dv.assign(in.v.size(), 0.0);
+    auto Q = [&](int b, int h, int i, int d) { return size_t(((b * Hq + h) * Sq + i)) * D + d; };
+    auto K = [&](int b, int h, int j, int d) { return size_t(((b * Hkv + h) * Skv + j)) * D + d; };
+    auto V = [&](int b, int h, int j, int d) { return size_t(((b * Hkv + h) * Skv + j)) * Dv + d; };
+    auto O = [&](int b, int h, int i, int d) { return size_t(((b * Hq + h) * Sq + i)) * Dv + d; };
+    vector<double> s(Skv), p(Skv), dp(Skv);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < Hq; ++h) {
+            const int kh = h / (Hq / Hkv);
+            for (int i = 0; i < Sq; ++i) {
+                double m = -INFINITY;
+                for (int j = 0; j < Skv; ++j) {
+                    double x = 0;
+                    for (int d = 0; d < D; ++d) x += double(in.q[Q(b, h, i, d)]) * in.k[K(b, kh, j, d)];
+                    x = scale * x + mask_at(c, in, b, h, i, j);
+                    if (!allowed(c, i, j)) x = -INFINITY;
+                    s[j] = x;
+                    m = std::max(m, x);
+                }
+                double l = 0;
+                for (int j = 0; j < Skv; ++j) l += (p[j] = std::exp(s[j] - m));
+                for (int j = 0; j < Skv; ++j) p[j] /= l;
+                r.lse[(size_t(b) * Hq + h) * Sq + i] = m + std::log(l);
+                for (int d = 0; d < Dv; ++d) {
+                    double acc = 0;
+                    for (int j = 0; j < Skv; ++j) acc += p[j] * in.v[V(b, kh, j, d)];
+                    r.o[O(b, h, i, d)] = acc;
+                }
+                double Di = 0;
+                for (int j = 0; j < Skv; ++j) {
+                    double x = 0;
+                    for (int d = 0; d < Dv; ++d) x += double(in.w[O(b, h, i, d)]) * in.v[V(b, kh, j, d)];
+                    dp[j] = x;
+                    Di += p[j] * x;
+                }
+                for (int j = 0; j < Skv; ++j) {
+                    const double ds = p[j] * (dp[j] - Di) * scale;
+                    for (int d = 0; d < D; ++d) {
+                        r.dq[Q(b, h, i, d)] += ds * in.k[K(b, kh, j, d)];
+                        r.dk[K(b, kh, j, d)] += ds * in.q[Q(b, h, i, d)];
+                    }
+                    for (int d = 0; d < Dv; ++d) r.dv[V(b, kh, j, d)] += p[j] * in.w[O(b, h, i, d)];
+                }
+            }
+        }
+    if (c.shared_qk) {  // k is q: its gradient is the sum of both
+        for (size_t i = 0; i < r.dq.size(); ++i) r.dq[i] += r.dk[i];
+        r.dk = r.dq;
+    }
+    return r;
+}
+
+double rel_rms(const vector<float> &x, const vector<double> &ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double e = double(x[i]) - ref[i];
+        num += e * e;
+        den += ref[i] * ref[i];
+    }
+    if (x.size() != ref.size()) return INFINITY;
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+vector<double> widen(const vector<float> &x) { return vector<double>(x.begin(), x.end()); }
+
+// ------------------------------------------------------------------ the two graphs
+
+// Logical [ne0, ne1, ne2, ne3] contents of any (strided) f32 tensor with host data.
+vector<float> read(const ggml_tensor *t) {
+    vector<float> out;
+    if (!t) return out;
+    out.reserve(size_t(ggml_nelements(t)));
+    for (int64_t i3 = 0; i3 < t->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < t->ne[2]; ++i2)
+            for (int64_t i1 = 0; i1 < t->ne[1]; ++i1)
+                for (int64_t i0 = 0; i0 < t->ne[0]; ++i0) {
+                    float x;
+                    std::memcpy(&x, (const char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] +
+                                        i2 * t->nb[2] + i3 * t->nb[3], sizeof x);
+                    out.push_back(x);
+                }
+    return out;
+}
+
+struct Graph {
+    ggml_context *ctx = nullptr;
+    ggml_cgraph *gf = nullptr;
+    ggml_tensor *q = nullptr, *k = nullptr, *v = nullptr;  // what the attention reads
+    ggml_tensor *pq = nullptr, *pk = nullptr, *pv = nullptr, *pqkv = nullptr;  // params
+    ggml_tensor *w = nullptr, *mask = nullptr, *o = nullptr, *loss = nullptr, *attn = nullptr;
+    Graph() = default;
+    Graph(const Graph &) = delete;
+    Graph &operator=(const Graph &) = delete;
+    ~Graph() {
+        if (ctx) ggml_free(ctx);
+    }
+};
+
+enum Arm { ARM_FATTN, ARM_CHAIN };
+
+// The attention inputs of c (params, views into a fused param, or shared) in g.
+// The chain arm of a fused QKV takes v as a param of its own: ggml's chain differentiates v
+// through a transpose, whose gradient ggml's VIEW backward (acc) cannot take (nb[0] != 4).
+void build_inputs(Graph &g, const Cfg &c, Arm arm) {
+    ggml_context *ctx = g.ctx;
+    if (c.fused_qkv) {
+        const int S = c.Sq, H = c.Hq + 2 * c.Hkv;
+        g.pqkv = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.D, H, S, c.B);
+        ggml_set_param(g.pqkv);
+        ggml_set_name(g.pqkv, "qkv");
+        const size_t es = sizeof(float), nb1 = g.pqkv->nb[1], nb2 = g.pqkv->nb[2], nb3 = g.pqkv->nb[3];
+        auto head_view = [&](int nh, int first) {
+            ggml_tensor *t = ggml_view_4d(ctx, g.pqkv, c.D, nh, S, c.B, nb1, nb2, nb3, size_t(first) * c.D * es);
+            return ggml_permute(ctx, t, 0, 2, 1, 3);  // [D, S, nh, B], not contiguous
+        };
+        g.q = head_view(c.Hq, 0);
+        g.k = head_view(c.Hkv, c.Hq);
+        g.v = head_view(c.Hkv, c.Hq + c.Hkv);
+        if (arm == ARM_CHAIN) {
+            g.pv = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Dv, c.Skv, c.Hkv, c.B);
+            ggml_set_param(g.pv);
+            g.v = g.pv;
+        }
+    } else {
+        g.pq = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.D, c.Sq, c.Hq, c.B);
+        ggml_set_param(g.pq);
+        g.q = g.pq;
+        if (c.shared_qk) {
+            g.k = g.q;
+        } else {
+            g.pk = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.D, c.Skv, c.Hkv, c.B);
+            ggml_set_param(g.pk);
+            g.k = g.pk;
+        }
+        g.pv = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Dv, c.Skv, c.Hkv, c.B);
+        ggml_set_param(g.pv);
+        g.v = g.pv;
+    }
+    g.w = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Dv, c.Sq, c.Hq, c.B);
+}
+
+void set_inputs(Graph &g, const Cfg &c, const Inputs &in,
+                const std::function<void(ggml_tensor *, const void *, size_t)> &put) {
+    if (c.fused_qkv) {
+        const int S = c.Sq, H = c.Hq + 2 * c.Hkv;
+        vector<float> x(size_t(c.D) * H * S * c.B);
+        for (int b = 0; b < c.B; ++b)
+            for (int s = 0; s < S; ++s)
+                for (int h = 0; h < H; ++h)
+                    for (int d = 0; d < c.D; ++d) {
+                        float val;
+                        if (h < c.Hq) val = in.q[((size_t(b) * c.Hq + h) * S + s) * c.D + d];
+                        else if (h < c.Hq + c.Hkv) val = in.k[((size_t(b) * c.Hkv + h - c.Hq) * S + s) * c.D + d];
+                        else val = in.v[((size_t(b) * c.Hkv + h - c.Hq - c.Hkv) * S + s) * c.D + d];
+                        x[((size_t(b) * S + s) * H + h) * c.D + d] = val;
+                    }
+        put(g.pqkv, x.data(), x.size() * 4);
+        if (g.pv) put(g.pv, in.v.data(), in.v.size() * 4);
+    } else {
+        put(g.pq, in.q.data(), in.q.size() * 4);
+        if (g.pk) put(g.pk, in.k.data(), in.k.size() * 4);
+        put(g.pv, in.v.data(), in.v.size() * 4);
+    }
+    put(g.w, in.w.data(), in.w.size() * 4);
+    if (g.mask) {
+        if (g.mask->type == GGML_TYPE_F16) {
+            vector<ggml_fp16_t> h(in.mask.size());
+            for (size_t i = 0; i < h.size(); ++i) h[i] = ggml_fp32_to_fp16(in.mask[i]);
+            put(g.mask, h.data(), h.size() * 2);
+        } else if (ggml_nelements(g.mask) == (int64_t)in.mask.size()) {
+            put(g.mask, in.mask.data(), in.mask.size() * 4);
+        } else {  // the chain's full mask: user mask (broadcast) + causal, [Skv, Sq, Hq, B]
+            vector<float> m(size_t(c.Skv) * c.Sq * c.Hq * c.B);
+            for (int b = 0; b < c.B; ++b)
+                for (int h = 0; h < c.Hq; ++h)
+                    for (int i = 0; i < c.Sq; ++i)
+                        for (int j = 0; j < c.Skv; ++j)
+                            m[((size_t(b) * c.Hq + h) * c.Sq + i) * c.Skv + j] =
+                                allowed(c, i, j) ? mask_at(c, in, b, h, i, j) : -kInf;
+            put(g.mask, m.data(), m.size() * 4);
+        }
+    }
+}
+
+bool chain_needs_mask(const Cfg &c) { return c.mask != MASK_NONE || c.causal != FATTN_CAUSAL_NONE; }
+
+// Builds arm's graph of c in a fresh context (no_alloc: tensors get memory from gallocr later).
+bool build(Graph &g, const Cfg &c, Arm arm, bool no_alloc) {
+    ggml_init_params ip = {size_t(256) << 20, nullptr, no_alloc};
+    if (no_alloc) ip.mem_size = size_t(8) << 20;
+    g.ctx = ggml_init(ip);
+    ggml_context *ctx = g.ctx;
+    build_inputs(g, c, arm);
+    if (arm == ARM_FATTN) {
+        if (c.mask != MASK_NONE) {
+            const ggml_type t = c.mask == MASK_F16_PER_HEAD ? GGML_TYPE_F16 : GGML_TYPE_F32;
+            g.mask = ggml_new_tensor_4d(ctx, t, c.Skv, c.mask_rows(), c.mask_heads(), c.mask_batch());
+        }
+        g.o = fattn_ggml_attn(ctx, g.q, g.k, g.v, g.mask, c.scale, c.causal, FATTN_PREC_AUTO);
+        if (!g.o) {
+            std::fprintf(stderr, "  fattn_ggml_attn: %s\n", fattn_ggml_last_error());
+            return false;
+        }
+        g.attn = g.o->view_src;
+    } else {
+        if (chain_needs_mask(c))
+            g.mask = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Skv, c.Sq, c.Hq, c.B);
+        ggml_tensor *kq = ggml_mul_mat(ctx, g.k, g.q);  // [Skv, Sq, Hq, B]
+        ggml_tensor *p = ggml_soft_max_ext(ctx, kq, g.mask, c.eff_scale(), 0.0f);
+        ggml_tensor *vt = ggml_cont(ctx, ggml_transpose(ctx, g.v));  // [Skv, Dv, Hkv, B]
+        g.o = ggml_mul_mat(ctx, vt, p);                               // [Dv, Sq, Hq, B]
+    }
+    g.loss = ggml_sum(ctx, ggml_mul(ctx, g.o, g.w));
+    ggml_set_loss(g.loss);
+    g.gf = ggml_new_graph_custom(ctx, 4096, true);
+    ggml_build_forward_expand(g.gf, g.loss);
+    ggml_build_backward_expand(ctx, g.gf, nullptr);
+    return true;
+}
+
+struct Result {
+    vector<float> o, dq, dk, dv, lse;
+};
+
+// Gradients of q, k, v in ggml layouts ([D, S, H, B] contiguous order), from the params.
+void collect(const Graph &g, const Cfg &c, Result *r) {
+    r->o = read(g.o);
+    if (c.fused_qkv) {
+        const vector<float> d = read(ggml_graph_get_grad(g.gf, g.pqkv));  // [D, H, S, B]
+        const int S = c.Sq, H = c.Hq + 2 * c.Hkv;
+        r->dq.assign(size_t(c.D) * S * c.Hq * c.B, 0);
+        r->dk.assign(size_t(c.D) * S * c.Hkv * c.B, 0);
+        r->dv.assign(size_t(c.D) * S * c.Hkv * c.B, 0);
+        if (d.size() != size_t(c.D) * H * S * c.B) return;
+        for (int b = 0; b < c.B; ++b)
+            for (int s = 0; s < S; ++s)
+                for (int h = 0; h < H; ++h)
+                    for (int dd = 0; dd < c.D; ++dd) {
+                        const float x = d[((size_t(b) * S + s) * H + h) * c.D + dd];
+                        if (h < c.Hq) r->dq[((size_t(b) * c.Hq + h) * S + s) * c.D + dd] = x;
+                        else if (h < c.Hq + c.Hkv) r->dk[((size_t(b) * c.Hkv + h - c.Hq) * S + s) * c.D + dd] = x;
+                        else r->dv[((size_t(b) * c.Hkv + h - c.Hq - c.Hkv) * S + s) * c.D + dd] = x;
+                    }
+        if (g.pv) r->dv = read(ggml_graph_get_grad(g.gf, g.pv));
+    } else {
+        r->dq = read(ggml_graph_get_grad(g.gf, g.pq));
+        r->dk = g.pk ? read(ggml_graph_get_grad(g.gf, g.pk)) : r->dq;
+        r->dv = read(ggml_graph_get_grad(g.gf, g.pv));
+    }
+}
+
+bool run_ctx(Graph &g, const Cfg &c, const Inputs &in, int threads, Result *r) {
+    set_inputs(g, c, in, [](ggml_tensor *t, const void *src, size_t n) { std::memcpy(t->data, src, n); });
+    ggml_graph_reset(g.gf);
+    if (ggml_graph_compute_with_ctx(g.ctx, g.gf, threads) != GGML_STATUS_SUCCESS) return false;
+    collect(g, c, r);
+    char why[512];
+    const int fails = fattn_ggml_compute_error(why, sizeof why);
+    EXPECT(fails == 0, "%d compute failures: %s", fails, why);
+    return true;
+}
+
+// ggml's MUL_MAT backward broadcasts over heads only when ne3 is 1 (GGML_ASSERT(tmp->ne[3] == 1)
+// in ggml_compute_backward): the chain runs GQA with B = 1; with B > 1 fattn meets the reference.
+bool chain_runs(const Cfg &c) { return c.Hq == c.Hkv || c.B == 1; }
+
+// Builds and runs both arms of c and checks them against each other and the reference.
+bool compare_arms(const Cfg &c, Result *fattn_out = nullptr) {
+    const Inputs in = make_inputs(c);
+    const Outputs ref = reference(c, in);
+    const bool chain = chain_runs(c);
+    Graph gf, gc;
+    Result rf, rc;
+    if (!build(gf, c, ARM_FATTN, false) || (chain && !build(gc, c, ARM_CHAIN, false))) {
+        ++g_failures;
+        return false;
+    }
+    if (!run_ctx(gf, c, in, c.threads, &rf) || (chain && !run_ctx(gc, c, in, c.threads, &rc))) {
+        std::fprintf(stderr, "  compute failed\n");
+        ++g_failures;
+        return false;
+    }
+    std::printf("  D %d Dv %d Sq %d Skv %d Hq %d Hkv %d B %d%s\n", c.D, c.Dv, c.Sq, c.Skv, c.Hq,
+                c.Hkv, c.B, chain ? "" : " (GQA with B > 1: no ggml chain, f64 reference only)");
+    const char *names[4] = {"o", "dq", "dk", "dv"};
+    const vector<float> *fv[4] = {&rf.o, &rf.dq, &rf.dk, &rf.dv};
+    const vector<float> *cv[4] = {&rc.o, &rc.dq, &rc.dk, &rc.dv};
+    const vector<double> *rv[4] = {&ref.o, &ref.dq, &ref.dk, &ref.dv};
+    for (int i = 0; i < 4; ++i) {
+        const double ef = rel_rms(*fv[i], *rv[i]);
+        EXPECT(ef <= kTol, "%s: fattn vs f64 %.3g", names[i], ef);
+        if (!chain) {
+            std::printf("  %-2s  fattn vs f64 %.2e\n", names[i], ef);
+            continue;
+        }
+        const double ec = rel_rms(*cv[i], *rv[i]), efc = rel_rms(*fv[i], widen(*cv[i]));
+        std::printf("  %-2s  fattn vs f64 %.2e   ggml chain vs f64 %.2e   fattn vs chain %.2e\n",
+                    names[i], ef, ec, efc);
+        EXPECT(ec <= kTol, "%s: ggml chain vs f64 %.3g", names[i], ec);
+        EXPECT(efc <= kTol, "%s: fattn vs chain %.3g", names[i], efc);
+    }
+    if (fattn_out) *fattn_out = rf;
+    return true;
+}
+
+bool bitwise_equal(const vector<float> &a, const vector<float> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ------------------------------------------------------------------ cases
+
+void case_basic() { compare_arms(Cfg{}); }
+
+void case_causal_top_left() {
+    Cfg c;
+    c.causal = FATTN_CAUSAL_TOP_LEFT;
+    compare_arms(c);
+}
+
+void case_causal_bottom_right() {
+    Cfg c;
+    c.Sq = 16;
+    c.Skv = 40;
+    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    compare_arms(c);
+}
+
+void case_cross_attn() {
+    Cfg c;
+    c.Sq = 16;
+    c.Skv = 40;
+    c.scale = 0.3f;
+    compare_arms(c);
+}
+
+void case_mask_f32_broadcast() {
+    Cfg c;
+    c.mask = MASK_F32_BCAST;  // [Skv, Sq, 1, 1]
+    c.causal = FATTN_CAUSAL_TOP_LEFT;
+    compare_arms(c);
+}
+
+void case_mask_f16_per_head() {
+    Cfg c;
+    c.mask = MASK_F16_PER_HEAD;  // [Skv, Sq, Hq, B] f16
+    c.Sq = 20;
+    c.Skv = 28;
+    compare_arms(c);
+}
+
+void case_mask_rows_padded() {
+    Cfg c;
+    c.mask = MASK_F32_PADDED;  // [Skv, Sq + 5, 1, B]: the first Sq rows count
+    compare_arms(c);
+}
+
+void case_gqa() {
+    Cfg c;
+    c.Hq = 6;
+    c.Hkv = 2;
+    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    c.B = 1;
+    compare_arms(c);
+    c.B = 2;
+    compare_arms(c);
+}
+
+void case_mqa() {
+    Cfg c;
+    c.Hq = 4;
+    c.Hkv = 1;
+    c.mask = MASK_F32_BCAST;
+    c.B = 1;
+    compare_arms(c);
+    c.B = 3;
+    compare_arms(c);
+}
+
+void case_dv_ne_d() {
+    Cfg c;
+    c.D = 48;
+    c.Dv = 16;
+    c.Skv = 30;
+    compare_arms(c);
+}
+
+// q, k, v are permuted views into one fused QKV param: read in place (no GGML_OP_CONT before the
+// op), gradients reach the fused param through ggml's view/permute backward.
+void case_noncontiguous_qkv() {
+    Cfg c;
+    c.fused_qkv = true;
+    c.Sq = c.Skv = 20;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.causal = FATTN_CAUSAL_TOP_LEFT;
+    c.B = 1;
+    compare_arms(c);
+    c.B = 2;
+    compare_arms(c);
+    Graph g;
+    if (!build(g, c, ARM_FATTN, false)) {
+        ++g_failures;
+        return;
+    }
+    EXPECT(!ggml_is_contiguous(g.q) && !ggml_is_contiguous(g.k), "the test views are contiguous");
+    EXPECT(g.attn->src[0] == g.q && g.attn->src[1] == g.k && g.attn->src[2] == g.v,
+           "the op does not read the views themselves");
+    // The forward part (up to the op) holds no copy: the only CONT nodes belong to the backward.
+    int conts_before = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(g.gf); ++i) {
+        ggml_tensor *n = ggml_graph_node(g.gf, i);
+        if (n == g.attn) break;
+        if (n->op == GGML_OP_CONT || n->op == GGML_OP_CPY || n->op == GGML_OP_DUP) ++conts_before;
+    }
+    EXPECT(conts_before == 0, "%d copy nodes before the attention op", conts_before);
+}
+
+void case_shared_qk() {
+    Cfg c;
+    c.shared_qk = true;  // k is q: the hook's two gradients add up
+    c.Skv = c.Sq;
+    c.Hkv = c.Hq;
+    compare_arms(c);
+}
+
+// Bitwise the same result for 1, 2, 3 and 4 ggml threads, and on repeat.
+void case_threads_bitwise() {
+    Cfg c;
+    c.Sq = 40;
+    c.Skv = 56;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.mask = MASK_F32_BCAST;
+    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    const Inputs in = make_inputs(c);
+    Graph g;
+    if (!build(g, c, ARM_FATTN, false)) {
+        ++g_failures;
+        return;
+    }
+    Result base;
+    EXPECT(run_ctx(g, c, in, 1, &base), "compute");
+    for (int t : {2, 3, 4, 2}) {
+        Result r;
+        EXPECT(run_ctx(g, c, in, t, &r), "compute");
+        EXPECT(bitwise_equal(r.o, base.o) && bitwise_equal(r.dq, base.dq) &&
+                   bitwise_equal(r.dk, base.dk) && bitwise_equal(r.dv, base.dv),
+               "%d threads differ from 1", t);
+    }
+    std::printf("  1, 2, 3, 4, 2 threads: bitwise equal\n");
+}
+
+// fattn_ggml_attn_back by hand (dO a strided view) gives the hook's gradients bit for bit.
+void case_explicit_back() {
+    Cfg c;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.causal = FATTN_CAUSAL_TOP_LEFT;
+    const Inputs in = make_inputs(c);
+    Graph hook;
+    Result rh;
+    if (!build(hook, c, ARM_FATTN, false) || !run_ctx(hook, c, in, 2, &rh)) {
+        ++g_failures;
+        return;
+    }
+    ggml_init_params ip = {size_t(64) << 20, nullptr, false};
+    ggml_context *ctx = ggml_init(ip);
+    ggml_tensor *q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.D, c.Sq, c.Hq, c.B);
+    ggml_tensor *k = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.D, c.Skv, c.Hkv, c.B);
+    ggml_tensor *v = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Dv, c.Skv, c.Hkv, c.B);
+    // dO as a permuted view of a [Dv, Hq, Sq, B] tensor
+    ggml_tensor *wp = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Dv, c.Hq, c.Sq, c.B);
+    ggml_tensor *dout = ggml_permute(ctx, wp, 0, 2, 1, 3);
+    std::memcpy(q->data, in.q.data(), in.q.size() * 4);
+    std::memcpy(k->data, in.k.data(), in.k.size() * 4);
+    std::memcpy(v->data, in.v.data(), in.v.size() * 4);
+    float *wd = static_cast<float *>(wp->data);
+    for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.Hq; ++h)
+            for (int i = 0; i < c.Sq; ++i)
+                for (int d = 0; d < c.Dv; ++d)
+                    wd[((size_t(b) * c.Sq + i) * c.Hq + h) * c.Dv + d] =
+                        in.w[((size_t(b) * c.Hq + h) * c.Sq + i) * c.Dv + d];
+    ggml_tensor *o = fattn_ggml_attn(ctx, q, k, v, nullptr, c.scale, c.causal, FATTN_PREC_F32);
+    ggml_tensor *dq = nullptr, *dk = nullptr, *dv = nullptr;
+    EXPECT(o && fattn_ggml_attn_back(ctx, o, dout, &dq, &dk, &dv) == FATTN_OK, "%s",
+           fattn_ggml_last_error());
+    if (dq && dk && dv) {
+        ggml_cgraph *gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, dq);
+        ggml_build_forward_expand(gf, dk);
+        ggml_build_forward_expand(gf, dv);
+        EXPECT(ggml_graph_compute_with_ctx(ctx, gf, 3) == GGML_STATUS_SUCCESS, "compute");
+        EXPECT(bitwise_equal(read(o), rh.o), "o differs");
+        EXPECT(bitwise_equal(read(dq), rh.dq), "dq differs");
+        EXPECT(bitwise_equal(read(dk), rh.dk), "dk differs");
+        EXPECT(bitwise_equal(read(dv), rh.dv), "dv differs");
+        EXPECT(ggml_are_same_shape(dq, q) && ggml_are_same_shape(dk, k) && ggml_are_same_shape(dv, v),
+               "gradient shapes");
+    }
+    ggml_free(ctx);
+}
+
+void case_lse() {
+    Cfg c;
+    c.Sq = 12;
+    c.Skv = 20;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.mask = MASK_F32_BCAST;
+    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    const Inputs in = make_inputs(c);
+    const Outputs ref = reference(c, in);
+    Graph g;
+    if (!build(g, c, ARM_FATTN, false)) {
+        ++g_failures;
+        return;
+    }
+    ggml_tensor *lse = fattn_ggml_attn_lse(g.ctx, g.o);
+    EXPECT(lse && lse->ne[0] == c.Sq && lse->ne[1] == c.Hq && lse->ne[2] == c.B, "lse shape");
+    if (!lse) return;
+    ggml_build_forward_expand(g.gf, lse);
+    Result r;
+    EXPECT(run_ctx(g, c, in, 2, &r), "compute");
+    const double e = rel_rms(read(lse), ref.lse);
+    std::printf("  lse vs f64 %.2e\n", e);
+    EXPECT(e <= 1e-6, "lse: %.3g", e);
+    EXPECT(fattn_ggml_is_attn(g.o) == 1 && fattn_ggml_is_attn(lse) == 0 && fattn_ggml_is_attn(g.q) == 0,
+           "fattn_ggml_is_attn");
+    EXPECT(fattn_ggml_attn_lse(g.ctx, g.q) == nullptr, "lse of a non-op tensor");
+}
+
+void case_prec() {
+    ggml_init_params ip = {size_t(16) << 20, nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    ggml_tensor *q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 64, 128, 8, 1);
+    ggml_tensor *k = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 64, 128, 2, 1);
+    ggml_tensor *v = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 64, 128, 2, 1);
+    ggml_tensor *o_auto = fattn_ggml_attn(ctx, q, k, v, nullptr, 0.0f, FATTN_CAUSAL_BOTTOM_RIGHT, FATTN_PREC_AUTO);
+    ggml_tensor *o_f32 = fattn_ggml_attn(ctx, q, k, v, nullptr, 0.0f, FATTN_CAUSAL_BOTTOM_RIGHT, FATTN_PREC_F32);
+    EXPECT(o_auto && fattn_ggml_attn_prec(o_auto) == FATTN_PREC_F32, "AUTO resolves to %s",
+           o_auto ? fattn_prec_name(fattn_ggml_attn_prec(o_auto)) : "(null)");
+    EXPECT(o_f32 && fattn_ggml_attn_prec(o_f32) == FATTN_PREC_F32, "F32");
+    EXPECT(fattn_ggml_attn_prec(q) == FATTN_PREC_AUTO, "prec of a non-op tensor");
+    ggml_tensor *o_tf32 = fattn_ggml_attn(ctx, q, k, v, nullptr, 0.0f, FATTN_CAUSAL_NONE, FATTN_PREC_TF32);
+    std::printf("  AUTO -> %s; TF32 on the CPU: %s\n",
+                o_auto ? fattn_prec_name(fattn_ggml_attn_prec(o_auto)) : "?", fattn_ggml_last_error());
+    EXPECT(o_tf32 == nullptr && std::strstr(fattn_ggml_last_error(), "tf32") != nullptr,
+           "TF32 on the CPU: %s", fattn_ggml_last_error());
+    char why[512];
+    EXPECT(fattn_ggml_attn_supports(q, k, v, nullptr, 0.0f, FATTN_CAUSAL_NONE, FATTN_PREC_TF32, why,
+                                    sizeof why) == FATTN_ERR_UNSUPPORTED,
+           "TF32 supports: %s", why);
+    ggml_free(ctx);
+}
+
+// Bad input: NULL plus a message naming the argument; nothing aborts.
+void case_errors() {
+    ggml_init_params ip = {size_t(16) << 20, nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    auto t4 = [&](ggml_type t, int a, int b, int c, int d) { return ggml_new_tensor_4d(ctx, t, a, b, c, d); };
+    ggml_tensor *q = t4(GGML_TYPE_F32, 32, 16, 4, 2), *k = t4(GGML_TYPE_F32, 32, 20, 2, 2),
+                *v = t4(GGML_TYPE_F32, 32, 20, 2, 2);
+    ggml_tensor *m_ok = t4(GGML_TYPE_F16, 20, 16, 1, 1);
+    struct Bad {
+        const char *what;
+        ggml_tensor *q, *k, *v, *m;
+        float scale;
+        int causal, prec;
+        const char *expect;
+    };
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const Bad bad[] = {
+        {"q NULL", nullptr, k, v, nullptr, 0, 0, 0, "q: is NULL"},
+        {"q f16", t4(GGML_TYPE_F16, 32, 16, 4, 2), k, v, nullptr, 0, 0, 0, "q: type is f16"},
+        {"k head dim", q, t4(GGML_TYPE_F32, 16, 20, 2, 2), v, nullptr, 0, 0, 0, "k: ne0 (head dim D) is 16 but q has 32"},
+        {"v keys", q, k, t4(GGML_TYPE_F32, 32, 21, 2, 2), nullptr, 0, 0, 0, "v: ne1 (keys) is 21 but k has 20"},
+        {"batch", q, t4(GGML_TYPE_F32, 32, 20, 2, 3), t4(GGML_TYPE_F32, 32, 20, 2, 3), nullptr, 0, 0, 0, "k: ne3 (batch) is 3"},
+        {"gqa", q, t4(GGML_TYPE_F32, 32, 20, 3, 2), t4(GGML_TYPE_F32, 32, 20, 3, 2), nullptr, 0, 0, 0, "k: ne2 (kv heads) is 3"},
+        {"transposed q", ggml_transpose(ctx, t4(GGML_TYPE_F32, 16, 32, 4, 2)), k, v, nullptr, 0, 0, 0, "q: nb[0] is"},
+        {"mask type", q, k, v, t4(GGML_TYPE_I32, 20, 16, 1, 1), 0, 0, 0, "mask: type is i32"},
+        {"mask keys", q, k, v, t4(GGML_TYPE_F32, 19, 16, 1, 1), 0, 0, 0, "mask: ne0 is 19 but k has 20"},
+        {"mask rows", q, k, v, t4(GGML_TYPE_F32, 20, 15, 1, 1), 0, 0, 0, "mask: ne1 is 15"},
+        {"mask heads", q, k, v, t4(GGML_TYPE_F32, 20, 16, 3, 1), 0, 0, 0, "mask: ne2 is 3"},
+        {"mask batch", q, k, v, t4(GGML_TYPE_F32, 20, 16, 1, 3), 0, 0, 0, "mask: ne3 is 3"},
+        {"scale", q, k, v, m_ok, nan, 0, 0, "scale: is not finite"},
+        {"causal", q, k, v, m_ok, 0, 7, 0, "causal: 7 is not a fattn_causal"},
+        {"prec", q, k, v, m_ok, 0, 0, 3, "prec: 3 is not"},
+        {"huge scale", q, k, v, nullptr, 1e38f, 0, 0, "fattn ("},
+    };
+    for (const Bad &b : bad) {
+        ggml_tensor *o = fattn_ggml_attn(ctx, b.q, b.k, b.v, b.m, b.scale, (fattn_causal)b.causal, (fattn_prec)b.prec);
+        const char *msg = fattn_ggml_last_error();
+        EXPECT(o == nullptr && std::strstr(msg, b.expect) != nullptr, "%s: got '%s', want '%s'", b.what, msg, b.expect);
+        char why[512] = "x";
+        const fattn_status s = fattn_ggml_attn_supports(b.q, b.k, b.v, b.m, b.scale, (fattn_causal)b.causal,
+                                                        (fattn_prec)b.prec, why, sizeof why);
+        EXPECT(s != FATTN_OK && std::strstr(why, b.expect) != nullptr, "%s supports: %d '%s'", b.what, (int)s, why);
+    }
+    EXPECT(fattn_ggml_attn(nullptr, q, k, v, nullptr, 0, FATTN_CAUSAL_NONE, FATTN_PREC_AUTO) == nullptr &&
+               std::strstr(fattn_ggml_last_error(), "ctx: is NULL"),
+           "ctx NULL");
+    // A full memory pool: refused, not aborted.
+    ggml_init_params small = {ggml_tensor_overhead() * 4 + 512, nullptr, true};
+    ggml_context *tiny = ggml_init(small);
+    ggml_tensor *tq = ggml_new_tensor_4d(tiny, GGML_TYPE_F32, 32, 16, 4, 2);
+    ggml_tensor *tk = ggml_new_tensor_4d(tiny, GGML_TYPE_F32, 32, 16, 4, 2);
+    ggml_tensor *tv = ggml_new_tensor_4d(tiny, GGML_TYPE_F32, 32, 16, 4, 2);
+    EXPECT(fattn_ggml_attn(tiny, tq, tk, tv, nullptr, 0, FATTN_CAUSAL_NONE, FATTN_PREC_AUTO) == nullptr &&
+               std::strstr(fattn_ggml_last_error(), "memory pool"),
+           "full pool: %s", fattn_ggml_last_error());
+    ggml_free(tiny);
+    ggml_tensor *dq = nullptr;
+    EXPECT(fattn_ggml_attn_back(ctx, q, q, &dq, nullptr, nullptr) == FATTN_ERR_BAD_VALUE && dq == nullptr,
+           "back of a non-op tensor");
+    ggml_tensor *o = fattn_ggml_attn(ctx, q, k, v, nullptr, 0, FATTN_CAUSAL_NONE, FATTN_PREC_AUTO);
+    EXPECT(o && fattn_ggml_attn_back(ctx, o, t4(GGML_TYPE_F32, 32, 16, 4, 1), &dq, nullptr, nullptr) ==
+                    FATTN_ERR_SHAPE_MISMATCH,
+           "back with a wrong dO: %s", fattn_ggml_last_error());
+    std::printf("  %zu bad inputs refused with their messages\n", sizeof bad / sizeof bad[0]);
+    ggml_free(ctx);
+}
+
+void case_supports() {
+    ggml_init_params ip = {size_t(16) << 20, nullptr, true};  // shapes only, no data
+    ggml_context *ctx = ggml_init(ip);
+    ggml_tensor *qkv = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, 64, 8 + 2 * 2, 256, 2);
+    ggml_tensor *q = ggml_permute(ctx, ggml_view_4d(ctx, qkv, 64, 8, 256, 2, qkv->nb[1], qkv->nb[2], qkv->nb[3], 0), 0, 2, 1, 3);
+    ggml_tensor *k = ggml_permute(ctx, ggml_view_4d(ctx, qkv, 64, 2, 256, 2, qkv->nb[1], qkv->nb[2], qkv->nb[3], 8 * 64 * 4), 0, 2, 1, 3);
+    ggml_tensor *v = ggml_permute(ctx, ggml_view_4d(ctx, qkv, 64, 2, 256, 2, qkv->nb[1], qkv->nb[2], qkv->nb[3], 10 * 64 * 4), 0, 2, 1, 3);
+    ggml_tensor *m = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, 256, 256, 1, 1);
+    char why[512] = "x";
+    const fattn_status s = fattn_ggml_attn_supports(q, k, v, m, 0.0f, FATTN_CAUSAL_BOTTOM_RIGHT, FATTN_PREC_AUTO, why, sizeof why);
+    EXPECT(s == FATTN_OK && why[0] == '\0', "supports: %d '%s'", (int)s, why);
+    ggml_free(ctx);
+}
+
+void case_memory() {
+    ggml_init_params ip = {size_t(16) << 20, nullptr, true};
+    ggml_context *ctx = ggml_init(ip);
+    const int D = 64, S = 4096, H = 8, B = 1;  // a size query: nothing is allocated
+    ggml_tensor *q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, S, H, B);
+    ggml_tensor *k = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, S, H, B);
+    ggml_tensor *v = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, S, H, B);
+    fattn_attn_memory_info mi{};
+    EXPECT(fattn_ggml_attn_memory(q, k, v, nullptr, 0, FATTN_CAUSAL_BOTTOM_RIGHT, FATTN_PREC_AUTO, &mi) == FATTN_OK,
+           "%s", fattn_ggml_last_error());
+    const uint64_t n = uint64_t(D) * S * H * B * 4;
+    std::printf("  inputs %llu saved %llu fwd ws %llu bwd ws %llu grads %llu bwd peak %llu bytes "
+                "(probabilities alone: %llu)\n",
+                (unsigned long long)mi.inputs_bytes, (unsigned long long)mi.saved_bytes,
+                (unsigned long long)mi.fwd_workspace_bytes, (unsigned long long)mi.bwd_workspace_bytes,
+                (unsigned long long)mi.grads_bytes, (unsigned long long)mi.bwd_peak_bytes,
+                (unsigned long long)(uint64_t(S) * S * H * B * 4));
+    EXPECT(mi.inputs_bytes == 3 * n, "inputs %llu", (unsigned long long)mi.inputs_bytes);
+    EXPECT(mi.saved_bytes >= n + uint64_t(S) * H * B * 4, "saved %llu", (unsigned long long)mi.saved_bytes);
+    EXPECT(mi.bwd_peak_bytes >= mi.inputs_bytes + mi.saved_bytes + mi.grads_bytes, "peak");
+    EXPECT(mi.bwd_peak_bytes < uint64_t(S) * S * H * B * 4, "the fused peak exceeds the [S, S, H, B] probabilities");
+    ggml_free(ctx);
+}
+
+// The op under ggml's graph allocator (memory reuse between nodes) and the CPU backend, as
+// ggml-opt runs it: the same bits as the context-allocated graph.
+void case_gallocr_backend() {
+    Cfg c;
+    c.Hq = 4;
+    c.Hkv = 2;
+    c.mask = MASK_F16_PER_HEAD;
+    c.causal = FATTN_CAUSAL_TOP_LEFT;
+    const Inputs in = make_inputs(c);
+    Graph ref;
+    Result rr;
+    if (!build(ref, c, ARM_FATTN, false) || !run_ctx(ref, c, in, 2, &rr)) {
+        ++g_failures;
+        return;
+    }
+    Graph g;
+    if (!build(g, c, ARM_FATTN, true)) {
+        ++g_failures;
+        return;
+    }
+    ggml_backend_t be = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(be, 2);
+    ggml_gallocr_t ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
+    EXPECT(ggml_gallocr_alloc_graph(ga, g.gf), "gallocr");
+    set_inputs(g, c, in, [](ggml_tensor *t, const void *src, size_t n) { ggml_backend_tensor_set(t, src, 0, n); });
+    ggml_graph_reset(g.gf);
+    EXPECT(ggml_backend_graph_compute(be, g.gf) == GGML_STATUS_SUCCESS, "compute");
+    auto get = [](const ggml_tensor *t) {
+        vector<float> x(size_t(ggml_nelements(t)));
+        if (ggml_is_contiguous(t)) ggml_backend_tensor_get(t, x.data(), 0, x.size() * 4);
+        return x;
+    };
+    EXPECT(bitwise_equal(get(g.o), rr.o), "o differs under gallocr");
+    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pq)), rr.dq), "dq differs under gallocr");
+    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pk)), rr.dk), "dk differs under gallocr");
+    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pv)), rr.dv), "dv differs under gallocr");
+    std::printf("  gallocr + CPU backend: bitwise equal to the context-allocated graph (%d nodes)\n",
+                ggml_graph_n_nodes(g.gf));
+    ggml_gallocr_free(ga);
+    ggml_backend_free(be);
+}
+
+struct Case {
+    const char *name;
+    void (*fn)();
+};
+
+const Case kCases[] = {
+    {"basic", case_basic},
+    {"causal_top_left", case_causal_top_left},
+    {"causal_bottom_right", case_causal_bottom_right},
+    {"cross_attn", case_cross_attn},
+    {"mask_f32_broadcast", case_mask_f32_broadcast},
+    {"mask_f16_per_head", case_mask_f16_per_head},
+    {"mask_rows_padded", case_mask_rows_padded},
+    {"gqa", case_gqa},
+    {"mqa", case_mqa},
+    {"dv_ne_d", case_dv_ne_d},
+    {"noncontiguous_qkv", case_noncontiguous_qkv},
+    {"shared_qk", case_shared_qk},
+    {"threads_bitwise", case_threads_bitwise},
+    {"explicit_back", case_explicit_back},
+    {"lse", case_lse},
+    {"prec", case_prec},
+    {"errors", case_errors},
+    {"supports", case_supports},
+    {"memory", case_memory},
+    {"gallocr_backend", case_gallocr_backend},
+};
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+    if (argc >= 2 && string(argv[1]) == "--check-list") {  // the build's list == the cases
+        vector<string> listed(argv + 2, argv + argc), have;
+        for (const Case &c : kCases) have.push_back(c.name);
+        if (listed == have) return 0;
+        std::fprintf(stderr, "the CMake case list differs from the executable's (--list)\n");
+        return 1;
+    }
+    if (argc != 2) {
+        std::fprintf(stderr, "usage: %s CASE | all | --list | --check-list CASE...\n", argv[0]);
+        return 2;
+    }
+    const string want = argv[1];
+    if (want == "--list") {
+        for (const Case &c : kCases) std::printf("%s\n", c.name);
+        return 0;
+    }
+    int ran = 0;
+    for (const Case &c : kCases) {
+        if (want != "all" && want != c.name) continue;
+        const int before = g_failures;
+        std::printf("[%s]\n", c.name);
+        c.fn();
+        std::printf("[%s] %s\n", c.name, g_failures == before ? "ok" : "FAILED");
+        ++ran;
+    }
+    if (!ran) {
+        std::fprintf(stderr, "no case '%s' (--list)\n", want.c_str());
+        return 2;
+    }
+    return g_failures ? 1 : 0;
+}
