@@ -210,10 +210,18 @@ fattn_status fattn_attn_supports(fattn_ctx_t *ctx, const fattn_attn_params *p,
     return fattn_attn_supports_ex(ctx, p, q, k, v, 0, why, why_len);
 }
 
+namespace {
+// Both workspace-size entry points: `dir` read as raw bits by each (a value outside fattn_dir
+// must not be passed on as a fattn_dir: that load is undefined behaviour in C++).
+fattn_status workspace_size(fattn_ctx_t *ctx, const fattn_attn_params *p, const fattn_tensor *q,
+                            const fattn_tensor *k, const fattn_tensor *v, uint32_t want, int64_t rdir,
+                            size_t *bytes);
+}  // namespace
+
 fattn_status fattn_attn_workspace_size(fattn_ctx_t *ctx, const fattn_attn_params *p,
                                        const fattn_tensor *q, const fattn_tensor *k,
                                        const fattn_tensor *v, fattn_dir dir, size_t *bytes) {
-    return fattn_attn_workspace_size_ex(ctx, p, q, k, v, 0, dir, bytes);
+    return workspace_size(ctx, p, q, k, v, 0, fattn::raw_enum(dir), bytes);
 }
 
 // The CPU's dbias needs no workspace of its own (it accumulates in dbias, with the backward's
@@ -223,10 +231,16 @@ fattn_status fattn_attn_workspace_size_ex(fattn_ctx_t *ctx, const fattn_attn_par
                                           const fattn_tensor *q, const fattn_tensor *k,
                                           const fattn_tensor *v, uint32_t want, fattn_dir dir,
                                           size_t *bytes) {
+    return workspace_size(ctx, p, q, k, v, want, fattn::raw_enum(dir), bytes);
+}
+
+namespace {
+fattn_status workspace_size(fattn_ctx_t *ctx, const fattn_attn_params *p, const fattn_tensor *q,
+                            const fattn_tensor *k, const fattn_tensor *v, uint32_t want, int64_t rdir,
+                            size_t *bytes) {
     return guarded(ctx, "fattn_attn_workspace_size", [&] {
         if (!bytes) return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER, "bytes: is NULL");
         *bytes = 0;
-        const int64_t rdir = fattn::raw_enum(dir);
         if (rdir != FATTN_DIR_FWD && rdir != FATTN_DIR_BWD)
             return fattn::set_error(ctx, FATTN_ERR_BAD_VALUE,
                                     "dir: " + std::to_string(rdir) + " is not a fattn_dir");
@@ -236,10 +250,12 @@ fattn_status fattn_attn_workspace_size_ex(fattn_ctx_t *ctx, const fattn_attn_par
         AttnResolved r;
         fattn_status s = validate(ctx, p, AttnOp::QUERY, vw, &r);
         if (s != FATTN_OK) return s;
-        if (r.work == AttnWork::COMPUTE) *bytes = fattn::attn_backend_workspace_size(ctx, r.p, dir);
+        if (r.work == AttnWork::COMPUTE)
+            *bytes = fattn::attn_backend_workspace_size(ctx, r.p, static_cast<fattn_dir>(rdir));
         return FATTN_OK;
     });
 }
+}  // namespace
 
 fattn_status fattn_attn_saved_size(fattn_ctx_t *ctx, const fattn_attn_params *p,
                                    const fattn_tensor *q, const fattn_tensor *k,
