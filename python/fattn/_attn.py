@@ -241,9 +241,23 @@ class _AttnBiasFn(torch.autograd.Function):
         return None, dq, dk, dv, db.to(bias.dtype).reshape(bias.shape), None, None
 
 
+def keys_dense(mask: Tensor, Skv: int) -> Tensor:
+    """A mask whose key dim the library cannot read in place (innermost stride not 1, e.g. a
+    transposed mask, or size 1 broadcast over Skv > 1 keys) -> one whose key dim is Skv long with
+    stride 1. Only the distinct values are copied: stride-0 (expanded) dims stay stride 0."""
+    n = Skv if mask.shape[-1] == 1 else mask.shape[-1]
+    if n <= 1 or (mask.shape[-1] == n and mask.stride(-1) == 1):
+        return mask
+    base = mask[tuple(slice(0, 1) if mask.stride(d) == 0 and mask.shape[d] > 1 else slice(None)
+                      for d in range(mask.dim() - 1))]
+    base = base.expand(*base.shape[:-1], n).contiguous()
+    return base.expand(*mask.shape[:-1], n)
+
+
 def _prepare(q, k, v, bias, cu_seqlens_q):
-    """Varlen 3-d -> 4-d; bias to 4 dims with its size-1 query/key dims expanded (stride 0,
-    no copy: the library broadcasts by strides)."""
+    """Varlen 3-d -> 4-d; bias to 4 dims with its size-1 query dim expanded (stride 0, no copy:
+    the library broadcasts by strides) and a size-1 (or strided) key dim made dense, copying
+    only the distinct values (the library reads the keys of a bias row with stride 1)."""
     if cu_seqlens_q is not None and q.dim() == 3:
         q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     if bias is not None:
@@ -252,6 +266,7 @@ def _prepare(q, k, v, bias, cu_seqlens_q):
     if bias is not None and q.dim() == 4 and k.dim() == 4 and bias.dim() == 4:
         sq = q.shape[1] if bias.shape[2] == 1 else bias.shape[2]
         skv = k.shape[1] if bias.shape[3] == 1 else bias.shape[3]
+        bias = keys_dense(bias, skv)  # the library reads a key row with stride 1
         bias = bias.expand(bias.shape[0], bias.shape[1], sq, skv)
     return q, k, v, bias
 

@@ -27,7 +27,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._attn import attention, scale_arg
+from ._attn import attention, keys_dense, scale_arg
 
 
 def _unit_inner(t: Tensor) -> Tensor:
@@ -77,26 +77,13 @@ def _sdpa_bias(mask: Tensor, q: Tensor, ndim: int, Skv: int) -> Tensor:
     if mask.dim() > ndim:
         raise ValueError(f"fattn.sdpa: attn_mask has {mask.dim()} dims, query {ndim}")
     mask = mask[(None,) * (ndim - mask.dim())]                # leading size-1 dims, a view
-    mask = _mask_keys_dense(mask, Skv)
+    mask = keys_dense(mask, Skv)
     if ndim == 3:
         mask = mask.unsqueeze(1)                              # [N, 1, Sq, Skv]
     elif ndim > 4:
         lead = tuple(q.shape[:-3])
         mask = mask.expand(lead + tuple(mask.shape[-3:])).flatten(0, ndim - 4)
     return mask
-
-
-def _mask_keys_dense(mask: Tensor, Skv: int) -> Tensor:
-    """A mask whose key dim the library cannot read in place (innermost stride not 1, e.g. a
-    transposed mask, or size 1 broadcast over Skv > 1 keys) -> one whose key dim is Skv long with
-    stride 1. Only the distinct values are copied: stride-0 (expanded) dims stay stride 0."""
-    n = Skv if mask.shape[-1] == 1 else mask.shape[-1]
-    if n <= 1 or (mask.shape[-1] == n and mask.stride(-1) == 1):
-        return mask
-    base = mask[tuple(slice(0, 1) if mask.stride(d) == 0 and mask.shape[d] > 1 else slice(None)
-                      for d in range(mask.dim() - 1))]
-    base = base.expand(*base.shape[:-1], n).contiguous()
-    return base.expand(*mask.shape[:-1], n)
 
 
 def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] = None,

@@ -42,6 +42,8 @@ CASES = {
     "bias_batch":       dict(B=2, Sq=15, Skv=21, Hq=2, Hkv=2, bias="batch"),
     "bias_full":        dict(B=2, Sq=15, Skv=21, Hq=2, Hkv=2, bias="full"),
     "bias_stride0":     dict(B=2, Sq=15, Skv=21, Hq=2, Hkv=2, bias="expanded"),
+    # a per-query bias [B, H, Sq, 1] broadcast over the keys, with a -inf row (nothing seen)
+    "bias_per_query":   dict(B=2, Sq=15, Skv=21, Hq=2, Hkv=2, bias="per_query"),
     # -inf bias: one fully masked row and one key column nobody sees, plus causal on top
     "bias_neginf":      dict(B=2, Sq=15, Skv=15, Hq=2, Hkv=2, bias="neginf", causal=True),
     "varlen":           dict(B=1, Hq=2, Hkv=2, cu_q=[0, 5, 17, 30], cu_k=[0, 9, 12, 40]),
@@ -95,6 +97,10 @@ def make_inputs(case, dtype, device, D):
         bias = rnd(B, Hq, Sq, Skv)
     elif kind == "expanded":
         bias = rnd(1, 1, Sq, Skv).expand(B, Hq, Sq, Skv)  # stride 0 in B and H
+    elif kind == "per_query":
+        bias = torch.randn(B, Hq, Sq, 1, device=device)
+        bias[:, :, 2, :] = float("-inf")
+        bias = bias.to(dtype)
     elif kind == "neginf":
         bias = torch.randn(B, Hq, Sq, Skv, device=device)
         bias[:, :, 3, :] = float("-inf")   # row 3 sees nothing
