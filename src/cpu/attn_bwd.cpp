@@ -111,6 +111,35 @@ void zero_dbias(const AttnBwdParams &p) {
 // else one). The task recomputes P and dS of every tile pair of the cell, as the main loop does,
 // and adds them in order (sequence, head, q tile, row). Uses the main loop's packed scale · Q,
 // dO, delta and lse' (still in the workspace) and its scratch slots.
+// P [rows, n] of a tile (query rows i0 .., keys j0 .. j0 + bk of head h in sequence s): from the
+// saved Pᵀ [B, Hq, Skv, Sq] (exact) or as scale·Q Kᵀ + bias, shifted by lse' and exponentiated;
+// zero outside each row's valid keys and for rows that saw none. The main loop and the dbias
+// pass build it this one way.
+template <bool kExact>
+void p_tile(const AttnBwdParams &p, const float *saved, const SeqRange &r, int64_t s, int64_t h, int64_t i0, int rows,
+            int64_t j0, int bk, int n, const float *qs, int64_t ldq, const float *lse, const float *cl,
+            BwdScratch &sc, const TilePrefetch *pf) {
+    if (kExact) {
+        const float *pcol = saved + ((s * p.hq + h) * p.seqlen_kv + j0) * p.seqlen_q + i0;
+        transpose(pcol, p.seqlen_q, bk, rows, sc.pm, sc.ldt);
+        for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * sc.ldt + bk, sc.pm + i * sc.ldt + n, 0.0f);
+        return;
+    }
+    gemm(rows, n, int(p.d), qs, ldq, sc.kt, sc.ldt, sc.pm, sc.ldt, false, pf);
+    for (int i = 0; i < rows; ++i) {
+        float *pr = sc.pm + i * sc.ldt;
+        const int a = sc.tr->a[i], b = sc.tr->b[i];
+        if (a >= b || lse[i] == kNegInf) {
+            std::fill(pr, pr + n, 0.0f);
+            continue;
+        }
+        if (p.bias) add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, pr, a, b, cl[i]);
+        std::fill(pr, pr + a, 0.0f);
+        std::fill(pr + b, pr + n, 0.0f);
+        exp_shift(pr + a, lse[i], pr + a, b - a);
+    }
+}
+
 template <bool kExact>
 void dbias_pass(const AttnBwdParams &p, const float *saved, Workspace &ws) {
     const bool sum_b = !p.cu_seqlens_q && p.bias_sb == 0;  // dense: every batch has batch 0's lengths
@@ -162,26 +191,7 @@ void dbias_pass(const AttnBwdParams &p, const float *saved, Workspace &ws) {
                     const float *lse = ws.lse_rel + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
                     const float *cl = ceil_row(p, ws, r, h, i0);
                     const float *delta = ws.delta + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
-                    // P exactly as the main loop builds it (bias always present here)
-                    if (kExact) {
-                        const float *pcol = saved + ((s * p.hq + h) * p.seqlen_kv + j0) * p.seqlen_q + i0;
-                        transpose(pcol, p.seqlen_q, bk, rows, sc.pm, sc.ldt);
-                        for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * sc.ldt + bk, sc.pm + i * sc.ldt + n, 0.0f);
-                    } else {
-                        gemm(rows, n, int(p.d), qs, ws.ldq, sc.kt, sc.ldt, sc.pm, sc.ldt, false);
-                        for (int i = 0; i < rows; ++i) {
-                            float *pr = sc.pm + i * sc.ldt;
-                            int a = sc.tr->a[i], b = sc.tr->b[i];
-                            if (a >= b || lse[i] == kNegInf) {
-                                std::fill(pr, pr + n, 0.0f);
-                                continue;
-                            }
-                            add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, pr, a, b, cl[i]);
-                            std::fill(pr, pr + a, 0.0f);
-                            std::fill(pr + b, pr + n, 0.0f);
-                            exp_shift(pr + a, lse[i], pr + a, b - a);
-                        }
-                    }
+                    p_tile<kExact>(p, saved, r, s, h, i0, rows, j0, bk, n, qs, ws.ldq, lse, cl, sc, nullptr);
                     gemm(rows, n, int(hdv), dout, ws.ldo, sc.vt, sc.ldt, sc.dp, sc.ldt, false);
                     for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * sc.ldt, sc.pm + i * sc.ldt, delta[i], n);
                     add_dbias_tile(p, r, h, i0, rows, j0, bk, sc.dp, sc.ldt);
@@ -275,26 +285,7 @@ fattn_status attn_bwd_impl(const AttnBwdParams &p, const float *saved, Workspace
                     const float *cl = ceil_row(p, ws, r, h, i0);
                     const float *delta = ws.delta + (r.batch_index * p.hq + h) * p.total_q + r.q_begin + i0;
 
-                    // P [rows, n]: zero outside each row's valid keys and for rows that saw none.
-                    if (kExact) {  // P tile from the saved Pᵀ [B, Hq, Skv, Sq]
-                        const float *pcol = saved + ((s * p.hq + h) * p.seqlen_kv + j0) * p.seqlen_q + i0;
-                        transpose(pcol, p.seqlen_q, bk, rows, sc.pm, sc.ldt);
-                        for (int i = 0; i < rows; ++i) std::fill(sc.pm + i * sc.ldt + bk, sc.pm + i * sc.ldt + n, 0.0f);
-                    } else {
-                        gemm(rows, n, int(p.d), qs, ws.ldq, sc.kt, sc.ldt, sc.pm, sc.ldt, false, &pf_q);
-                        for (int i = 0; i < rows; ++i) {
-                            float *pr = sc.pm + i * sc.ldt;
-                            int a = sc.tr->a[i], b = sc.tr->b[i];
-                            if (a >= b || lse[i] == kNegInf) {
-                                std::fill(pr, pr + n, 0.0f);
-                                continue;
-                            }
-                            if (p.bias) add_bias(bias_at(p, r, h, i0 + i, j0), p.bias_dtype, pr, a, b, cl[i]);
-                            std::fill(pr, pr + a, 0.0f);
-                            std::fill(pr + b, pr + n, 0.0f);
-                            exp_shift(pr + a, lse[i], pr + a, b - a);
-                        }
-                    }
+                    p_tile<kExact>(p, saved, r, s, h, i0, rows, j0, bk, n, qs, ws.ldq, lse, cl, sc, &pf_q);
                     // dP = dO Vᵀ, then dS = P ∘ (dP − delta) in place   [rows, n]
                     gemm(rows, n, int(hdv), dout, ws.ldo, sc.vt, sc.ldt, sc.dp, sc.ldt, false, &pf_do);
                     for (int i = 0; i < rows; ++i) dsoftmax_row(sc.dp + i * sc.ldt, sc.pm + i * sc.ldt, delta[i], n);
