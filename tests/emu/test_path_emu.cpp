@@ -8,6 +8,7 @@
 // 0.02 dbeta dg; f16: 0.005); TF32 5e-3.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -187,7 +188,9 @@ TEST(PathEmuLayout, OwnChunkPartialsReuseTheDeadHistorySpan) {
         const PathLayout lay = path_layout(pr.p, false);
         const pathk::GpuWs w = pathk::gpu_workspace(pr.p, lay, FATTN_DIR_BWD);
         const size_t ddm_bytes = size_t(lay.total_chunks) * size_t(c.HQ) * 64 * 64 * 4;
-        const size_t qts_bytes = size_t(lay.segments) * size_t(c.HQ) * 64 * size_t(w.D) * 4;
+        // seg-intra's states X(1 .. 6), then chain-A's suffix products P_0 .. P_5, in one place
+        const size_t qts_bytes = size_t(lay.segments) * 6 * std::max(size_t(c.HQ) * 64, size_t(c.H) * size_t(w.D)) * size_t(w.D) * 4;
+        EXPECT_EQ(w.pch, w.qts) << c.name;
         EXPECT_GE(w.qts, w.ddm + ddm_bytes) << c.name;
         if (w.ddm == w.kh) {
             ++reused;

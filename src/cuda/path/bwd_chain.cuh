@@ -60,6 +60,8 @@ template <typename Tin, int D> struct KChainA {
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
     static constexpr size_t RB = tile_bytes<float>(D, D);
     static constexpr size_t smem() { return RB + 4 * FT::BIG + FT::SMALL; }
+    // the suffix products kept in p.pch (6 of them: P_6 is one walk step, P_7 = I)
+    static constexpr int kSlots = kNcs - 2;
 
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
@@ -67,11 +69,39 @@ template <typename Tin, int D> struct KChainA {
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0, ns = ceil_div(sq.len, kS);
         if (r >= ns - 1) return;
-        float *R = reinterpret_cast<float *>(smem), *sY = reinterpret_cast<float *>(smem + RB);  // Y: W^, then dK^
-        float *sXU = sY + kC * SD, *sA = sXU + kC * SD, *sB = sA + kC * SD, *T = sB + kC * SD;
+        // t0 t1 and t2 t3 are adjacent pairs: a D x D product P (D <= 128 rows of stride SD) takes a pair
+        float *R = reinterpret_cast<float *>(smem), *t0 = reinterpret_cast<float *>(smem + RB);
+        float *t1 = t0 + kC * SD, *t2 = t1 + kC * SD, *t3 = t2 + kC * SD, *T = t3 + kC * SD;
+        float *slots = p.pch + (gs * p.h + h) * int64_t(kSlots) * D * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
-        auto ldW = [&](float *s, int64_t lc) { load_w_f32<kThreads>(s, SD, p, sq, lc * kC, h, D, kC); };
-        auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + lc * kC, h, D, kC); };
+        auto ldW = [&](float *s, int64_t c) { load_w_f32<kThreads>(s, SD, p, sq, (r * kNcs + c) * kC, h, D, kC); };
+        auto ldU = [&](float *s, int64_t c) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + (r * kNcs + c) * kC, h, D, kC); };
+        // x <- x (I - W^T U) for the m-row tile x (W in sw, U in su, or swapped for the forward walk)
+        auto walk = [&](float *x, int m, const float *sw, const float *su) {
+            for (int b0 = 0; b0 < m; b0 += kC) {
+                const int mb = m - b0 < kC ? m - b0 : kC;
+                float *xb = x + b0 * SD;
+                cta_gemm<float, false, false, 4, NW>(mb, kC, D, xb, SD, sw, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
+                sync();
+                cta_gemm<float, false, true, NB, NW>(mb, D, kC, T, S64, su, SD, [&](int a, int col, float v) { xb[a * SD + col] -= v; });
+                sync();
+            }
+        };
+        // x walked back through chunks 7 .. c+1 is x P_c, P_c = A_7 A_6 .. A_{c+1} with A = I - W^T U,
+        // and W_c walked forward through them is W_c P_c^T. The products, newest first, for c < 6
+        // into p.pch (c = 6 is one walk step and c = 7 none: those walk their tiles directly)
+        for (int e = tid(); e < D * D; e += kThreads) t0[(e / D) * SD + e % D] = e / D == e % D ? 1.f : 0.f;
+        for (int64_t c2 = kNcs - 1; c2 >= 1; --c2) {
+            ldW(t2, c2);
+            ldU(t3, c2);
+            cp_landed();
+            walk(t0, D, t2, t3);
+            if (c2 - 1 < kSlots)
+                for (int e = tid(); e < D * D; e += kThreads) slots[(c2 - 1) * D * D + e] = t0[(e / D) * SD + e % D];
+        }
+        auto ldP = [&](float *s, int64_t c) {
+            load_tile<float, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
+        };
         // R = -(sum over query segments rt > r and the group of dE(rt, r)); 0 for r = 0
         for (int e = tid(); e < D * D; e += kThreads) {
             float s = 0.f;
@@ -82,53 +112,57 @@ template <typename Tin, int D> struct KChainA {
             R[(e / D) * SD + e % D] = -s;
         }
         for (int64_t c = 0; c < kNcs; ++c) {
-            const int64_t lc = r * kNcs + c, krow = sq.row0 + lc * kC;
-            // W^_c: W_c walked forward (k <- k - (k U^T) W) through chunks c+1 .. 7
+            const int64_t krow = sq.row0 + (r * kNcs + c) * kC;
             sync();
-            ldW(sY, lc);
-            cp_landed();
-            for (int64_t c2 = c + 1; c2 < kNcs; ++c2) {
-                ldW(sB, r * kNcs + c2);
-                ldU(sA, r * kNcs + c2);
+            // W^_c (t1) = W_c P_c^T (t0 = W_c, t2 t3 = P_c)
+            ldW(t0, c);
+            if (c < kSlots) {
+                ldP(t2, c);
                 cp_landed();
-                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sY, SD, sA, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
-                sync();
-                cta_gemm<float, false, true, NB, NW>(kC, D, kC, T, S64, sB, SD, [&](int a, int col, float v) { sY[a * SD + col] -= v; });
-                sync();
-            }
-            // dU_c -= W^_c R ; XU = U_c R^T
-            ldU(sA, lc);
-            cp_landed();
-            cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, sY, SD, R, SD, p.du + (krow * p.hq + g0) * D, hqd, -1.f, kC);
-            cta_gemm<float, false, false, NB, NW>(kC, D, D, sA, SD, R, SD, [&](int b, int d, float v) { sXU[b * SD + d] = v; });
-            sync();
-            // R <- R - XU^T W_c + dK^_c^T K~_c
-            ldW(sB, lc);
-            load_ws_f32<D, kThreads>(sY, p.dkh + (krow * p.hq + g0) * D, hqd, kC);
-            cp_landed();
-            load_tile_cvt<float, Tin, kThreads>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D);
-            sync();
-            cta_gemm<float, true, true, NB, NW>(D, D, kC, sXU, SD, sB, SD, [&](int d, int e, float v) { R[d * SD + e] -= v; });
-            sync();
-            cta_gemm<float, true, true, NB, NW>(D, D, kC, sY, SD, sA, SD, [&](int d, int e, float v) { R[d * SD + e] += v; });
-            // [XU; dK^] walked back (x <- x - (x W^T) U) through chunks 7 .. c+1
-            for (int64_t c2 = kNcs - 1; c2 > c; --c2) {
-                sync();
-                ldW(sB, r * kNcs + c2);
-                ldU(sA, r * kNcs + c2);
-                cp_landed();
-                for (float *x : {sXU, sY}) {
-                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, x, SD, sB, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
-                    sync();
-                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, T, S64, sA, SD, [&](int a, int col, float v) { x[a * SD + col] -= v; });
-                    sync();
+                cta_gemm<float, false, false, NB, NW>(kC, D, D, t0, SD, t2, SD, [&](int a, int col, float v) { t1[a * SD + col] = v; });
+            } else {
+                ldW(t1, c);
+                if (c == kNcs - 2) {
+                    ldU(t2, kNcs - 1);
+                    ldW(t3, kNcs - 1);
                 }
+                cp_landed();
+                if (c == kNcs - 2) walk(t1, kC, t2, t3);
             }
             sync();
-            for (int e = tid(); e < kC * D; e += kThreads) {
-                const int64_t o = ((krow + e / D) * p.hq + g0) * D + e % D;
-                p.dwacc[o] -= sXU[(e / D) * SD + e % D];
-                p.dkt[o] += sY[(e / D) * SD + e % D];
+            // dU_c -= W^_c R ; XU = U_c R^T (t2 = U_c, t3 = XU)
+            ldU(t2, c);
+            cp_landed();
+            cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t1, SD, R, SD, p.du + (krow * p.hq + g0) * D, hqd, -1.f, kC);
+            cta_gemm<float, false, false, NB, NW>(kC, D, D, t2, SD, R, SD, [&](int b, int d, float v) { t3[b * SD + d] = v; });
+            sync();
+            // R <- R - XU^T W_c + dK^_c^T K~_c (t2 = dK^_c, t1 = K~_c)
+            load_ws_f32<D, kThreads>(t2, p.dkh + (krow * p.hq + g0) * D, hqd, kC);
+            load_tile_cvt<float, Tin, kThreads>(t1, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D);
+            cp_landed();
+            cta_gemm<float, true, true, NB, NW>(D, D, kC, t3, SD, t0, SD, [&](int d, int e, float v) { R[d * SD + e] -= v; });
+            sync();
+            cta_gemm<float, true, true, NB, NW>(D, D, kC, t2, SD, t1, SD, [&](int d, int e, float v) { R[d * SD + e] += v; });
+            sync();
+            // dW_c -= XU P_c ; dK~_c += dK^_c P_c (t0 t1 = P_c)
+            if (c < kSlots) {
+                ldP(t0, c);
+                cp_landed();
+                cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t3, SD, t0, SD, p.dwacc + (krow * p.hq + g0) * D, hqd, -1.f, kC);
+                cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t2, SD, t0, SD, p.dkt + (krow * p.hq + g0) * D, hqd, 1.f, kC);
+            } else {
+                if (c == kNcs - 2) {
+                    ldW(t0, kNcs - 1);
+                    ldU(t1, kNcs - 1);
+                    cp_landed();
+                    walk(t3, kC, t0, t1);
+                    walk(t2, kC, t0, t1);
+                }
+                for (int e = tid(); e < kC * D; e += kThreads) {
+                    const int64_t o = ((krow + e / D) * p.hq + g0) * D + e % D;
+                    p.dwacc[o] -= t3[(e / D) * SD + e % D];
+                    p.dkt[o] += t2[(e / D) * SD + e % D];
+                }
             }
         }
     }

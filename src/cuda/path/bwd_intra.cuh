@@ -4,7 +4,8 @@
 //
 // KSegIntra, per (segment r, query head), query chunks ci = 8r + i (i >= 1) in order; for each,
 // the earlier chunks cj = 8r + j of the segment, j ascending (gamma enters as dLoss/dQh[t, r]):
-//   X  = Q~_ci walked back through chunks ci-1 .. cj+1 (recomputed from Q~, kept in p.qts)
+//   X  = Q~_ci walked back through chunks ci-1 .. cj+1 (walked once, newest first, before the
+//        j loop: the states X for j = i-1 .. 1 are kept in p.qts, X for j = 0 stays in shared)
 //   if r >= 1 or j >= 1 (gamma != 0):  XW = X W_cj^T, GU = gamma U_cj^T,
 //       dU_cj -= XW^T gamma,  dW_cj -= GU^T X,  gamma -= GU W_cj
 //   P = exp(scale (X K~_cj^T + G_t - G_j) - lse),  dS = scale P (dO V_cj^T - delta)
@@ -44,7 +45,7 @@ template <typename Tin, int D> struct KSegIntra {
         float *sDO = reinterpret_cast<float *>(smem), *sG = sDO + kC * SD, *sX = sG + kC * SD, *sA = sX + kC * SD,
               *sB = sA + kC * SD, *M1 = sB, *M2 = reinterpret_cast<float *>(smem + 4 * FT::BIG + UB);
         float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC, *dgr = gk + kC;
-        float *qts = p.qts + (gs * p.hq + hq) * kC * D;
+        float *qts = p.qts + (gs * p.hq + hq) * (kNcs - 2) * kC * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
         auto rows_of = [&](int64_t lc) { return int(sq.len - lc * kC < kC ? sq.len - lc * kC : kC); };
@@ -76,21 +77,25 @@ template <typename Tin, int D> struct KSegIntra {
             sync();
             cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
             sync();
-            for (int e = tid(); e < kC * D; e += kThreads) qts[e] = sX[(e / D) * SD + e % D];
+            // the states newest first: X(j) for j = i-1 .. 1 into p.qts, then X(0) stays in sX
+            for (int64_t j = i - 1; j >= 1; --j) {
+                float *xs = qts + (j - 1) * kC * D;
+                const int64_t c2 = r * kNcs + j;  // X(j-1) = X(j) - (X(j) W^T) U through chunk cj
+                sync();
+                for (int e = tid(); e < kC * D; e += kThreads) xs[e] = sX[(e / D) * SD + e % D];
+                ldW(sA, c2);
+                ldU(sB, c2);
+                cp_landed();
+                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                sync();
+                cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+            }
             for (int64_t j = 0; j < i; ++j) {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 if (j > 0) {
                     sync();
-                    for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = qts[e];
-                }
-                for (int64_t c2 = ci - 1; c2 > cj; --c2) {  // X <- X - (X W^T) U through chunk c2
-                    sync();
-                    ldW(sA, c2);
-                    ldU(sB, c2);
-                    cp_landed();
-                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
-                    sync();
-                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+                    const float *xs = qts + (j - 1) * kC * D;
+                    for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = xs[e];
                 }
                 if (r >= 1 || j >= 1) {  // gamma back through chunk cj
                     sync();

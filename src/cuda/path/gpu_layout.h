@@ -26,7 +26,7 @@ struct GpuWs {
     size_t cu = 0, chunk_base = 0, seg_base = 0, hist_base = 0, pair_base = 0, bad = 0;
     size_t gsum = 0, uw = 0, ww = 0, kt = 0, dmat = 0;
     size_t kh = 0, emat = 0, hist = 0, delta = 0, dkh = 0, dvacc = 0, dkt = 0, du = 0, dwacc = 0,
-           dko = 0, ddm = 0, dgs = 0, dep = 0, gam = 0, qts = 0;
+           dko = 0, ddm = 0, dgs = 0, dep = 0, gam = 0, qts = 0, pch = 0;
     size_t history_bytes = 0;
     size_t total = 0;
 };
@@ -76,18 +76,22 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         w.dgs = take(sat_prod({rows, HQ, f}));
         w.dep = take(sat_prod({w.pairs, HQ, D, D, f}));
         // K^, E and the history (kh .. hist, one span) are read last by KSegInter; the own-chunk
-        // partials dD (first written by KOwn) and the seg-intra states (KSegIntra) come after it,
-        // so they take that span when it holds both, else space of their own
+        // partials dD (first written by KOwn), the seg-intra states (KSegIntra) and, in their place
+        // once seg-intra is done, chain-A's suffix products come after it, so they take that span
+        // when it holds them, else space of their own
         const size_t ddm_bytes = sat_round(sat_prod({chunks, HQ, kC, kC, f}), kGpuWsAlign);
-        const size_t qts_bytes = sat_round(sat_prod({segs, HQ, kC, D, f}), kGpuWsAlign);
+        const size_t qts_bytes = sat_round(sat_prod({segs, HQ, kNcs - 2, kC, D, f}), kGpuWsAlign);
+        const size_t pch_bytes = sat_round(sat_prod({segs, H, kNcs - 2, D, D, f}), kGpuWsAlign);
+        const size_t scr_bytes = std::max(qts_bytes, pch_bytes);
         const size_t span = w.hist + sat_round(w.history_bytes, kGpuWsAlign) - w.kh;
-        if (sat_add(ddm_bytes, qts_bytes) <= span) {
+        if (sat_add(ddm_bytes, scr_bytes) <= span) {
             w.ddm = w.kh;
             w.qts = w.kh + ddm_bytes;
         } else {
             w.ddm = take(ddm_bytes);
-            w.qts = take(qts_bytes);
+            w.qts = take(scr_bytes);
         }
+        w.pch = w.qts;
     }
     w.total = sat_add(c, kGpuWsAlign);  // slack: the base is aligned up to 128 bytes
     return w;

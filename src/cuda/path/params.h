@@ -69,7 +69,8 @@ struct PathDev {
     float *dgs;      // [rows, Hq]
     float *dep;      // [pairs, Hq, D, D]
     float *gam;      // [rows, Hq, D] dLoss/dQ~ (query side), read last by KOwn: the same buffer as dko
-    float *qts;      // [segments, Hq, 64, D] seg_intra scratch: Q~ of the chunk in work
+    float *qts;      // [segments, Hq, 6, 64, D] seg_intra scratch: the walked states X(1 .. 6) of the chunk in work
+    float *pch;      // [segments, H, 6, D, D] chain-A's suffix products (the space of qts, after seg-intra)
     unsigned long long *bad;  // w/beta check: first offending (row * H + h), or ~0
 };
 
