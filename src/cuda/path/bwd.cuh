@@ -25,7 +25,7 @@ template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d
     l.fill(d.du, 0, part);
     l.fill(d.dwacc, 0, part);
     l.fill(d.dkt, 0, part);
-    l.template launch<KSegInter<Tin, D>>(d.total_segs, d.hq, d);
+    l.template launch<KSegInter<Tin, D>>(d.total_segs * seg_inter_split(D), d.hq, d);
     l.template launch<KSegIntra<Tin, D>>(d.total_segs, d.hq, d);
     l.template launch<KOwn<Tin, D>>(d.total_chunks, d.hq, d);
     if (d.grp > 1) l.template launch<KGroupSum<D>>(d.total_chunks, d.h, d);

@@ -102,13 +102,15 @@ template <typename Tin, int D> struct KChainA {
         auto ldP = [&](float *s, int64_t c) {
             load_tile<float, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
         };
-        // R = -(sum over query segments rt > r and the group of dE(rt, r)); 0 for r = 0
+        // R = -(sum over query segments rt > r, seg-inter's splits and the group of dE(rt, r)); 0 for r = 0
+        constexpr int kSplit = seg_inter_split(D);
         for (int e = tid(); e < D * D; e += kThreads) {
             float s = 0.f;
             if (r >= 1)
                 for (int64_t rt = r + 1; rt < ns; ++rt)
-                    for (int g = 0; g < p.grp; ++g)
-                        s += p.dep[((sq.pair0 + (rt - 1) * (rt - 2) / 2 + (r - 1)) * p.hq + g0 + g) * D * D + e];
+                    for (int sp = 0; sp < kSplit; ++sp)
+                        for (int g = 0; g < p.grp; ++g)
+                            s += p.dep[(((sq.pair0 + (rt - 1) * (rt - 2) / 2 + (r - 1)) * kSplit + sp) * p.hq + g0 + g) * D * D + e];
             R[(e / D) * SD + e % D] = -s;
         }
         for (int64_t c = 0; c < kNcs; ++c) {

@@ -1,4 +1,4 @@
-// bwd_seg.cuh — the query side of the backward, one CTA per (query segment r, query head), the
+// bwd_seg.cuh — the query side of the backward, one CTA per (query segment r, query head; two at D 128), the
 // segment's chunks one after another (so the per-segment partials it writes have one owner).
 //
 // KSegInter (r >= 1): for each query chunk, gamma = dLoss/dQh[t, r] from every earlier segment r'
@@ -32,17 +32,27 @@ template <typename Tin, int D> struct KSegInter {
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t smem() { return QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
     static constexpr int NB = D / 16;
+    // the segment's query blocks [ib0, ib0 + NIB) are this CTA's (split sp of seg_inter_split)
+    static constexpr int kSplit = seg_inter_split(D), NIB = kS / BM / kSplit;
 
     PK_DEV static void run(const PathDev &p, char *smem) {
-        const GridItem it = heavy_first(p.total_segs, p.hq, true);
-        const int64_t gs = it.x;
+        const GridItem it = heavy_first(p.total_segs * kSplit, p.hq, true);
+        const int64_t gs = it.x / kSplit;
+        const int sp = int(it.x % kSplit), ib0 = sp * NIB;
         const int hq = it.y, h = hq / p.grp;
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0;
         const int r0 = 16 * warp_id();
         if (r == 0) {  // no earlier segment: gamma = 0
-            const int64_t rows = sq.len < kS ? sq.len : kS;
-            for (int64_t e = tid(); e < rows * D; e += kThreads) p.gam[((sq.row0 + e / D) * p.hq + hq) * D + e % D] = 0.f;
+            const int64_t b0 = int64_t(ib0) * BM, rows = sq.len - b0 < NIB * BM ? sq.len - b0 : NIB * BM;
+            for (int64_t e = tid(); e < rows * D; e += kThreads) p.gam[((sq.row0 + b0 + e / D) * p.hq + hq) * D + e % D] = 0.f;
+            return;
+        }
+        if (r * kS + int64_t(ib0) * BM >= sq.len) {  // a split past the sequence's end: its dE partials are 0
+            for (int64_t rp = 1; rp < r; ++rp) {
+                float *dE = p.dep + (((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * kSplit + sp) * p.hq + hq) * D * D;
+                for (int e = tid(); e < D * D; e += kThreads) dE[e] = 0.f;
+            }
             return;
         }
         char *c = smem;
@@ -54,7 +64,7 @@ template <typename Tin, int D> struct KSegInter {
         float *lse2 = reinterpret_cast<float *>(u + U), *dl = lse2 + BM, *gq = dl + BM;
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
-        for (int64_t ib = 0; ib < kS / BM; ++ib) {
+        for (int64_t ib = ib0; ib < ib0 + NIB; ++ib) {
             const int64_t c0 = r * kS + ib * BM, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             if (c0 >= sq.len) break;
             const int nq = int(sq.len - c0 < BM ? sq.len - c0 : BM);
@@ -84,9 +94,9 @@ template <typename Tin, int D> struct KSegInter {
                     cp_commit();
                     cp_wait<0>();
                     sync();
-                    // dE(r, rp) += -Qh^T gamma over this block's rows (the segment's first block writes)
-                    float *dE = p.dep + ((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * p.hq + hq) * D * D;
-                    if (ib == 0)
+                    // dE(r, rp) += -Qh^T gamma over this block's rows (the CTA's first block writes)
+                    float *dE = p.dep + (((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * kSplit + sp) * p.hq + hq) * D * D;
+                    if (ib == ib0)
                         cta_gemm<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
                     else
                         cta_gemm_rmw<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, dE, D, -1.f, D);

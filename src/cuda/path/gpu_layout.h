@@ -74,7 +74,7 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         for (size_t *b : {&w.dkh, &w.dvacc, &w.dkt, &w.du, &w.dwacc, &w.dko}) *b = take(sat_prod({rows, HQ, D, f}));
         w.gam = w.dko;  // gamma (read last by KOwn) and dK_own (first written by KOwn, after it read gamma)
         w.dgs = take(sat_prod({rows, HQ, f}));
-        w.dep = take(sat_prod({w.pairs, HQ, D, D, f}));
+        w.dep = take(sat_prod({w.pairs, int64_t(seg_inter_split(w.D)), HQ, D, D, f}));
         // K^, E and the history (kh .. hist, one span) are read last by KSegInter; the own-chunk
         // partials dD (first written by KOwn), the seg-intra states (KSegIntra) and, in their place
         // once seg-intra is done, chain-A's suffix products come after it, so they take that span

@@ -15,6 +15,10 @@ namespace fattn::pathk {
 
 constexpr int kC = int(kPathChunk);               // chunk (UT transform)
 constexpr int kNcs = int(kPathChunksPerSegment);  // chunks per segment
+// KSegInter's CTAs per (segment, query head): at D 128 a segment's query blocks go to two CTAs
+// (one CTA of four warps per SM there: the longest segment's CTA was the kernel's time), each
+// with its own dE partial, summed in split order by KChainA
+constexpr int seg_inter_split(int D) { return D > 64 ? 2 : 1; }
 constexpr int kS = int(kPathSegment);             // segment (history granularity)
 
 struct PathDev {
@@ -67,7 +71,7 @@ struct PathDev {
     float *dkh, *dvacc, *dkt, *du, *dwacc, *dko;  // [rows, Hq, D] per-query-head partials
     float *ddm;      // [chunks, Hq, 64, 64]
     float *dgs;      // [rows, Hq]
-    float *dep;      // [pairs, Hq, D, D]
+    float *dep;      // [pairs, split, Hq, D, D] (split = seg_inter_split(D))
     float *gam;      // [rows, Hq, D] dLoss/dQ~ (query side), read last by KOwn: the same buffer as dko
     float *qts;      // [segments, Hq, 6, 64, D] seg_intra scratch: the walked states X(1 .. 6) of the chunk in work
     float *pch;      // [segments, H, 6, D, D] chain-A's suffix products (the space of qts, after seg-intra)
