@@ -7,10 +7,13 @@
  * (ggml_custom_set_backward, patches/0001-ggml-custom-op-backward.patch of this folder).
  *
  * Layout: ggml's, ne0 fastest, as ggml trainers and ggml_flash_attn_ext use it:
- *   q    [D,   Sq,  Hq,  B]   F32          k [D,  Skv, Hkv, B] F32     v [Dv, Skv, Hkv, B] F32
- *   mask [Skv, Sq', Hm,  Bm]  F32 or F16, additive (-INFINITY masks a key), Sq' >= Sq (the first
+ *   q    [D,   Sq,  Hq,  B]   T            k [D,  Skv, Hkv, B] T       v [Dv, Skv, Hkv, B] T
+ *        T = F32, F16 or BF16, one type for all three (fattn's F32, F16, BF16 dtypes; the CPU
+ *        computes in f32 from the 16-bit values, fattn's PREC_AUTO -> F32)
+ *   mask [Skv, Sq', Hm,  Bm]  F32, F16 or BF16, additive (-INFINITY masks a key), Sq' >= Sq (the first
  *        Sq rows are used, as ggml_soft_max_ext does), Hm = 1 or Hq, Bm = 1 or B (1 broadcasts)
- *   o    [Dv,  Sq,  Hq,  B]   F32, contiguous (what fattn_ggml_attn returns)
+ *   o    [Dv,  Sq,  Hq,  B]   F32, contiguous (what fattn_ggml_attn returns); for 16-bit q, k, v
+ *        it holds fattn's T-rounded O (fattn's outputs have q's dtype), widened to F32
  *   lse  [Sq,  Hq,  B]        F32, natural log of each row's softmax denominator
  * Any byte strides whose head-dim stride nb[0] is the element size: a permuted or strided view
  * (q out of a fused QKV projection) is read in place, never ggml_cont-ed.
@@ -20,6 +23,12 @@
  * fattn_ggml_attn returns the O part as a contiguous view and fattn_ggml_attn_lse the LSE part.
  * The LSE view carries no gradient: a loss term on it is ignored by the backward.
  * No gradient flows to the mask (fattn's contract, §3 of docs/CONTRACT.md).
+ * Gradients dq, dk, dv are F32 whatever T is, as every gradient ggml's backward builds (its loss
+ * and ggml-opt's accumulators are F32; a ggml_cast's backward passes the F32 gradient on). For a
+ * 16-bit T fattn's backward reads dO rounded to T and writes dq, dk, dv in T (fattn's outputs have
+ * q's dtype), which the op widens to F32; the T copies of O, dO and the gradients live in the
+ * backward node (it is [n_q + n_k + n_v + n_o] F32 then, against [n_q + n_k + n_v] for F32).
+ * BF16 sources need patches/0002 (ggml's backward otherwise asserts F32 or F16 sources).
  *
  * Threads: the op runs fattn's CPU kernels on the ggml threads computing the graph (fattn's
  * parallel loops are handed to them): no second thread pool. Results are bitwise the same for
@@ -44,12 +53,48 @@ extern "C" {
 
 /* Attention forward, differentiable. scale 0 = 1/sqrt(D). causal: FATTN_CAUSAL_NONE, _TOP_LEFT
  * (key j = i is the diagonal) or _BOTTOM_RIGHT (j = i + Skv - Sq: the last query sees the last
- * key; ggml_diag_mask_inf with n_past = Skv - Sq). prec: FATTN_PREC_AUTO, _F32 or _TF32 (TF32
- * needs a backend that runs it; the CPU answers FATTN_ERR_UNSUPPORTED). Returns o, or NULL. */
+ * key; ggml_diag_mask_inf with n_past = Skv - Sq). prec: FATTN_PREC_AUTO, _F32, _TF32 or _NATIVE
+ * (TF32 and NATIVE need a backend that runs them; the CPU answers FATTN_ERR_UNSUPPORTED).
+ * Returns o, or NULL. Windows and varlen: fattn_ggml_attn_ex. */
 struct ggml_tensor * fattn_ggml_attn(struct ggml_context * ctx, struct ggml_tensor * q,
                                      struct ggml_tensor * k, struct ggml_tensor * v,
                                      struct ggml_tensor * mask, float scale, fattn_causal causal,
                                      fattn_prec prec);
+
+/* Everything fattn_ggml_attn takes, plus sliding windows and varlen (packed sequences), as
+ * fattn_attn_params has them. fattn_ggml_attn_opts_default(): no mask, scale 0, no causal mask,
+ * prec AUTO, unbounded window (-1, -1, TOP_LEFT), dense (no cu_seqlens).
+ *   window: key j is allowed for query i when diag - window_left <= j <= diag + window_right,
+ *     diag = i (FATTN_ALIGN_TOP_LEFT) or i + Skv - Sq (FATTN_ALIGN_BOTTOM_RIGHT), -1 = unbounded;
+ *     with causal, window_right must be -1 or 0 and window_align the causal diagonal (fattn's
+ *     rules, answered by fattn_attn_supports).
+ *   varlen: cu_seqlens_q, cu_seqlens_kv are I32 tensors [num_seqs + 1] (contiguous, CPU memory,
+ *     both or neither; may be the same tensor) of offsets into the packed token dim: q, k, v have
+ *     B = 1 and Sq / Skv = total tokens; sequence s is tokens [cu[s], cu[s+1]); tokens attend
+ *     only within their sequence and masks (causal, window) apply per sequence; a mask is indexed
+ *     by packed positions, [total_kv, total_q', Hm, 1]. The offsets are graph data, read when the
+ *     graph computes (set them per batch, e.g. under ggml-opt's static graphs): graph-building
+ *     calls check the tensors' type and shape, and fattn checks the contents (start 0,
+ *     non-decreasing, last = the tokens of q / k) at compute time; bad contents fill the output
+ *     with NaN and are reported by fattn_ggml_compute_error(). No gradient flows to them. */
+typedef struct fattn_ggml_attn_opts {
+    struct ggml_tensor * mask;          /* additive mask as for fattn_ggml_attn, or NULL */
+    float                scale;         /* 0 = 1/sqrt(D) */
+    fattn_causal         causal;
+    fattn_prec           prec;
+    int64_t              window_left;   /* -1 = unbounded */
+    int64_t              window_right;  /* -1 = unbounded */
+    fattn_align          window_align;
+    struct ggml_tensor * cu_seqlens_q;  /* I32 [num_seqs + 1] or NULL (dense) */
+    struct ggml_tensor * cu_seqlens_kv; /* I32 [num_seqs + 1], with cu_seqlens_q */
+} fattn_ggml_attn_opts;
+
+fattn_ggml_attn_opts fattn_ggml_attn_opts_default(void);
+
+/* fattn_ggml_attn with opts (NULL = the defaults). Returns o, or NULL. */
+struct ggml_tensor * fattn_ggml_attn_ex(struct ggml_context * ctx, struct ggml_tensor * q,
+                                        struct ggml_tensor * k, struct ggml_tensor * v,
+                                        const fattn_ggml_attn_opts * opts);
 
 /* The LSE [Sq, Hq, B] of an o returned by fattn_ggml_attn (a view; no gradient). NULL if o is
  * not such a tensor. */
@@ -78,11 +123,22 @@ fattn_status fattn_ggml_attn_supports(const struct ggml_tensor * q, const struct
                                       float scale, fattn_causal causal, fattn_prec prec,
                                       char * why, size_t why_len);
 
+/* fattn_ggml_attn_supports with opts (NULL = the defaults). Varlen: answered for offsets of the
+ * tensors' num_seqs (one sequence of all tokens); the contents are checked when computing. */
+fattn_status fattn_ggml_attn_supports_ex(const struct ggml_tensor * q, const struct ggml_tensor * k,
+                                         const struct ggml_tensor * v,
+                                         const fattn_ggml_attn_opts * opts, char * why,
+                                         size_t why_len);
+
 /* fattn's memory model (fattn_attn_memory(), docs/CONTRACT.md §6) for one op at these shapes. */
 fattn_status fattn_ggml_attn_memory(const struct ggml_tensor * q, const struct ggml_tensor * k,
                                     const struct ggml_tensor * v, const struct ggml_tensor * mask,
                                     float scale, fattn_causal causal, fattn_prec prec,
                                     fattn_attn_memory_info * out);
+fattn_status fattn_ggml_attn_memory_ex(const struct ggml_tensor * q, const struct ggml_tensor * k,
+                                       const struct ggml_tensor * v,
+                                       const fattn_ggml_attn_opts * opts,
+                                       fattn_attn_memory_info * out);
 
 /* Message of the calling thread's last failed fattn_ggml call ("" if none). */
 const char * fattn_ggml_last_error(void);

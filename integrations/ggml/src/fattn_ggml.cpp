@@ -5,8 +5,14 @@
 //   fa  = GGML_OP_CUSTOM, F32 [n_o + n_lse]: O [Dv, Sq, Hq, B] then LSE [Sq, Hq, B], contiguous;
 //         srcs q, k, v (, mask); fattn_attn_fwd writes both parts.
 //   o   = view of fa's O part (what the caller gets).
-//   bwd = GGML_OP_CUSTOM, F32 [n_q + n_k + n_v]: dQ, dK, dV (contiguous, shaped like q, k, v);
-//         srcs q, k, v, fa, dO (a 4-d view), (mask); fattn_attn_bwd writes all three.
+//   bwd = GGML_OP_CUSTOM, F32 [n_q + n_k + n_v (+ n_o)]: dQ, dK, dV (contiguous, shaped like q,
+//         k, v; F32 for every input type); srcs q, k, v, fa, dO (a 4-d view), (mask),
+//         (cu_seqlens_q, cu_seqlens_kv); fattn_attn_bwd writes all three.
+// 16-bit q, k, v (F16, BF16): fattn's outputs have q's dtype. The forward has fattn write O in T
+// into the upper half of fa's O part and widens it in place; the backward rounds O and dO to T
+// in the n_o-float tail of its node, has fattn write dQ, dK, dV in T into the upper half of the
+// gradient part and widens them in place (widen_in_place: ascending, each value read before the
+// float that overlaps it is written).
 // ggml's VIEW backward turns o's gradient into fa's (acc into a zero copy of fa), so the hook on fa
 // reads dO from the first n_o elements of that gradient; the LSE part of it is never read.
 //
@@ -24,6 +30,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -141,11 +148,20 @@ void pool_finish(Pool *pool, int nth) {
 constexpr uint32_t kMagicFwd = 0x46414631u;  // "FAF1"
 constexpr uint32_t kMagicBwd = 0x46414231u;  // "FAB1"
 
+// What a node computes, besides its tensors.
+struct Settings {
+    float scale = 0.0f;
+    fattn_causal causal = FATTN_CAUSAL_NONE;
+    fattn_prec prec = FATTN_PREC_AUTO;  // requested
+    int64_t window_left = -1, window_right = -1;
+    fattn_align window_align = FATTN_ALIGN_TOP_LEFT;
+    bool has_mask = false;    // a mask src follows the fixed srcs
+    bool has_varlen = false;  // cu_seqlens_q, cu_seqlens_kv srcs follow (after the mask)
+};
+
 struct Op {
     uint32_t magic;
-    float scale;
-    fattn_causal causal;
-    fattn_prec prec;      // requested
+    Settings set;
     fattn_prec resolved;  // what runs
     ggml_tensor *o;       // forward: the view handed to the caller
     Pool pool;
@@ -157,9 +173,7 @@ Op *new_op(ggml_context *ctx, uint32_t magic, const Op *from) {
     void *mem = ggml_new_buffer(ctx, op_bytes());
     Op *op = new (mem) Op();
     op->magic = magic;
-    op->scale = from->scale;
-    op->causal = from->causal;
-    op->prec = from->prec;
+    op->set = from->set;
     op->resolved = from->resolved;
     op->o = nullptr;
     return op;
@@ -188,17 +202,66 @@ const Op *fwd_of_o(const ggml_tensor *o) {
 
 // ------------------------------------------------------------------ views
 
+// fattn's dtype of a ggml type q, k, v may have (check_inputs admits only these three).
+fattn_dtype dtype_of(ggml_type t) {
+    return t == GGML_TYPE_F16 ? FATTN_F16 : t == GGML_TYPE_BF16 ? FATTN_BF16 : FATTN_F32;
+}
+
 // A ggml [ne0, ne1, ne2, ne3] = [D, S, H, B] tensor as fattn's [B, S, H, D] view (element strides).
 fattn_tensor bshd(const ggml_tensor *t, void *data) {
     const int64_t es = (int64_t)ggml_type_size(t->type);
-    return fattn_tensor_4d(data, FATTN_F32, t->ne[3], t->ne[1], t->ne[2], t->ne[0],
+    return fattn_tensor_4d(data, dtype_of(t->type), t->ne[3], t->ne[1], t->ne[2], t->ne[0],
                            (int64_t)t->nb[3] / es, (int64_t)t->nb[1] / es, (int64_t)t->nb[2] / es,
                            (int64_t)t->nb[0] / es);
 }
 
 // A contiguous ggml [D, S, H, B] block at data.
-fattn_tensor bshd_contiguous(void *data, int64_t D, int64_t Sn, int64_t H, int64_t B) {
-    return fattn_tensor_4d(data, FATTN_F32, B, Sn, H, D, D * Sn * H, D, D * Sn, 1);
+fattn_tensor bshd_contiguous(void *data, int64_t D, int64_t Sn, int64_t H, int64_t B,
+                             fattn_dtype dt = FATTN_F32) {
+    return fattn_tensor_4d(data, dt, B, Sn, H, D, D * Sn * H, D, D * Sn, 1);
+}
+
+// 16-bit values <-> f32 (ggml's conversions: round to nearest even).
+float half_to_f32(uint16_t h, fattn_dtype dt) {
+    if (dt == FATTN_BF16) {
+        ggml_bf16_t b;
+        b.bits = h;
+        return ggml_bf16_to_fp32(b);
+    }
+    return ggml_fp16_to_fp32(h);
+}
+
+uint16_t f32_to_half(float x, fattn_dtype dt) {
+    if (dt == FATTN_BF16) return ggml_fp32_to_bf16(x).bits;
+    return ggml_fp32_to_fp16(x);
+}
+
+// n 16-bit values stored at byte offset 2n of base become n floats base[0..n). Ascending: float i
+// occupies bytes [4i, 4i + 4), which hold only the 16-bit values 2i - n and 2i - n + 1, both <= i
+// and so already read (value i just before). Byte copies: the compiler keeps the order.
+void widen_in_place(float *base, int64_t n, fattn_dtype dt) {
+    unsigned char *b = reinterpret_cast<unsigned char *>(base);
+    for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, b + 2 * n + 2 * i, sizeof h);
+        const float f = half_to_f32(h, dt);
+        std::memcpy(b + 4 * i, &f, sizeof f);
+    }
+}
+
+// A (strided) F32 ggml tensor of t's shape rounded to dt into a contiguous 16-bit block.
+void narrow_to(const ggml_tensor *t, uint16_t *dst, fattn_dtype dt) {
+    const char *d = static_cast<const char *>(t->data);
+    for (int64_t i3 = 0; i3 < t->ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < t->ne[2]; ++i2)
+            for (int64_t i1 = 0; i1 < t->ne[1]; ++i1) {
+                const char *row = d + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+                for (int64_t i0 = 0; i0 < t->ne[0]; ++i0) {
+                    float x;
+                    std::memcpy(&x, row + i0 * t->nb[0], sizeof x);
+                    *dst++ = f32_to_half(x, dt);
+                }
+            }
 }
 
 // lse [Sq, Hq, B] contiguous as fattn's [B, Hq, Sq, 1].
@@ -209,22 +272,72 @@ fattn_tensor lse_view(void *data, int64_t Sq, int64_t Hq, int64_t B) {
 // mask [Skv, Sq', Hm, Bm] as fattn's bias [Bm, Hm, Sq, Skv]; size-1 dims broadcast (stride 0).
 fattn_tensor bias_view(const ggml_tensor *m, void *data, int64_t Sq) {
     const int64_t es = (int64_t)ggml_type_size(m->type);
-    const fattn_dtype dt = m->type == GGML_TYPE_F16 ? FATTN_F16 : FATTN_F32;
+    const fattn_dtype dt = dtype_of(m->type);
     return fattn_tensor_4d(data, dt, m->ne[3], m->ne[2], Sq, m->ne[0],
                            m->ne[3] == 1 ? 0 : (int64_t)m->nb[3] / es,
                            m->ne[2] == 1 ? 0 : (int64_t)m->nb[2] / es, (int64_t)m->nb[1] / es,
                            (int64_t)m->nb[0] / es);
 }
 
-fattn_attn_params make_params(float scale, fattn_causal causal, fattn_prec prec,
-                              const ggml_tensor *mask, void *mask_data, int64_t Sq) {
+// Varlen offsets: a node's cu_seqlens tensors (data read at compute time), or, for the
+// graph-building calls (the contents are graph data, unknown then), stand-in offsets of the same
+// num_seqs: one sequence of all tokens, the others empty.
+struct Seqlens {
+    const int32_t *q = nullptr, *kv = nullptr;
+    int64_t num_seqs = 0;
+    std::vector<int32_t> stand_q, stand_kv;
+};
+
+Seqlens stand_in_seqlens(const ggml_tensor *cu, int64_t Sq, int64_t Skv) {
+    Seqlens sl;
+    if (!cu) return sl;
+    sl.num_seqs = cu->ne[0] - 1;
+    sl.stand_q.assign(size_t(cu->ne[0]), int32_t(Sq));
+    sl.stand_kv.assign(size_t(cu->ne[0]), int32_t(Skv));
+    sl.stand_q[0] = sl.stand_kv[0] = 0;
+    sl.q = sl.stand_q.data();
+    sl.kv = sl.stand_kv.data();
+    return sl;
+}
+
+Seqlens node_seqlens(const ggml_tensor *cuq, const ggml_tensor *cukv) {
+    Seqlens sl;
+    sl.num_seqs = cuq->ne[0] - 1;
+    sl.q = static_cast<const int32_t *>(cuq->data);
+    sl.kv = static_cast<const int32_t *>(cukv->data);
+    return sl;
+}
+
+fattn_attn_params make_params(const Settings &st, const ggml_tensor *mask, void *mask_data,
+                              int64_t Sq, const Seqlens &sl) {
     fattn_attn_params p = fattn_attn_params_default();
-    p.scale = scale;
-    p.causal = causal;
-    p.prec = prec;
+    p.scale = st.scale;
+    p.causal = st.causal;
+    p.prec = st.prec;
+    p.window_left = st.window_left;
+    p.window_right = st.window_right;
+    p.window_align = st.window_align;
     p.algo = FATTN_ALGO_FUSED;
     if (mask) p.bias = bias_view(mask, mask_data, Sq);
+    if (sl.q) {
+        p.cu_seqlens_q = sl.q;
+        p.cu_seqlens_kv = sl.kv;
+        p.num_seqs = sl.num_seqs;
+    }
     return p;
+}
+
+Settings settings_of(const fattn_ggml_attn_opts &o) {
+    Settings st;
+    st.scale = o.scale;
+    st.causal = o.causal;
+    st.prec = o.prec;
+    st.window_left = o.window_left;
+    st.window_right = o.window_right;
+    st.window_align = o.window_align;
+    st.has_mask = o.mask != nullptr;
+    st.has_varlen = o.cu_seqlens_q != nullptr || o.cu_seqlens_kv != nullptr;
+    return st;
 }
 
 // Stand-in addresses for tensors not allocated yet (size queries read no data; a bias counts as
@@ -249,19 +362,36 @@ fattn_status check_layout(const char *name, const ggml_tensor *t) {
     return FATTN_OK;
 }
 
+fattn_status check_seqlens(const char *name, const ggml_tensor *cu) {
+    if (cu->type != GGML_TYPE_I32)
+        return fail(FATTN_ERR_BAD_SEQLENS, string(name) + ": type is " + ggml_type_name(cu->type) +
+                                               ", must be I32");
+    if (cu->ne[1] != 1 || cu->ne[2] != 1 || cu->ne[3] != 1 || cu->ne[0] < 2)
+        return fail(FATTN_ERR_BAD_SEQLENS,
+                    string(name) + ": shape is [" + S(cu->ne[0]) + ", " + S(cu->ne[1]) + ", " +
+                        S(cu->ne[2]) + ", " + S(cu->ne[3]) + "], must be [num_seqs + 1] (>= 2)");
+    if (!ggml_is_contiguous(cu))
+        return fail(FATTN_ERR_BAD_SEQLENS, string(name) + ": is not contiguous");
+    return FATTN_OK;
+}
+
 fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v,
-                          const ggml_tensor *mask, float scale, fattn_causal causal,
-                          fattn_prec prec) {
+                          const fattn_ggml_attn_opts &opt) {
+    const ggml_tensor *mask = opt.mask;
+    const float scale = opt.scale;
+    const fattn_causal causal = opt.causal;
+    const fattn_prec prec = opt.prec;
     if (!q) return fail(FATTN_ERR_NULL_POINTER, "q: is NULL");
     if (!k) return fail(FATTN_ERR_NULL_POINTER, "k: is NULL");
     if (!v) return fail(FATTN_ERR_NULL_POINTER, "v: is NULL");
     const ggml_tensor *qkv[3] = {q, k, v};
     const char *names[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; ++i) {
-        if (qkv[i]->type != GGML_TYPE_F32)
+        const ggml_type t = qkv[i]->type;
+        if (t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16)
             return fail(FATTN_ERR_DTYPE_MISMATCH, string(names[i]) + ": type is " +
-                                                      ggml_type_name(qkv[i]->type) +
-                                                      "; q, k and v must be F32");
+                                                      ggml_type_name(t) +
+                                                      "; q, k and v must be F32, F16 or BF16");
         fattn_status s = check_layout(names[i], qkv[i]);
         if (s != FATTN_OK) return s;
     }
@@ -284,9 +414,10 @@ fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml
         return fail(FATTN_ERR_GQA_HEADS, "k: ne2 (kv heads) is " + S(k->ne[2]) +
                                              ", must divide q's ne2 (query heads) " + S(q->ne[2]));
     if (mask) {
-        if (mask->type != GGML_TYPE_F32 && mask->type != GGML_TYPE_F16)
+        if (mask->type != GGML_TYPE_F32 && mask->type != GGML_TYPE_F16 &&
+            mask->type != GGML_TYPE_BF16)
             return fail(FATTN_ERR_BAD_BIAS, string("mask: type is ") + ggml_type_name(mask->type) +
-                                                ", must be F32 or F16");
+                                                ", must be F32, F16 or BF16");
         fattn_status s = check_layout("mask", mask);
         if (s != FATTN_OK) return s == FATTN_ERR_BAD_STRIDE ? FATTN_ERR_BAD_BIAS : s;
         if (mask->ne[0] != k->ne[1])
@@ -309,10 +440,29 @@ fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml
     if (c != FATTN_CAUSAL_NONE && c != FATTN_CAUSAL_TOP_LEFT && c != FATTN_CAUSAL_BOTTOM_RIGHT)
         return fail(FATTN_ERR_BAD_MASK, "causal: " + S(c) + " is not a fattn_causal");
     const int pr = (int)prec;
-    if (pr != FATTN_PREC_AUTO && pr != FATTN_PREC_F32 && pr != FATTN_PREC_TF32)
+    if (pr != FATTN_PREC_AUTO && pr != FATTN_PREC_F32 && pr != FATTN_PREC_TF32 &&
+        pr != FATTN_PREC_NATIVE)
         return fail(FATTN_ERR_BAD_VALUE, "prec: " + S(pr) +
-                                             " is not FATTN_PREC_AUTO, FATTN_PREC_F32 or "
-                                             "FATTN_PREC_TF32");
+                                             " is not FATTN_PREC_AUTO, FATTN_PREC_F32, "
+                                             "FATTN_PREC_TF32 or FATTN_PREC_NATIVE");
+    const int wa = (int)opt.window_align;
+    if (wa != FATTN_ALIGN_TOP_LEFT && wa != FATTN_ALIGN_BOTTOM_RIGHT)
+        return fail(FATTN_ERR_BAD_MASK, "window_align: " + S(wa) + " is not a fattn_align");
+    if (!opt.cu_seqlens_q != !opt.cu_seqlens_kv)
+        return fail(FATTN_ERR_BAD_SEQLENS, opt.cu_seqlens_q
+                                               ? "cu_seqlens_kv: is NULL but cu_seqlens_q is given "
+                                                 "(varlen needs both)"
+                                               : "cu_seqlens_q: is NULL but cu_seqlens_kv is given "
+                                                 "(varlen needs both)");
+    if (opt.cu_seqlens_q) {
+        fattn_status s = check_seqlens("cu_seqlens_q", opt.cu_seqlens_q);
+        if (s == FATTN_OK) s = check_seqlens("cu_seqlens_kv", opt.cu_seqlens_kv);
+        if (s != FATTN_OK) return s;
+        if (opt.cu_seqlens_kv->ne[0] != opt.cu_seqlens_q->ne[0])
+            return fail(FATTN_ERR_BAD_SEQLENS, "cu_seqlens_kv: has " + S(opt.cu_seqlens_kv->ne[0]) +
+                                                   " offsets but cu_seqlens_q has " +
+                                                   S(opt.cu_seqlens_q->ne[0]));
+    }
     return FATTN_OK;
 }
 
@@ -322,18 +472,30 @@ struct CpuCtx {
     ~CpuCtx() { fattn_ctx_free(ctx); }
 };
 
-// ggml-side rules, then fattn_attn_supports() at these shapes; on success *resolved (if given).
+fattn_ggml_attn_opts opts_of(float scale, const ggml_tensor *mask, fattn_causal causal,
+                             fattn_prec prec) {
+    fattn_ggml_attn_opts o = fattn_ggml_attn_opts_default();
+    o.mask = const_cast<ggml_tensor *>(mask);
+    o.scale = scale;
+    o.causal = causal;
+    o.prec = prec;
+    return o;
+}
+
+// ggml-side rules, then fattn_attn_supports() at these shapes and dtypes; on success *resolved
+// (if given).
 fattn_status supports(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v,
-                      const ggml_tensor *mask, float scale, fattn_causal causal, fattn_prec prec,
-                      fattn_prec *resolved) {
-    fattn_status s = check_inputs(q, k, v, mask, scale, causal, prec);
+                      const fattn_ggml_attn_opts &opt, fattn_prec *resolved) {
+    fattn_status s = check_inputs(q, k, v, opt);
     if (s != FATTN_OK) return s;
     CpuCtx c;
     if (!c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
+    const ggml_tensor *mask = opt.mask;
     const fattn_tensor tq = bshd(q, data_or_fake(q, 0)), tk = bshd(k, data_or_fake(k, 1)),
                        tv = bshd(v, data_or_fake(v, 2));
-    const fattn_attn_params p =
-        make_params(scale, causal, prec, mask, mask ? data_or_fake(mask, 3) : nullptr, q->ne[1]);
+    const Seqlens sl = stand_in_seqlens(opt.cu_seqlens_q, q->ne[1], k->ne[1]);
+    const fattn_attn_params p = make_params(settings_of(opt), mask,
+                                            mask ? data_or_fake(mask, 3) : nullptr, q->ne[1], sl);
     char why[512];
     s = fattn_attn_supports(c.ctx, &p, &tq, &tk, &tv, why, sizeof why);
     if (s != FATTN_OK)
@@ -387,16 +549,25 @@ void fwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
         pool_help(&op->pool, ith);
         return;
     }
-    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *mask = dst->src[3];
+    const Settings &st = op->set;
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const ggml_tensor *mask = st.has_mask ? dst->src[3] : nullptr;
+    const int iv = 3 + (st.has_mask ? 1 : 0);
     const int64_t Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
+    const int64_t n_o = Dv * Sq * Hq * B;
+    const fattn_dtype dt = dtype_of(q->type);
     float *base = static_cast<float *>(dst->data);
     drive(op, dst, nth, "fattn_attn_fwd", [&](fattn_ctx_t *fc) {
         const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
-        const fattn_tensor to = bshd_contiguous(base, Dv, Sq, Hq, B);
-        const fattn_tensor tl = lse_view(base + Dv * Sq * Hq * B, Sq, Hq, B);
-        const fattn_attn_params p =
-            make_params(op->scale, op->causal, op->prec, mask, mask ? mask->data : nullptr, Sq);
-        return fattn_attn_fwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0);
+        // 16-bit: O in T in the upper half of the O part, widened below.
+        void *o_data = dt == FATTN_F32 ? (void *)base : (void *)(reinterpret_cast<uint16_t *>(base) + n_o);
+        const fattn_tensor to = bshd_contiguous(o_data, Dv, Sq, Hq, B, dt);
+        const fattn_tensor tl = lse_view(base + n_o, Sq, Hq, B);
+        const Seqlens sl = st.has_varlen ? node_seqlens(dst->src[iv], dst->src[iv + 1]) : Seqlens();
+        const fattn_attn_params p = make_params(st, mask, mask ? mask->data : nullptr, Sq, sl);
+        fattn_status s = fattn_attn_fwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0);
+        if (s == FATTN_OK && dt != FATTN_F32) widen_in_place(base, n_o, dt);
+        return s;
     });
 }
 
@@ -406,38 +577,71 @@ void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
         pool_help(&op->pool, ith);
         return;
     }
+    const Settings &st = op->set;
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *fa = dst->src[3],
-                      *dout = dst->src[4], *mask = dst->src[5];
+                      *dout = dst->src[4];
+    const ggml_tensor *mask = st.has_mask ? dst->src[5] : nullptr;
+    const int iv = 5 + (st.has_mask ? 1 : 0);
     const int64_t D = q->ne[0], Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
     const int64_t Skv = k->ne[1], Hkv = k->ne[2];
+    const int64_t n_o = Dv * Sq * Hq * B;
+    const fattn_dtype dt = dtype_of(q->type);
     float *fab = static_cast<float *>(fa->data);
     float *g = static_cast<float *>(dst->data);
     drive(op, dst, nth, "fattn_attn_bwd", [&](fattn_ctx_t *fc) {
         const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
-        const fattn_tensor to = bshd_contiguous(fab, Dv, Sq, Hq, B);
-        const fattn_tensor tl = lse_view(fab + Dv * Sq * Hq * B, Sq, Hq, B);
-        const fattn_tensor tdo = bshd(dout, dout->data);
-        const int64_t nq = D * Sq * Hq * B, nk = D * Skv * Hkv * B;
-        const fattn_tensor tdq = bshd_contiguous(g, D, Sq, Hq, B);
-        const fattn_tensor tdk = bshd_contiguous(g + nq, D, Skv, Hkv, B);
-        const fattn_tensor tdv = bshd_contiguous(g + nq + nk, Dv, Skv, Hkv, B);
-        const fattn_attn_params p =
-            make_params(op->scale, op->causal, op->prec, mask, mask ? mask->data : nullptr, Sq);
-        return fattn_attn_bwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, &tdo, &tdq, &tdk, &tdv,
-                              nullptr, 0);
+        const fattn_tensor tl = lse_view(fab + n_o, Sq, Hq, B);
+        const int64_t nq = D * Sq * Hq * B, nk = D * Skv * Hkv * B, nv = Dv * Skv * Hkv * B;
+        const Seqlens sl = st.has_varlen ? node_seqlens(dst->src[iv], dst->src[iv + 1]) : Seqlens();
+        const fattn_attn_params p = make_params(st, mask, mask ? mask->data : nullptr, Sq, sl);
+        if (dt == FATTN_F32) {
+            const fattn_tensor to = bshd_contiguous(fab, Dv, Sq, Hq, B);
+            const fattn_tensor tdo = bshd(dout, dout->data);
+            const fattn_tensor tdq = bshd_contiguous(g, D, Sq, Hq, B);
+            const fattn_tensor tdk = bshd_contiguous(g + nq, D, Skv, Hkv, B);
+            const fattn_tensor tdv = bshd_contiguous(g + nq + nk, Dv, Skv, Hkv, B);
+            return fattn_attn_bwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, &tdo, &tdq, &tdk,
+                                  &tdv, nullptr, 0);
+        }
+        // 16-bit: dQ, dK, dV in T at halves [N, 2N), O and dO in T at halves [2N, 2N + 2 n_o).
+        const int64_t N = nq + nk + nv;
+        uint16_t *h = reinterpret_cast<uint16_t *>(g);
+        uint16_t *o16 = h + 2 * N, *do16 = o16 + n_o;
+        for (int64_t i = 0; i < n_o; ++i) o16[i] = f32_to_half(fab[i], dt);  // exact: O is T-valued
+        narrow_to(dout, do16, dt);
+        const fattn_tensor to = bshd_contiguous(o16, Dv, Sq, Hq, B, dt);
+        const fattn_tensor tdo = bshd_contiguous(do16, Dv, Sq, Hq, B, dt);
+        const fattn_tensor tdq = bshd_contiguous(h + N, D, Sq, Hq, B, dt);
+        const fattn_tensor tdk = bshd_contiguous(h + N + nq, D, Skv, Hkv, B, dt);
+        const fattn_tensor tdv = bshd_contiguous(h + N + nq + nk, Dv, Skv, Hkv, B, dt);
+        fattn_status s = fattn_attn_bwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, &tdo, &tdq,
+                                        &tdk, &tdv, nullptr, 0);
+        if (s == FATTN_OK) widen_in_place(g, N, dt);
+        return s;
     });
 }
 
 // ------------------------------------------------------------------ backward graph
 
+// Elements of the bwd node of fa: the gradients, plus the 16-bit scratch (O, dO) for F16 / BF16.
+int64_t back_elements(const ggml_tensor *fa) {
+    const ggml_tensor *q = fa->src[0], *k = fa->src[1], *v = fa->src[2];
+    const int64_t n = ggml_nelements(q) + ggml_nelements(k) + ggml_nelements(v);
+    const int64_t n_o = v->ne[0] * q->ne[1] * q->ne[2] * q->ne[3];
+    return q->type == GGML_TYPE_F32 ? n : n + n_o;
+}
+
 // The bwd node for fa and a dO view [Dv, Sq, Hq, B]; dq, dk, dv views of it (any may be NULL).
 void build_back(ggml_context *ctx, ggml_tensor *fa, const Op *fop, ggml_tensor *dout,
                 ggml_tensor **dq, ggml_tensor **dk, ggml_tensor **dv) {
-    ggml_tensor *q = fa->src[0], *k = fa->src[1], *v = fa->src[2], *mask = fa->src[3];
-    const int64_t nq = ggml_nelements(q), nk = ggml_nelements(k), nv = ggml_nelements(v);
+    ggml_tensor *q = fa->src[0], *k = fa->src[1], *v = fa->src[2];
+    const int64_t nq = ggml_nelements(q), nk = ggml_nelements(k);
     Op *bop = new_op(ctx, kMagicBwd, fop);
-    ggml_tensor *args[6] = {q, k, v, fa, dout, mask};
-    ggml_tensor *g = ggml_custom_4d(ctx, GGML_TYPE_F32, nq + nk + nv, 1, 1, 1, args, mask ? 6 : 5,
+    // srcs q, k, v, fa, dO, then fa's own extras (mask, cu_seqlens) in fa's order
+    ggml_tensor *args[GGML_MAX_SRC] = {q, k, v, fa, dout};
+    int n_args = 5;
+    for (int j = 3; j < GGML_MAX_SRC && fa->src[j]; ++j) args[n_args++] = fa->src[j];
+    ggml_tensor *g = ggml_custom_4d(ctx, GGML_TYPE_F32, back_elements(fa), 1, 1, 1, args, n_args,
                                     bwd_compute, GGML_N_TASKS_MAX, bop);
     ggml_format_name(g, "fattn_attn_back");
     auto part = [&](const ggml_tensor *like, int64_t offset) {
@@ -475,16 +679,39 @@ void attn_backward(ggml_context *ctx, ggml_tensor *fa, ggml_tensor *grad, const 
 
 extern "C" {
 
+fattn_ggml_attn_opts fattn_ggml_attn_opts_default(void) {
+    fattn_ggml_attn_opts o;
+    o.mask = nullptr;
+    o.scale = 0.0f;
+    o.causal = FATTN_CAUSAL_NONE;
+    o.prec = FATTN_PREC_AUTO;
+    o.window_left = -1;
+    o.window_right = -1;
+    o.window_align = FATTN_ALIGN_TOP_LEFT;
+    o.cu_seqlens_q = nullptr;
+    o.cu_seqlens_kv = nullptr;
+    return o;
+}
+
 struct ggml_tensor *fattn_ggml_attn(struct ggml_context *ctx, struct ggml_tensor *q,
                                     struct ggml_tensor *k, struct ggml_tensor *v,
                                     struct ggml_tensor *mask, float scale, fattn_causal causal,
                                     fattn_prec prec) {
+    const fattn_ggml_attn_opts o = opts_of(scale, mask, causal, prec);
+    return fattn_ggml_attn_ex(ctx, q, k, v, &o);
+}
+
+struct ggml_tensor *fattn_ggml_attn_ex(struct ggml_context *ctx, struct ggml_tensor *q,
+                                       struct ggml_tensor *k, struct ggml_tensor *v,
+                                       const fattn_ggml_attn_opts *opts) {
     if (!ctx) {
         fail(FATTN_ERR_NULL_POINTER, "ctx: is NULL");
         return nullptr;
     }
+    const fattn_ggml_attn_opts opt = opts ? *opts : fattn_ggml_attn_opts_default();
+    struct ggml_tensor *mask = opt.mask;
     fattn_prec resolved = FATTN_PREC_AUTO;
-    if (supports(q, k, v, mask, scale, causal, prec, &resolved) != FATTN_OK) return nullptr;
+    if (supports(q, k, v, opt, &resolved) != FATTN_OK) return nullptr;
     const int64_t Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
     const int64_t n_o = Dv * Sq * Hq * B, n_lse = Sq * Hq * B;
     if (!ctx_has_room(ctx, 2, size_t(n_o + n_lse) * sizeof(float))) {
@@ -494,13 +721,17 @@ struct ggml_tensor *fattn_ggml_attn(struct ggml_context *ctx, struct ggml_tensor
         return nullptr;
     }
     Op proto{};
-    proto.scale = scale;
-    proto.causal = causal;
-    proto.prec = prec;
+    proto.set = settings_of(opt);
     proto.resolved = resolved;
     Op *op = new_op(ctx, kMagicFwd, &proto);
-    ggml_tensor *args[4] = {q, k, v, mask};
-    ggml_tensor *fa = ggml_custom_4d(ctx, GGML_TYPE_F32, n_o + n_lse, 1, 1, 1, args, mask ? 4 : 3,
+    ggml_tensor *args[6] = {q, k, v};
+    int n_args = 3;
+    if (mask) args[n_args++] = mask;
+    if (opt.cu_seqlens_q) {
+        args[n_args++] = opt.cu_seqlens_q;
+        args[n_args++] = opt.cu_seqlens_kv;
+    }
+    ggml_tensor *fa = ggml_custom_4d(ctx, GGML_TYPE_F32, n_o + n_lse, 1, 1, 1, args, n_args,
                                      fwd_compute, GGML_N_TASKS_MAX, op);
     ggml_format_name(fa, "fattn_attn");
     ggml_custom_set_backward(fa, attn_backward, op);
@@ -549,8 +780,7 @@ fattn_status fattn_ggml_attn_back(struct ggml_context *ctx, struct ggml_tensor *
                                                       " but o has " + S(o->ne[d]));
     fattn_status s = check_layout("grad_o", grad_o);
     if (s != FATTN_OK) return s;
-    const int64_t n = ggml_nelements(o->view_src->src[0]) + ggml_nelements(o->view_src->src[1]) +
-                      ggml_nelements(o->view_src->src[2]);
+    const int64_t n = back_elements(o->view_src);
     if (!ctx_has_room(ctx, 4, size_t(n) * sizeof(float)))
         return fail(FATTN_ERR_OUT_OF_MEMORY, "ctx: its memory pool has no room for the backward's "
                                              "tensors");
@@ -562,7 +792,16 @@ fattn_status fattn_ggml_attn_supports(const struct ggml_tensor *q, const struct 
                                       const struct ggml_tensor *v, const struct ggml_tensor *mask,
                                       float scale, fattn_causal causal, fattn_prec prec, char *why,
                                       size_t why_len) {
-    fattn_status s = supports(q, k, v, mask, scale, causal, prec, nullptr);
+    const fattn_ggml_attn_opts o = opts_of(scale, mask, causal, prec);
+    return fattn_ggml_attn_supports_ex(q, k, v, &o, why, why_len);
+}
+
+fattn_status fattn_ggml_attn_supports_ex(const struct ggml_tensor *q, const struct ggml_tensor *k,
+                                         const struct ggml_tensor *v,
+                                         const fattn_ggml_attn_opts *opts, char *why,
+                                         size_t why_len) {
+    const fattn_ggml_attn_opts opt = opts ? *opts : fattn_ggml_attn_opts_default();
+    fattn_status s = supports(q, k, v, opt, nullptr);
     if (why && why_len > 0) {
         const char *msg = s == FATTN_OK ? "" : t_last_error.c_str();
         std::strncpy(why, msg, why_len - 1);
@@ -575,15 +814,26 @@ fattn_status fattn_ggml_attn_memory(const struct ggml_tensor *q, const struct gg
                                     const struct ggml_tensor *v, const struct ggml_tensor *mask,
                                     float scale, fattn_causal causal, fattn_prec prec,
                                     fattn_attn_memory_info *out) {
+    const fattn_ggml_attn_opts o = opts_of(scale, mask, causal, prec);
+    return fattn_ggml_attn_memory_ex(q, k, v, &o, out);
+}
+
+fattn_status fattn_ggml_attn_memory_ex(const struct ggml_tensor *q, const struct ggml_tensor *k,
+                                       const struct ggml_tensor *v,
+                                       const fattn_ggml_attn_opts *opts,
+                                       fattn_attn_memory_info *out) {
     if (!out) return fail(FATTN_ERR_NULL_POINTER, "out: is NULL");
-    fattn_status s = supports(q, k, v, mask, scale, causal, prec, nullptr);
+    const fattn_ggml_attn_opts opt = opts ? *opts : fattn_ggml_attn_opts_default();
+    fattn_status s = supports(q, k, v, opt, nullptr);
     if (s != FATTN_OK) return s;
     CpuCtx c;
     if (!c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
+    const ggml_tensor *mask = opt.mask;
     const fattn_tensor tq = bshd(q, data_or_fake(q, 0)), tk = bshd(k, data_or_fake(k, 1)),
                        tv = bshd(v, data_or_fake(v, 2));
-    const fattn_attn_params p =
-        make_params(scale, causal, prec, mask, mask ? data_or_fake(mask, 3) : nullptr, q->ne[1]);
+    const Seqlens sl = stand_in_seqlens(opt.cu_seqlens_q, q->ne[1], k->ne[1]);
+    const fattn_attn_params p = make_params(settings_of(opt), mask,
+                                            mask ? data_or_fake(mask, 3) : nullptr, q->ne[1], sl);
     s = fattn_attn_memory(c.ctx, &p, &tq, &tk, &tv, out);
     if (s != FATTN_OK) return fail(s, string("fattn: ") + fattn_ctx_last_error(c.ctx));
     return FATTN_OK;
