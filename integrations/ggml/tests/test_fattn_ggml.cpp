@@ -822,8 +822,9 @@ void case_varlen() {
 }
 
 // Bitwise the same result for 1, 2, 3 and 4 ggml threads, and on repeat.
-void case_threads_bitwise() {
+void threads_case(ggml_type t) {
     Cfg c;
+    c.dtype = t;
     c.Sq = 40;
     c.Skv = 56;
     c.Hq = 4;
@@ -845,12 +846,18 @@ void case_threads_bitwise() {
                    bitwise_equal(r.dk, base.dk) && bitwise_equal(r.dv, base.dv),
                "%d threads differ from 1", t);
     }
-    std::printf("  1, 2, 3, 4, 2 threads: bitwise equal\n");
+    std::printf("  %s: 1, 2, 3, 4, 2 threads: bitwise equal\n", ggml_type_name(t));
+}
+
+void case_threads_bitwise() {
+    threads_case(GGML_TYPE_F32);
+    threads_case(GGML_TYPE_BF16);
 }
 
 // fattn_ggml_attn_back by hand (dO a strided view) gives the hook's gradients bit for bit.
-void case_explicit_back() {
+void explicit_back_case(ggml_type t) {
     Cfg c;
+    c.dtype = t;
     c.Hq = 4;
     c.Hkv = 2;
     c.causal = FATTN_CAUSAL_TOP_LEFT;
@@ -863,15 +870,21 @@ void case_explicit_back() {
     }
     ggml_init_params ip = {size_t(64) << 20, nullptr, false};
     ggml_context *ctx = ggml_init(ip);
-    ggml_tensor *q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.D, c.Sq, c.Hq, c.B);
-    ggml_tensor *k = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.D, c.Skv, c.Hkv, c.B);
-    ggml_tensor *v = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Dv, c.Skv, c.Hkv, c.B);
+    ggml_tensor *q = ggml_new_tensor_4d(ctx, t, c.D, c.Sq, c.Hq, c.B);
+    ggml_tensor *k = ggml_new_tensor_4d(ctx, t, c.D, c.Skv, c.Hkv, c.B);
+    ggml_tensor *v = ggml_new_tensor_4d(ctx, t, c.Dv, c.Skv, c.Hkv, c.B);
     // dO as a permuted view of a [Dv, Hq, Sq, B] tensor
     ggml_tensor *wp = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.Dv, c.Hq, c.Sq, c.B);
     ggml_tensor *dout = ggml_permute(ctx, wp, 0, 2, 1, 3);
-    std::memcpy(q->data, in.q.data(), in.q.size() * 4);
-    std::memcpy(k->data, in.k.data(), in.k.size() * 4);
-    std::memcpy(v->data, in.v.data(), in.v.size() * 4);
+    for (auto [dst, src] : {std::make_pair(q, &in.q), std::make_pair(k, &in.k), std::make_pair(v, &in.v)}) {
+        if (t == GGML_TYPE_F32) {
+            std::memcpy(dst->data, src->data(), src->size() * 4);
+            continue;
+        }
+        uint16_t *h = static_cast<uint16_t *>(dst->data);  // the hook arm's cast, by hand
+        for (size_t i = 0; i < src->size(); ++i)
+            h[i] = t == GGML_TYPE_F16 ? ggml_fp32_to_fp16((*src)[i]) : ggml_fp32_to_bf16((*src)[i]).bits;
+    }
     float *wd = static_cast<float *>(wp->data);
     for (int b = 0; b < c.B; ++b)
         for (int h = 0; h < c.Hq; ++h)
@@ -897,6 +910,12 @@ void case_explicit_back() {
                "gradient shapes");
     }
     ggml_free(ctx);
+    std::printf("  %s: explicit backward = the hook's bits\n", ggml_type_name(t));
+}
+
+void case_explicit_back() {
+    explicit_back_case(GGML_TYPE_F32);
+    explicit_back_case(GGML_TYPE_F16);  // a strided dO, rounded to f16 by the op: the hook's bits too
 }
 
 void case_lse() {
