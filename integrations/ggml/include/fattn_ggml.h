@@ -108,8 +108,9 @@ int fattn_ggml_is_attn(const struct ggml_tensor * t);
 fattn_prec fattn_ggml_attn_prec(const struct ggml_tensor * o);
 
 /* The backward as explicit ops, for a graph built by hand (ggml_build_backward_expand calls the
- * same thing through the hook): grad_o [Dv, Sq, Hq, B] F32 (any strides, nb[0] = 4); dq, dk, dv
- * get views shaped like q, k, v (contiguous). Returns FATTN_OK or a status. */
+ * same thing through the hook): grad_o [Dv, Sq, Hq, B] F32 (any strides, nb[0] = 4; rounded to
+ * q's type for 16-bit inputs); dq, dk, dv get F32 views shaped like q, k, v (contiguous).
+ * Returns FATTN_OK or a status. */
 fattn_status fattn_ggml_attn_back(struct ggml_context * ctx, struct ggml_tensor * o,
                                   struct ggml_tensor * grad_o, struct ggml_tensor ** dq,
                                   struct ggml_tensor ** dk, struct ggml_tensor ** dv);

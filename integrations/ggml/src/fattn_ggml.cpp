@@ -375,12 +375,20 @@ fattn_status check_seqlens(const char *name, const ggml_tensor *cu) {
     return FATTN_OK;
 }
 
+// An enum field's bits as an int: a caller may store any value there, and loading an
+// out-of-range value as the enum type is undefined behaviour.
+template <class E>
+int raw_enum(const E &e) {
+    static_assert(sizeof(E) == sizeof(int), "enum is not int-sized");
+    int v;
+    std::memcpy(&v, &e, sizeof v);
+    return v;
+}
+
 fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v,
                           const fattn_ggml_attn_opts &opt) {
     const ggml_tensor *mask = opt.mask;
     const float scale = opt.scale;
-    const fattn_causal causal = opt.causal;
-    const fattn_prec prec = opt.prec;
     if (!q) return fail(FATTN_ERR_NULL_POINTER, "q: is NULL");
     if (!k) return fail(FATTN_ERR_NULL_POINTER, "k: is NULL");
     if (!v) return fail(FATTN_ERR_NULL_POINTER, "v: is NULL");
@@ -436,16 +444,16 @@ fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml
     }
     if (!std::isfinite(scale))
         return fail(FATTN_ERR_BAD_VALUE, "scale: is not finite");
-    const int c = (int)causal;
+    const int c = raw_enum(opt.causal);
     if (c != FATTN_CAUSAL_NONE && c != FATTN_CAUSAL_TOP_LEFT && c != FATTN_CAUSAL_BOTTOM_RIGHT)
         return fail(FATTN_ERR_BAD_MASK, "causal: " + S(c) + " is not a fattn_causal");
-    const int pr = (int)prec;
+    const int pr = raw_enum(opt.prec);
     if (pr != FATTN_PREC_AUTO && pr != FATTN_PREC_F32 && pr != FATTN_PREC_TF32 &&
         pr != FATTN_PREC_NATIVE)
         return fail(FATTN_ERR_BAD_VALUE, "prec: " + S(pr) +
                                              " is not FATTN_PREC_AUTO, FATTN_PREC_F32, "
                                              "FATTN_PREC_TF32 or FATTN_PREC_NATIVE");
-    const int wa = (int)opt.window_align;
+    const int wa = raw_enum(opt.window_align);
     if (wa != FATTN_ALIGN_TOP_LEFT && wa != FATTN_ALIGN_BOTTOM_RIGHT)
         return fail(FATTN_ERR_BAD_MASK, "window_align: " + S(wa) + " is not a fattn_align");
     if (!opt.cu_seqlens_q != !opt.cu_seqlens_kv)
@@ -477,8 +485,8 @@ fattn_ggml_attn_opts opts_of(float scale, const ggml_tensor *mask, fattn_causal 
     fattn_ggml_attn_opts o = fattn_ggml_attn_opts_default();
     o.mask = const_cast<ggml_tensor *>(mask);
     o.scale = scale;
-    o.causal = causal;
-    o.prec = prec;
+    std::memcpy(&o.causal, &causal, sizeof causal);  // bits: check_inputs judges the value
+    std::memcpy(&o.prec, &prec, sizeof prec);
     return o;
 }
 
