@@ -9,63 +9,46 @@
 #include <string>
 
 #include "core/attn_dispatch.h"
+#include "core/backend.h"
 #include "core/attn_validate.h"
 #include "core/dtype.h"
 #include "core/enum_raw.h"
 #include "core/parallel.h"
-#include "cpu/attn_cpu.h"
-#include "core/cuda_device.h"
 
 namespace fattn {
 
+// Each entry asks the context's table; a backend the library lacks refuses at selection (validate
+// calls it first), and sizes of 0 / BACKEND_UNAVAILABLE stand for it elsewhere.
 fattn_status attn_backend_select(const fattn_ctx *ctx, const AttnFwdParams &p, std::string *why) {
-    if (ctx->backend == FATTN_BACKEND_CPU) return cpu::attn_select(p, why);
-    if (p.want_dbias) {  // the bias gradient has CPU kernels only (both algorithms)
+    if (ctx->backend != FATTN_BACKEND_CPU && p.want_dbias) {
+        // the bias gradient has CPU kernels only (both algorithms), with or without CUDA built in
         if (why) *why = "dbias: the bias gradient is not computed on a CUDA context (CPU backend only)";
         return FATTN_ERR_UNSUPPORTED;
     }
-#ifdef FATTN_WITH_CUDA
-    return cuda::attn_select(p, device_of(ctx), why);
-#else
-    if (why) *why = "ctx: a CUDA context in a build without CUDA";
-    return FATTN_ERR_BACKEND_UNAVAILABLE;
-#endif
+    const BackendTable *b = backend_of(ctx, why);
+    return b ? b->attn_select(ctx, p, why) : FATTN_ERR_BACKEND_UNAVAILABLE;
 }
 
 size_t attn_backend_workspace_size(const fattn_ctx *ctx, const AttnFwdParams &p, fattn_dir dir) {
-#ifdef FATTN_WITH_CUDA
-    if (ctx->backend == FATTN_BACKEND_CUDA) return cuda::attn_workspace_size(p, device_of(ctx), dir);
-#endif
-    (void)ctx;
-    return cpu::attn_workspace_size(p, dir);
+    const BackendTable *b = backend_of(ctx, nullptr);
+    return b ? b->attn_workspace_size(ctx, p, dir) : 0;
 }
 
 size_t attn_backend_saved_size(const fattn_ctx *ctx, const AttnFwdParams &p) {
-#ifdef FATTN_WITH_CUDA
-    if (ctx->backend == FATTN_BACKEND_CUDA) return cuda::attn_saved_size(p, device_of(ctx));
-#endif
-    (void)ctx;
-    return cpu::attn_saved_size(p);
+    const BackendTable *b = backend_of(ctx, nullptr);
+    return b ? b->attn_saved_size(ctx, p) : 0;
 }
 
 fattn_status attn_backend_fwd(const fattn_ctx *ctx, const AttnFwdParams &p, void *saved,
                               void *workspace, std::string *err) {
-#ifdef FATTN_WITH_CUDA
-    if (ctx->backend == FATTN_BACKEND_CUDA)
-        return cuda::attn_fwd(p, device_of(ctx), saved, workspace, err);
-#endif
-    ScopedRunner runner(ctx->runner);
-    return cpu::attn_fwd(p, saved, workspace, err);
+    const BackendTable *b = backend_of(ctx, err);
+    return b ? b->attn_fwd(ctx, p, saved, workspace, err) : FATTN_ERR_BACKEND_UNAVAILABLE;
 }
 
 fattn_status attn_backend_bwd(const fattn_ctx *ctx, const AttnBwdParams &p, const void *saved,
                               void *workspace, std::string *err) {
-#ifdef FATTN_WITH_CUDA
-    if (ctx->backend == FATTN_BACKEND_CUDA)
-        return cuda::attn_bwd(p, device_of(ctx), saved, workspace, err);
-#endif
-    ScopedRunner runner(ctx->runner);
-    return cpu::attn_bwd(p, saved, workspace, err);
+    const BackendTable *b = backend_of(ctx, err);
+    return b ? b->attn_bwd(ctx, p, saved, workspace, err) : FATTN_ERR_BACKEND_UNAVAILABLE;
 }
 
 }  // namespace fattn

@@ -1,6 +1,7 @@
 // attn_merge.cpp — fattn_attn_merge: validation of the part views (the shared view rules of
 // view_check.h, so statuses and messages are those of the other entry points) and dispatch to
-// the CPU kernel (src/cpu/attn_merge.cpp) or the CUDA kernel (src/cuda/merge.cu).
+// the context's backend (core/backend.h: the CPU kernel in src/cpu/attn_merge.cpp, the CUDA
+// kernel in src/cuda/merge.cu).
 //
 // Rules in order, the first broken one reported: ctx, n_parts, the arrays, the views' pointers;
 // dtypes (valid; every lse f32); shapes (every view agrees with o_out: o [B, S, H, Dv], lse
@@ -10,15 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/context.h"
-#include "core/cuda_device.h"
 #include "core/merge_params.h"
-#include "core/parallel.h"
 #include "core/view_check.h"
-#include "cpu/attn_merge.h"
-#ifdef FATTN_WITH_CUDA
-#include "cuda/merge_cuda.h"
-#endif
 
 namespace {
 
@@ -121,27 +117,12 @@ fattn_status merge(fattn_ctx *ctx, int64_t n_parts, const fattn_tensor *o_parts,
     p.nthreads = ctx->nthreads;
     p.stream = ctx->stream;
 
-    if (ctx->backend == FATTN_BACKEND_CPU) {
-        fattn::ScopedRunner runner(ctx->runner);
-        fattn::cpu::attn_merge(p);
-        return FATTN_OK;
-    }
-#ifdef FATTN_WITH_CUDA
-    const size_t table = n * sizeof(fattn::MergePart);
-    void *dev_parts = fattn::ctx_alloc(ctx, table);
-    if (!dev_parts)
-        return fattn::set_error(ctx, FATTN_ERR_OUT_OF_MEMORY,
-                                "workspace: the context allocator failed to provide " +
-                                    std::to_string(table) + " bytes (the part table)");
+    const fattn::BackendTable *b = fattn::backend_of(ctx, &why);
+    if (!b) return fattn::set_error(ctx, FATTN_ERR_BACKEND_UNAVAILABLE, why);
     string err;
-    fattn_status s = fattn::cuda::attn_merge(p, fattn::device_of(ctx),
-                                             static_cast<fattn::MergePart *>(dev_parts), &err);
-    fattn::ctx_free(ctx, dev_parts);  // stream-ordered like every workspace of the context
+    fattn_status s = b->attn_merge(ctx, p, &err);
     if (s != FATTN_OK) return fattn::set_error(ctx, s, err.empty() ? "merge: backend failed" : err);
     return FATTN_OK;
-#else
-    return fattn::set_error(ctx, FATTN_ERR_BACKEND_UNAVAILABLE, "ctx: a CUDA context in a build without CUDA");
-#endif
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // context.cpp — lifecycle of the opaque fattn_ctx (CPU and CUDA), its setters, the last-error
-// messages (per thread, per context), and the workspace allocator (caller-settable; defaults:
-// 64-byte aligned host malloc / the CUDA backend's stream-ordered device allocator).
+// messages (per thread, per context), and the workspace allocator (caller-settable; the default
+// is the backend's: 64-byte aligned host memory on the CPU, stream-ordered device memory on CUDA).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -8,12 +8,9 @@
 #include <string>
 #include <thread>
 
+#include "core/backend.h"
 #include "core/context.h"
 #include "core/enum_raw.h"
-
-#ifdef FATTN_WITH_CUDA
-#include "cuda/attn_cuda.h"
-#endif
 
 namespace {
 
@@ -36,15 +33,6 @@ ErrSlot *find_slot(uint64_t id) {
     for (ErrSlot &e : t_err)
         if (e.id == id) return &e;
     return nullptr;
-}
-
-// 64 bytes: a cache line, and enough for any SIMD load the CPU kernels use.
-constexpr size_t kHostAlign = 64;
-
-void *host_alloc(size_t bytes) {
-    size_t rounded = (bytes + kHostAlign - 1) / kHostAlign * kHostAlign;  // aligned_alloc rule
-    if (rounded < bytes) return nullptr;                                   // wrapped around
-    return std::aligned_alloc(kHostAlign, rounded);
 }
 
 // The thread count a request resolves to, or 0 when it is refused (more than kMaxThreads).
@@ -85,12 +73,8 @@ fattn_status set_error(fattn_ctx *ctx, fattn_status s, const std::string &msg) {
 void *ctx_alloc(fattn_ctx *ctx, size_t bytes) {
     if (!ctx || bytes == 0) return nullptr;
     if (ctx->alloc) return ctx->alloc(bytes, ctx->alloc_user);
-    if (ctx->backend == FATTN_BACKEND_CPU) return host_alloc(bytes);
-#ifdef FATTN_WITH_CUDA
-    return fattn::cuda::device_alloc(bytes, ctx->stream);
-#else
-    return nullptr;  // unreachable: a CUDA context cannot exist in a build without CUDA
-#endif
+    const BackendTable *b = backend_of(ctx, nullptr);
+    return b ? b->alloc(ctx, bytes) : nullptr;  // no table: no such context can be made
 }
 
 void ctx_free(fattn_ctx *ctx, void *ptr) {
@@ -99,13 +83,7 @@ void ctx_free(fattn_ctx *ctx, void *ptr) {
         ctx->free_fn(ptr, ctx->alloc_user);
         return;
     }
-    if (ctx->backend == FATTN_BACKEND_CPU) {
-        std::free(ptr);
-        return;
-    }
-#ifdef FATTN_WITH_CUDA
-    fattn::cuda::device_free(ptr, ctx->stream);
-#endif
+    if (const BackendTable *b = backend_of(ctx, nullptr)) b->free(ctx, ptr);
 }
 
 }  // namespace fattn
@@ -129,22 +107,21 @@ fattn_status fattn_ctx_init_cpu(int nthreads, fattn_ctx_t **out_ctx) {
 fattn_status fattn_ctx_init_cuda(int device, void *stream, fattn_ctx_t **out_ctx) {
     if (!out_ctx) return fattn::set_error(nullptr, FATTN_ERR_NULL_POINTER, "out_ctx: is NULL");
     *out_ctx = nullptr;
-#ifdef FATTN_WITH_CUDA
+    const fattn::BackendTable *b = fattn::backend_table(FATTN_BACKEND_CUDA);
+    if (!b)
+        return fattn::set_error(nullptr, FATTN_ERR_BACKEND_UNAVAILABLE,
+                                "fattn_ctx_init_cuda: this fattn library was built without CUDA "
+                                "(configure with -DFATTN_CUDA=ON)");
     try {
-        fattn::cuda::DeviceInfo info;
+        fattn_ctx dev;
+        dev.backend = FATTN_BACKEND_CUDA;
         std::string err;
-        fattn_status s = fattn::cuda::device_info(device, &info, &err);
+        fattn_status s = b->open_device(&dev, device, &err);
         if (s != FATTN_OK) return fattn::set_error(nullptr, s, "device " + std::to_string(device) + ": " + err);
-        fattn_ctx *ctx = new fattn_ctx();
-        ctx->backend = FATTN_BACKEND_CUDA;
+        fattn_ctx *ctx = new fattn_ctx(dev);
         ctx->nthreads = 1;
         ctx->id = g_next_ctx_id.fetch_add(1);
-        ctx->device = info.device;
         ctx->stream = stream;
-        ctx->sm_major = info.sm_major;
-        ctx->sm_minor = info.sm_minor;
-        ctx->num_sms = info.num_sms;
-        ctx->smem_optin = info.smem_optin;
         *out_ctx = ctx;
         return FATTN_OK;
     } catch (const std::bad_alloc &) {
@@ -152,13 +129,6 @@ fattn_status fattn_ctx_init_cuda(int device, void *stream, fattn_ctx_t **out_ctx
     } catch (...) {
         return fattn::set_error(nullptr, FATTN_ERR_INTERNAL, "fattn_ctx_init_cuda: unexpected exception");
     }
-#else
-    (void)device;
-    (void)stream;
-    return fattn::set_error(nullptr, FATTN_ERR_BACKEND_UNAVAILABLE,
-                            "fattn_ctx_init_cuda: this fattn library was built without CUDA "
-                            "(configure with -DFATTN_CUDA=ON)");
-#endif
 }
 
 void fattn_ctx_free(fattn_ctx_t *ctx) { delete ctx; }

@@ -1,6 +1,7 @@
 // attn_cpu.h — entry points of the CPU softmax-attention backend (fused and exact).
 //
-// The core (src/core/attn_api.cpp) validates, fills AttnFwdParams/AttnBwdParams and calls these.
+// The core (src/core/attn_api.cpp) validates, fills AttnFwdParams/AttnBwdParams and calls these
+// through the CPU backend's table (backend_cpu.cpp).
 // attn_select is the single "supported?" answer: dispatch and fattn_attn_supports both call it.
 // All functions return FATTN_OK or a status with a message in *err. Arithmetic is f32 with f32
 // accumulation whatever the input dtype; results are bitwise independent of p.nthreads.

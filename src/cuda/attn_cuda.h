@@ -1,5 +1,5 @@
 // attn_cuda.h — entry points of the CUDA softmax-attention backend (fused kernels + exact arm).
-// Plain C++ header (no CUDA types), included by src/core only when FATTN_WITH_CUDA is defined.
+// Plain C++ header (no CUDA types), included by the backend's table (backend_cuda.cpp).
 // attn_select is the one selection function: dispatch and fattn_attn_supports both call it, so
 // "supported" and "what runs" cannot disagree. Never falls back to the CPU.
 #pragma once

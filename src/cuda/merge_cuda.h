@@ -1,5 +1,5 @@
 // merge_cuda.h — the CUDA kernel of fattn_attn_merge (merge.cu). Plain C++ header (no CUDA
-// types), included by src/core only when FATTN_WITH_CUDA is defined.
+// types), included by the backend's table (backend_cuda.cpp).
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
 // path_cuda.h — entry points of the CUDA PaTH backend (kernels in src/cuda/path). Plain C++ (no
-// CUDA types), included by src/core only when FATTN_WITH_CUDA is defined. path_select is the one
+// CUDA types), included by the backend's table (backend_cuda.cpp). path_select is the one
 // selection function: dispatch and fattn_path_supports both call it. Never falls back to the CPU.
 #pragma once
 

@@ -2,7 +2,7 @@
 // forward and backward files share.
 //
 // The core (src/core/path_api.cpp) validates, fills PathFwdParams / PathBwdParams and calls
-// path_fwd / path_bwd with a workspace laid out by path_workspace() (src/core/path_layout.cpp).
+// path_fwd / path_bwd (through the table of src/cpu/backend_cpu.cpp) with a workspace laid out by path_workspace() (src/core/path_layout.cpp).
 // Arithmetic is f32 whatever the input dtype; every phase is a fattn::parallel_for over items that
 // write disjoint outputs in a fixed internal order, so results are bitwise independent of the
 // thread count. No floating-point atomics anywhere.
