@@ -93,9 +93,9 @@ fattn_status path_bwd_ctx(const fattn_ctx *ctx, const PathBwdParams &p, void *ws
 }
 
 // In BackendTable's order: context, softmax attention, merge, PaTH.
-constexpr BackendTable kTable = {open_device, alloc, free,
-                                 select, workspace_size, saved_size, fwd, bwd, merge,
-                                 path_select_ctx, path_workspace_ctx, path_host_bytes, path_fwd_ctx, path_bwd_ctx};
+constexpr BackendTable kTable = {
+    open_device, alloc, free, select, workspace_size, saved_size, fwd, bwd, merge,
+    path_select_ctx, path_workspace_ctx, path_host_bytes, path_fwd_ctx, path_bwd_ctx};
 
 }  // namespace
 
