@@ -135,6 +135,46 @@ struct Workspace {
     }
 };
 
+// A run (op FWD or BWD): validate, the empty-call fills (CPU), the saved buffer and the buffers'
+// checks, the workspace, then the backend. `saved` is written by the forward (the caller passed it
+// non-const) and read by the backward.
+fattn_status run(fattn_ctx *ctx, const fattn_attn_params *p, AttnOp op, const AttnViews &vw,
+                 const void *saved, void *workspace, size_t workspace_bytes) {
+    const bool fwd = op == AttnOp::FWD;
+    AttnResolved r;
+    fattn_status s = validate(ctx, p, op, vw, &r);
+    if (s != FATTN_OK) return s;
+    if (r.work == AttnWork::NONE) return FATTN_OK;
+    if (r.work == AttnWork::FILL) {  // CPU only: validate turns it into COMPUTE on CUDA
+        if (fwd) fill_fwd(r.p);
+        else fill_bwd(r.p);
+        return FATTN_OK;
+    }
+    size_t saved_bytes = fattn::attn_backend_saved_size(ctx, r.p);
+    if (saved_bytes > 0 && !saved)
+        return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER,
+                                "saved: is NULL but algo " + std::string(fattn_algo_name(r.p.algo)) +
+                                    (fwd ? " keeps " : " reads ") + std::to_string(saved_bytes) +
+                                    (fwd ? " bytes for the backward (query fattn_attn_saved_size)"
+                                         : " bytes the forward kept"));
+    {
+        std::string why;
+        s = fattn::attn_check_buffers(op, vw, *p, saved, saved_bytes, workspace,
+                                      workspace ? workspace_bytes : 0, &why);
+        if (s != FATTN_OK) return fattn::set_error(ctx, s, why);
+    }
+    Workspace ws{ctx};
+    s = ws.acquire(workspace, workspace_bytes,
+                   fattn::attn_backend_workspace_size(ctx, r.p, fwd ? FATTN_DIR_FWD : FATTN_DIR_BWD));
+    if (s != FATTN_OK) return s;
+    std::string err;
+    if (fwd) s = fattn::attn_backend_fwd(ctx, r.p, const_cast<void *>(saved), ws.ptr, &err);
+    else s = fattn::attn_backend_bwd(ctx, r.p, saved, ws.ptr, &err);
+    if (s != FATTN_OK && err.empty()) err = fwd ? "fwd: backend failed" : "bwd: backend failed";
+    if (s != FATTN_OK) return fattn::set_error(ctx, s, err);
+    return FATTN_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -263,34 +303,7 @@ fattn_status fattn_attn_fwd(fattn_ctx_t *ctx, const fattn_attn_params *p, const 
     return guarded(ctx, "fattn_attn_fwd", [&] {
         AttnViews vw;
         vw.q = q; vw.k = k; vw.v = v; vw.o = o; vw.lse = lse;
-        AttnResolved r;
-        fattn_status s = validate(ctx, p, AttnOp::FWD, vw, &r);
-        if (s != FATTN_OK) return s;
-        if (r.work == AttnWork::NONE) return FATTN_OK;
-        if (r.work == AttnWork::FILL) {  // CPU only: validate turns it into COMPUTE on CUDA
-            fill_fwd(r.p);
-            return FATTN_OK;
-        }
-        size_t saved_bytes = fattn::attn_backend_saved_size(ctx, r.p);
-        if (saved_bytes > 0 && !saved)
-            return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER,
-                                    "saved: is NULL but algo " + std::string(fattn_algo_name(r.p.algo)) +
-                                        " keeps " + std::to_string(saved_bytes) +
-                                        " bytes for the backward (query fattn_attn_saved_size)");
-        {
-            std::string why;
-            s = fattn::attn_check_buffers(AttnOp::FWD, vw, *p, saved, saved_bytes, workspace,
-                                          workspace ? workspace_bytes : 0, &why);
-            if (s != FATTN_OK) return fattn::set_error(ctx, s, why);
-        }
-        Workspace ws{ctx};
-        s = ws.acquire(workspace, workspace_bytes,
-                       fattn::attn_backend_workspace_size(ctx, r.p, FATTN_DIR_FWD));
-        if (s != FATTN_OK) return s;
-        std::string err;
-        s = fattn::attn_backend_fwd(ctx, r.p, saved, ws.ptr, &err);
-        if (s != FATTN_OK) return fattn::set_error(ctx, s, err.empty() ? "fwd: backend failed" : err);
-        return FATTN_OK;
+        return run(ctx, p, AttnOp::FWD, vw, saved, workspace, workspace_bytes);
     });
 }
 
@@ -313,34 +326,7 @@ fattn_status fattn_attn_bwd_ex(fattn_ctx_t *ctx, const fattn_attn_params *p, con
         vw.q = q; vw.k = k; vw.v = v; vw.o = o; vw.lse = lse;
         vw.dout = dout; vw.dq = dq; vw.dk = dk; vw.dv = dv;
         vw.dbias = dbias;
-        AttnResolved r;
-        fattn_status s = validate(ctx, p, AttnOp::BWD, vw, &r);
-        if (s != FATTN_OK) return s;
-        if (r.work == AttnWork::NONE) return FATTN_OK;
-        if (r.work == AttnWork::FILL) {
-            fill_bwd(r.p);
-            return FATTN_OK;
-        }
-        size_t saved_bytes = fattn::attn_backend_saved_size(ctx, r.p);
-        if (saved_bytes > 0 && !saved)
-            return fattn::set_error(ctx, FATTN_ERR_NULL_POINTER,
-                                    "saved: is NULL but algo " + std::string(fattn_algo_name(r.p.algo)) +
-                                        " reads " + std::to_string(saved_bytes) +
-                                        " bytes the forward kept");
-        {
-            std::string why;
-            s = fattn::attn_check_buffers(AttnOp::BWD, vw, *p, saved, saved_bytes, workspace,
-                                          workspace ? workspace_bytes : 0, &why);
-            if (s != FATTN_OK) return fattn::set_error(ctx, s, why);
-        }
-        Workspace ws{ctx};
-        s = ws.acquire(workspace, workspace_bytes,
-                       fattn::attn_backend_workspace_size(ctx, r.p, FATTN_DIR_BWD));
-        if (s != FATTN_OK) return s;
-        std::string err;
-        s = fattn::attn_backend_bwd(ctx, r.p, saved, ws.ptr, &err);
-        if (s != FATTN_OK) return fattn::set_error(ctx, s, err.empty() ? "bwd: backend failed" : err);
-        return FATTN_OK;
+        return run(ctx, p, AttnOp::BWD, vw, saved, workspace, workspace_bytes);
     });
 }
 

@@ -12,7 +12,6 @@
 
 #include "core/context.h"
 #include "core/enum_raw.h"
-#include "core/parallel.h"
 #include "core/path_dispatch.h"
 #include "core/path_params.h"
 #include "core/size_math.h"
@@ -242,27 +241,36 @@ PathViews inputs(const fattn_tensor *q, const fattn_tensor *k, const fattn_tenso
     return vw;
 }
 
-// Runs fn(workspace) with the caller's workspace or one from the context's allocator.
-template <class Fn>
-fattn_status with_workspace(fattn_ctx *ctx, size_t need, void *ws, size_t ws_bytes, Fn &&fn) {
+// A run: validate, the workspace (the caller's, checked for size, or the context allocator's),
+// then the backend's fwd or bwd.
+fattn_status run(fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, const PathViews &vw, void *ws,
+                 size_t ws_bytes) {
+    Resolved r;
+    Fail f = validate(ctx, pp, op, vw, &r);
+    if (f.s != FATTN_OK) return fail(ctx, f);
+    if (r.empty) return FATTN_OK;
+    const fattn_dir dir = op == PathOp::FWD ? FATTN_DIR_FWD : FATTN_DIR_BWD;
+    const size_t need = path_backend_workspace(ctx, r.p, dir, nullptr);
+    void *mine = nullptr;
     if (ws) {
         if (ws_bytes < need)
             return set_error(ctx, FATTN_ERR_WORKSPACE_TOO_SMALL,
                              "workspace: " + std::to_string(ws_bytes) + " bytes given, " +
                                  std::to_string(need) + " needed");
-        return fn(ws);
+    } else {
+        ws = mine = ctx_alloc(ctx, need ? need : 64);
+        if (!mine) return set_error(ctx, FATTN_ERR_OUT_OF_MEMORY, "workspace: allocation of " + std::to_string(need) + " bytes failed");
     }
-    void *mine = ctx_alloc(ctx, need ? need : 64);
-    if (!mine) return set_error(ctx, FATTN_ERR_OUT_OF_MEMORY, "workspace: allocation of " + std::to_string(need) + " bytes failed");
+    string err;
     fattn_status s;
     try {
-        s = fn(mine);
+        s = dir == FATTN_DIR_FWD ? path_backend_fwd(ctx, r.p, ws, &err) : path_backend_bwd(ctx, r.p, ws, &err);
     } catch (...) {
         ctx_free(ctx, mine);
         throw;
     }
     ctx_free(ctx, mine);
-    return s;
+    return s == FATTN_OK ? s : set_error(ctx, s, err);
 }
 
 // Bytes of the [B, T, H, D] extent a view describes (validated: fits in 2^63).
@@ -331,17 +339,7 @@ fattn_status fattn_path_fwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
     return guarded(ctx, [&] {
         PathViews vw = inputs(q, k, v, w, beta, g);
         vw.o = o, vw.lse = lse;
-        Resolved r;
-        Fail f = validate(ctx, p, PathOp::FWD, vw, &r);
-        if (f.s != FATTN_OK) return fail(ctx, f);
-        if (r.empty) return FATTN_OK;
-        ScopedRunner runner(ctx->runner);  // the CPU backend's checks and kernels
-        const size_t need = path_backend_workspace(ctx, r.p, FATTN_DIR_FWD, nullptr);
-        return with_workspace(ctx, need, workspace, workspace_bytes, [&](void *ws) {
-            string err;
-            fattn_status s = path_backend_fwd(ctx, r.p, ws, &err);
-            return s == FATTN_OK ? s : set_error(ctx, s, err);
-        });
+        return run(ctx, p, PathOp::FWD, vw, workspace, workspace_bytes);
     });
 }
 
@@ -356,17 +354,7 @@ fattn_status fattn_path_bwd(fattn_ctx_t *ctx, const fattn_path_params *p, const 
         PathViews vw = inputs(q, k, v, w, beta, g);
         vw.o = o, vw.lse = lse, vw.dout = dout, vw.dq = dq, vw.dk = dk, vw.dv = dv, vw.dw = dw;
         vw.dbeta = dbeta, vw.dg = dg;
-        Resolved r;
-        Fail f = validate(ctx, p, PathOp::BWD, vw, &r);
-        if (f.s != FATTN_OK) return fail(ctx, f);
-        if (r.empty) return FATTN_OK;
-        ScopedRunner runner(ctx->runner);  // the CPU backend's checks and kernels
-        const size_t need = path_backend_workspace(ctx, r.p, FATTN_DIR_BWD, nullptr);
-        return with_workspace(ctx, need, workspace, workspace_bytes, [&](void *ws) {
-            string err;
-            fattn_status s = path_backend_bwd(ctx, r.p, ws, &err);
-            return s == FATTN_OK ? s : set_error(ctx, s, err);
-        });
+        return run(ctx, p, PathOp::BWD, vw, workspace, workspace_bytes);
     });
 }
 
