@@ -357,9 +357,19 @@ TEST(AttnMerge, ArgumentErrorsNameTheArgument) {
 
 // ---- the seam of a context-parallel engine: fattn's own forward / backward over key blocks ----
 
+// q, k, v drawn from N(0, 1) by a generator seeded with `seed`, which the test draws on from.
 struct Attn {
     int64_t B = 2, Sq = 24, Skv = 37, Hq = 4, Hkv = 2, D = 16;
     std::vector<float> q, k, v, bias;
+    std::mt19937 rng;
+    std::normal_distribution<float> nd{0.f, 1.f};
+    explicit Attn(unsigned seed) : rng(seed) {
+        q.resize(size_t(B * Sq * Hq * D));
+        k.resize(size_t(B * Skv * Hkv * D));
+        v.resize(k.size());
+        for (auto *t : {&q, &k, &v})
+            for (auto &x : *t) x = nd(rng);
+    }
 };
 
 double rel(const std::vector<float> &a, const std::vector<float> &b) {
@@ -373,14 +383,7 @@ double rel(const std::vector<float> &a, const std::vector<float> &b) {
 }
 
 TEST(AttnMerge, ForwardOverKeyBlocksEqualsForwardOverAllKeys) {
-    Attn a;
-    std::mt19937 rng(71u);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    a.q.resize(size_t(a.B * a.Sq * a.Hq * a.D));
-    a.k.resize(size_t(a.B * a.Skv * a.Hkv * a.D));
-    a.v.resize(a.k.size());
-    for (auto *t : {&a.q, &a.k, &a.v})
-        for (auto &x : *t) x = nd(rng);
+    Attn a(71u);
     // A per-(query, key) bias with -inf regions: keys 10..19 masked for every query of batch 1,
     // query 3 of batch 0 sees no key at all (a -inf row), so whole blocks are -inf for some rows.
     a.bias.assign(size_t(a.B * a.Sq * a.Skv), 0.f);
@@ -388,7 +391,7 @@ TEST(AttnMerge, ForwardOverKeyBlocksEqualsForwardOverAllKeys) {
         for (int64_t i = 0; i < a.Sq; ++i)
             for (int64_t j = 0; j < a.Skv; ++j) {
                 float &x = a.bias[size_t((b * a.Sq + i) * a.Skv + j)];
-                x = 0.5f * nd(rng);
+                x = 0.5f * a.nd(a.rng);
                 if ((b == 1 && j >= 10 && j < 20) || (b == 0 && i == 3)) x = kNegInf;
             }
     Ctx ctx(3);
@@ -443,16 +446,9 @@ TEST(AttnMerge, ForwardOverKeyBlocksEqualsForwardOverAllKeys) {
 }
 
 TEST(AttnMerge, BackwardPerKeyBlockWithMergedLseSumsToFullBackward) {
-    Attn a;
-    std::mt19937 rng(81u);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    a.q.resize(size_t(a.B * a.Sq * a.Hq * a.D));
-    a.k.resize(size_t(a.B * a.Skv * a.Hkv * a.D));
-    a.v.resize(a.k.size());
-    for (auto *t : {&a.q, &a.k, &a.v})
-        for (auto &x : *t) x = nd(rng);
+    Attn a(81u);
     std::vector<float> dout(a.q.size());
-    for (auto &x : dout) x = nd(rng);
+    for (auto &x : dout) x = a.nd(a.rng);
     Ctx ctx(2);
     fattn_attn_params p = fattn_attn_params_default();
     p.prec = FATTN_PREC_F32;

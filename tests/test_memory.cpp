@@ -72,6 +72,13 @@ struct Geo {
     fattn_dtype dt = FATTN_BF16;
 };
 
+// The default params with algorithm a.
+fattn_attn_params params_with(fattn_algo a) {
+    fattn_attn_params p = fattn_attn_params_default();
+    p.algo = a;
+    return p;
+}
+
 struct Mem {
     fattn_ctx_t *ctx = nullptr;
     Mem() { fattn_ctx_init_cpu(1, &ctx); }
@@ -127,8 +134,7 @@ TEST(Memory, MonotoneInS) {
     Mem M;
     Geo g;
     for (fattn_algo algo : {FATTN_ALGO_FUSED, FATTN_ALGO_EXACT}) {
-        fattn_attn_params p = fattn_attn_params_default();
-        p.algo = algo;
+        const fattn_attn_params p = params_with(algo);
         fattn_attn_memory_info prev = M.at(p, g, 1);
         for (int64_t S = 2; S <= 4096; S = S * 3 / 2 + 1) {
             fattn_attn_memory_info m = M.at(p, g, S);
@@ -160,8 +166,7 @@ TEST(Memory, MaxSeqlenIsTheModelsBoundary) {
     Mem M;
     Geo g;
     for (fattn_algo algo : {FATTN_ALGO_FUSED, FATTN_ALGO_EXACT}) {
-        fattn_attn_params p = fattn_attn_params_default();
-        p.algo = algo;
+        const fattn_attn_params p = params_with(algo);
         for (uint64_t budget : {uint64_t(1) << 20, uint64_t(1) << 30, uint64_t(24) << 30}) {
             int64_t s = -1;
             ASSERT_EQ(fattn_attn_max_seqlen(M.ctx, &p, g.dt, g.B, g.Hq, g.Hkv, g.D, g.Dv, budget, &s),
@@ -196,8 +201,7 @@ TEST(Memory, ModelCoversMeasuredPeak) {
         ASSERT_EQ(fattn_ctx_init_cpu(2, &ctx), FATTN_OK);
         CountingAlloc ca;
         ASSERT_EQ(fattn_ctx_set_allocator(ctx, CountingAlloc::alloc, CountingAlloc::free_fn, &ca), FATTN_OK);
-        fattn_attn_params p = fattn_attn_params_default();
-        p.algo = algo;
+        fattn_attn_params p = params_with(algo);
         p.causal = FATTN_CAUSAL_TOP_LEFT;
         std::mt19937 g(7);
         std::uniform_real_distribution<float> u(-1.0f, 1.0f);

@@ -94,38 +94,29 @@ TEST(PathApi, HeadDims) {
     EXPECT_NE(std::string(why).find("K = 24"), std::string::npos) << why;
 }
 
-TEST(PathApi, ShapeMismatch) {
+// A fresh Views changed by edit: its forward fails with status and a message starting with prefix.
+template <class Edit>
+void expect_fwd_fails(Edit edit, fattn_status status, const char *prefix) {
     Views v;
-    v.tk.ne[3] = 64;
-    EXPECT_FAILS(v.fwd(), FATTN_ERR_SHAPE_MISMATCH, "k: ne[3]");
-    Views v2;
-    v2.tb.ne[2] = 4;
-    EXPECT_EQ(v2.fwd(), FATTN_ERR_SHAPE_MISMATCH);
-    EXPECT_EQ(v2.err().rfind("beta: ne[2]", 0), 0u) << v2.err();
-    Views v3;
-    v3.tl.ne[2] = 69;
-    EXPECT_EQ(v3.fwd(), FATTN_ERR_SHAPE_MISMATCH);
-    EXPECT_EQ(v3.err().rfind("lse: ", 0), 0u) << v3.err();
+    edit(v);
+    EXPECT_EQ(v.fwd(), status);
+    EXPECT_EQ(v.err().rfind(prefix, 0), 0u) << "message: " << v.err();
+}
+
+TEST(PathApi, ShapeMismatch) {
+    expect_fwd_fails([](Views &v) { v.tk.ne[3] = 64; }, FATTN_ERR_SHAPE_MISMATCH, "k: ne[3]");
+    expect_fwd_fails([](Views &v) { v.tb.ne[2] = 4; }, FATTN_ERR_SHAPE_MISMATCH, "beta: ne[2]");
+    expect_fwd_fails([](Views &v) { v.tl.ne[2] = 69; }, FATTN_ERR_SHAPE_MISMATCH, "lse: ");
 }
 
 TEST(PathApi, Dtypes) {
-    Views v;
-    v.tw.dtype = FATTN_F16;
-    EXPECT_FAILS(v.fwd(), FATTN_ERR_DTYPE_MISMATCH, "w: dtype");
-    Views v2;
-    v2.tk.dtype = FATTN_BF16;
-    EXPECT_EQ(v2.fwd(), FATTN_ERR_DTYPE_MISMATCH);
-    EXPECT_EQ(v2.err().rfind("k: dtype", 0), 0u) << v2.err();
+    expect_fwd_fails([](Views &v) { v.tw.dtype = FATTN_F16; }, FATTN_ERR_DTYPE_MISMATCH, "w: dtype");
+    expect_fwd_fails([](Views &v) { v.tk.dtype = FATTN_BF16; }, FATTN_ERR_DTYPE_MISMATCH, "k: dtype");
 }
 
 TEST(PathApi, Strides) {
-    Views v;
-    v.tq.nb[3] = 2;
-    EXPECT_FAILS(v.fwd(), FATTN_ERR_BAD_STRIDE, "q: nb[3]");
-    Views v2;
-    v2.to.nb[1] = 0;
-    EXPECT_EQ(v2.fwd(), FATTN_ERR_BAD_STRIDE);
-    EXPECT_EQ(v2.err().rfind("o: nb[1]", 0), 0u) << v2.err();
+    expect_fwd_fails([](Views &v) { v.tq.nb[3] = 2; }, FATTN_ERR_BAD_STRIDE, "q: nb[3]");
+    expect_fwd_fails([](Views &v) { v.to.nb[1] = 0; }, FATTN_ERR_BAD_STRIDE, "o: nb[1]");
 }
 
 TEST(PathApi, NullPointers) {

@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "cpu/ref/path_ref.h"
 #include "fattn/fattn.h"
+#include "test/typed_buf.h"
 
 namespace {
 
@@ -33,27 +34,7 @@ struct Case {
     double beta_lo = 0.3;
 };
 
-// Storage of one tensor in its dtype plus the double values the oracle sees.
-struct Buf {
-    fattn_dtype dt = FATTN_F32;
-    std::vector<uint8_t> bytes;
-    std::vector<double> val;  // the rounded values (inputs) or the read-back values (outputs)
-    void alloc(fattn_dtype t, int64_t n) {
-        dt = t;
-        bytes.assign(size_t(n) * fattn_dtype_size(t), 0xFF);  // NaN-poisoned
-        val.assign(size_t(n), 0.0);
-    }
-    void set(int64_t i, double x) {
-        fattn::store_f32(bytes.data(), dt, i, float(x));
-        val[size_t(i)] = fattn::load_f32(bytes.data(), dt, i);
-    }
-    void read() {
-        for (size_t i = 0; i < val.size(); ++i) val[i] = fattn::load_f32(bytes.data(), dt, int64_t(i));
-    }
-    fattn_tensor view(int64_t a, int64_t b, int64_t c, int64_t d) {
-        return fattn_tensor_contiguous(bytes.data(), dt, a, b, c, d);
-    }
-};
+using Buf = fattn_test::TypedBuf;
 
 struct Problem {
     Case c;

@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "cpu/ref/path_ref.h"
 #include "fattn/fattn.h"
+#include "test/typed_buf.h"
 #include "test/backend_mem.h"
 #include "test/registry.h"
 
@@ -51,23 +52,7 @@ const std::vector<PCase> &table() {
     return t;
 }
 
-struct Buf {
-    fattn_dtype dt = FATTN_F32;
-    std::vector<uint8_t> bytes;
-    std::vector<double> val;
-    void alloc(fattn_dtype t, int64_t n) {
-        dt = t;
-        bytes.assign(size_t(n) * fattn_dtype_size(t), 0xFF);  // NaN in every dtype
-        val.assign(size_t(n), 0.0);
-    }
-    void set(int64_t i, double x) {
-        fattn::store_f32(bytes.data(), dt, i, float(x));
-        val[size_t(i)] = fattn::load_f32(bytes.data(), dt, i);
-    }
-    void read() {
-        for (size_t i = 0; i < val.size(); ++i) val[i] = fattn::load_f32(bytes.data(), dt, int64_t(i));
-    }
-};
+using Buf = fattn_test::TypedBuf;
 
 struct Run {
     Run() = default;
