@@ -10,16 +10,22 @@
 
 namespace fattn {
 
-inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = uint32_t(h) << 16;
+// A float's bits and back (memcpy: no aliasing rule broken).
+inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+inline float f32_from_bits(uint32_t u) {
     float f;
     std::memcpy(&f, &u, 4);
     return f;
 }
 
+inline float bf16_to_f32(uint16_t h) { return f32_from_bits(uint32_t(h) << 16); }
+
 inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
+    const uint32_t u = f32_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);  // quiet NaN
     uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);                           // nearest-even
     return uint16_t((u + rounding) >> 16);
@@ -46,22 +52,18 @@ inline float f16_to_f32(uint16_t h) {
     } else {
         u = sign | (exp + 127 - 15) << 23 | man << 13;
     }
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
+    return f32_from_bits(u);
 }
 
 inline uint16_t f32_to_f16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
+    const uint32_t u = f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t absu = u & 0x7fffffffu;
     if (absu > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
     if (absu >= 0x477ff000u) return uint16_t(sign | 0x7c00u); // rounds to >= 65520: inf
     if (absu < 0x38800000u) {                                 // result subnormal or zero
         // value = absu as float; f16 subnormal unit is 2^-24
-        float af;
-        std::memcpy(&af, &absu, 4);
+        const float af = f32_from_bits(absu);
         // round-to-nearest-even via float arithmetic on the scaled value
         float scaled = af * 16777216.0f;  // 2^24, exact
         uint32_t r = uint32_t(scaled);
