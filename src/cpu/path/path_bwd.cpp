@@ -124,19 +124,14 @@ SegScratch carve_seg(const ScratchDims &dm, char *base) {
     return s;
 }
 
-struct HistScratch {
-    Chunk qc, kc;
-    float *q, *x, *sc, *tmp;  // [K], [C, K], [C], [C]
+struct HistScratch : WalkScratch {
+    float *tmp;  // [C]
     size_t bytes;
 };
 HistScratch carve_hist(const ScratchDims &dm, char *base) {
     Arena a{base};
     HistScratch s;
-    carve_chunk(a, dm, &s.qc);
-    carve_chunk(a, dm, &s.kc);
-    s.q = zeros(a, dm.K);
-    s.x = zeros(a, dm.C * dm.K);
-    s.sc = zeros(a, dm.C);
+    carve_walk(a, dm, &s);
     s.tmp = zeros(a, dm.C);
     s.bytes = a.used;
     return s;

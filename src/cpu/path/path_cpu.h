@@ -101,6 +101,21 @@ inline void carve_chunk(Arena &a, const ScratchDims &d, Chunk *ch) {
     ch->beta = a.floats(d.C);
 }
 
+// The part of the forward's and the history producer's scratch that walks query rows back
+// through key chunks: the two chunks, one query row, the walked rows and the scores; carved first
+// (and zero-filled) by both, which then carve their own arrays after it.
+struct WalkScratch {
+    Chunk qc, kc;
+    float *q, *x, *sc;  // [K], [C, K], [C]
+};
+inline void carve_walk(Arena &a, const ScratchDims &d, WalkScratch *s) {
+    carve_chunk(a, d, &s->qc);
+    carve_chunk(a, d, &s->kc);
+    s->q = zeros(a, d.K);
+    s->x = zeros(a, d.C * d.K);
+    s->sc = zeros(a, d.C);
+}
+
 // One thread's slot for the duration of one work item (RAII over a detail::SlotPool).
 class SlotLease {
   public:

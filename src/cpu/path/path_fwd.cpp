@@ -54,20 +54,15 @@ struct Softmax {
 };
 
 // Per-item scratch of the forward (one query chunk of one query head).
-struct FwdScratch {
-    Chunk qc, kc;
-    float *q, *x, *sc, *vb, *tmp;  // [K], [C, K], [C], [C, V], [C]
-    float *m, *l, *acc;            // softmax: [C], [C], [C, V]
+struct FwdScratch : WalkScratch {
+    float *vb, *tmp;       // [C, V], [C]
+    float *m, *l, *acc;    // softmax: [C], [C], [C, V]
     size_t bytes;
 };
 FwdScratch carve_fwd(const ScratchDims &d, char *base) {
     Arena a{base};
     FwdScratch s;
-    carve_chunk(a, d, &s.qc);
-    carve_chunk(a, d, &s.kc);
-    s.q = zeros(a, d.K);
-    s.x = zeros(a, d.C * d.K);
-    s.sc = zeros(a, d.C);
+    carve_walk(a, d, &s);
     s.vb = zeros(a, d.C * d.V);
     s.tmp = zeros(a, d.C);
     s.m = a.floats(d.C);
