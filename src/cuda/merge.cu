@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cuda/device_guard.h"
 #include "cuda/merge_cuda.h"
 
 namespace fattn::cuda {
@@ -89,17 +90,6 @@ __global__ void __launch_bounds__(kWarps * 32) merge_kernel(const MergeParams p,
         if (d0 == 0 && lane == 0) p.lse[b * p.lse_sb + h * p.lse_sh + s] = L;
     }
 }
-
-// Restores the caller's current device when the call returns.
-struct DeviceGuard {
-    int prev = -1;
-    explicit DeviceGuard(int dev) {
-        if (cudaGetDevice(&prev) == cudaSuccess && prev != dev) cudaSetDevice(dev);
-    }
-    ~DeviceGuard() {
-        if (prev >= 0) cudaSetDevice(prev);
-    }
-};
 
 fattn_status check(cudaError_t e, const char *what, std::string *err) {
     if (e == cudaSuccess) return FATTN_OK;

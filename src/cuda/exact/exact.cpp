@@ -33,6 +33,7 @@
 #include <climits>
 #include <vector>
 
+#include "cuda/device_guard.h"
 #include "cuda/exact/cublas_api.h"
 #include "cuda/exact/exact_kernels.h"
 
@@ -70,17 +71,6 @@ cublasHandle_t handle_for(const CublasApi &api, int device, std::string *err) {
     }
     return handles[size_t(device)];
 }
-
-// Restores the caller's current device when a call returns.
-struct DeviceGuard {
-    int prev = -1;
-    explicit DeviceGuard(int dev) {
-        if (cudaGetDevice(&prev) == cudaSuccess && prev != dev) cudaSetDevice(dev);
-    }
-    ~DeviceGuard() {
-        if (prev >= 0) cudaSetDevice(prev);
-    }
-};
 
 // One batched GEMM, column-major: C[m,n] (ldc, strideC) = alpha·op(A)[m,k]·op(B)[k,n] + beta·C.
 struct GemmOp {
@@ -215,6 +205,14 @@ fattn_status host_seqs(const AttnFwdParams &p, std::vector<SeqRange> *out, std::
     return FATTN_OK;
 }
 
+// A run's start (after its DeviceGuard): the cuBLAS runner on the call's stream, then the
+// sequences on the host.
+fattn_status begin_run(const AttnFwdParams &p, int device, Runner *R, std::vector<SeqRange> *seqs,
+                       std::string *err) {
+    EXACT_TRY(R->open(p, device, err));
+    return host_seqs(p, seqs, err);
+}
+
 bool fits_int(int64_t x) { return x >= 0 && x <= INT_MAX; }
 
 // cuBLAS takes int dims and leading dimensions, and needs ld >= rows of the col-major matrix.
@@ -282,9 +280,8 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, voi
     }
     DeviceGuard guard(dev.device);
     Runner R;
-    EXACT_TRY(R.open(p, dev.device, err));
     std::vector<SeqRange> seqs;
-    EXACT_TRY(host_seqs(p, &seqs, err));
+    EXACT_TRY(begin_run(p, dev.device, &R, &seqs, err));
 
     const Layout L = layout(p, FATTN_DIR_FWD);
     const bool low = p.dtype != FATTN_F32;
@@ -368,9 +365,8 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const void *save
     if (no("dout", p.do_ss, Dv) || no("dq", p.dq_ss, p.d)) return FATTN_ERR_UNSUPPORTED;
     DeviceGuard guard(dev.device);
     Runner R;
-    EXACT_TRY(R.open(p, dev.device, err));
     std::vector<SeqRange> seqs;
-    EXACT_TRY(host_seqs(p, &seqs, err));
+    EXACT_TRY(begin_run(p, dev.device, &R, &seqs, err));
 
     const Layout L = layout(p, FATTN_DIR_BWD);
     char *ws = static_cast<char *>(workspace);
