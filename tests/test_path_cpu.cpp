@@ -18,7 +18,7 @@
 #include "core/dtype.h"
 #include "cpu/ref/path_ref.h"
 #include "fattn/fattn.h"
-#include "test/typed_buf.h"
+#include "test/path_data.h"
 
 namespace {
 
@@ -62,15 +62,10 @@ void make_inputs(Problem &pb, uint32_t seed, double w_norm_spread = 0.0) {
     for (size_t i = 0; i < pb.q.val.size(); ++i) pb.q.set(int64_t(i), nd(rng));
     for (size_t i = 0; i < pb.k.val.size(); ++i) pb.k.set(int64_t(i), nd(rng));
     for (size_t i = 0; i < pb.v.val.size(); ++i) pb.v.set(int64_t(i), nd(rng));
-    std::vector<double> wr(size_t(c.K));
     for (int64_t r = 0; r < R * c.H; ++r) {
-        double n = 0;
-        for (auto &x : wr) {  // assign, then use: (x = ..) * x is unsequenced (clang -Wunsequenced)
-            x = nd(rng);
-            n += x * x;
-        }
+        const std::vector<double> wr = fattn_test::unit_vector(c.K, rng, nd);
         const double target = uw(rng);
-        for (int64_t d = 0; d < c.K; ++d) pb.w.set(r * c.K + d, wr[size_t(d)] / std::sqrt(n) * target);
+        for (int64_t d = 0; d < c.K; ++d) pb.w.set(r * c.K + d, wr[size_t(d)] * target);
         pb.beta.set(r, ub(rng));
     }
     if (c.gate) {

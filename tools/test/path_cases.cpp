@@ -19,7 +19,7 @@
 #include "core/dtype.h"
 #include "cpu/ref/path_ref.h"
 #include "fattn/fattn.h"
-#include "test/typed_buf.h"
+#include "test/path_data.h"
 #include "test/backend_mem.h"
 #include "test/registry.h"
 
@@ -69,14 +69,9 @@ struct Run {
         w.alloc(FATTN_F32, R * c.H * c.K), beta.alloc(FATTN_F32, R * c.H), dout.alloc(c.dt, R * c.Hq * c.V);
         for (Buf *b : {&q, &k, &v, &dout})
             for (size_t i = 0; i < b->val.size(); ++i) b->set(int64_t(i), nd(rng));
-        std::vector<double> x(size_t(c.K));
         for (int64_t r = 0; r < R * c.H; ++r) {
-            double n = 0;
-            for (auto &e : x) {  // assign, then use: (e = ..) * e is unsequenced (clang -Wunsequenced)
-                e = nd(rng);
-                n += e * e;
-            }
-            for (int64_t d = 0; d < c.K; ++d) w.set(r * c.K + d, x[size_t(d)] / std::sqrt(n));
+            const std::vector<double> x = fattn_test::unit_vector(c.K, rng, nd);
+            for (int64_t d = 0; d < c.K; ++d) w.set(r * c.K + d, x[size_t(d)]);
             beta.set(r, ub(rng));
         }
         if (c.gate) {

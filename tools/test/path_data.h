@@ -1,9 +1,11 @@
-// typed_buf.h — one tensor's storage in its dtype beside the double values an oracle sees: set()
-// rounds through the dtype, read() takes the written values back (the PaTH checks of fattn-test
-// and of the unit tests).
+// path_data.h — test data of the PaTH checks (fattn-test's and the unit tests'): one tensor's
+// storage in its dtype beside the double values an oracle sees (set() rounds through the dtype,
+// read() takes the written values back), and the unit vectors w is made of.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "core/dtype.h"
@@ -31,5 +33,18 @@ struct TypedBuf {
         return fattn_tensor_contiguous(bytes.data(), dt, a, b, c, d);
     }
 };
+
+// K normal draws scaled to length 1 (the draws first, in order: a caller's later draws follow).
+template <class Rng>
+std::vector<double> unit_vector(int64_t K, Rng &rng, std::normal_distribution<double> &nd) {
+    std::vector<double> x(static_cast<size_t>(K));
+    double n = 0;
+    for (auto &e : x) {  // assign, then use: (e = ..) * e is unsequenced (clang -Wunsequenced)
+        e = nd(rng);
+        n += e * e;
+    }
+    for (auto &e : x) e = e / std::sqrt(n);
+    return x;
+}
 
 }  // namespace fattn_test
