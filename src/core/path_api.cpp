@@ -241,6 +241,13 @@ PathViews inputs(const fattn_tensor *q, const fattn_tensor *k, const fattn_tenso
     return vw;
 }
 
+// The size queries' start: out given, then validate (QUERY).
+fattn_status query(fattn_ctx *ctx, const void *out, const fattn_path_params *pp, const PathViews &vw,
+                   Resolved *r) {
+    if (!out) return set_error(ctx, FATTN_ERR_NULL_POINTER, "out: pointer is NULL");
+    return fail(ctx, validate(ctx, pp, PathOp::QUERY, vw, r));
+}
+
 // A run: validate, the workspace (the caller's, checked for size, or the context allocator's),
 // then the backend's fwd or bwd.
 fattn_status run(fattn_ctx *ctx, const fattn_path_params *pp, PathOp op, const PathViews &vw, void *ws,
@@ -316,10 +323,9 @@ fattn_status fattn_path_workspace_size(fattn_ctx_t *ctx, const fattn_path_params
                                        const fattn_tensor *beta, const fattn_tensor *g, fattn_dir dir,
                                        fattn_path_workspace_info *out) {
     return guarded(ctx, [&] {
-        if (!out) return set_error(ctx, FATTN_ERR_NULL_POINTER, "out: pointer is NULL");
         Resolved r;
-        Fail f = validate(ctx, p, PathOp::QUERY, inputs(q, k, v, w, beta, g), &r);
-        if (f.s != FATTN_OK) return fail(ctx, f);
+        fattn_status s = query(ctx, out, p, inputs(q, k, v, w, beta, g), &r);
+        if (s != FATTN_OK) return s;
         const int64_t rdir = raw_enum(dir);  // a C caller may pass any int
         if (rdir != FATTN_DIR_FWD && rdir != FATTN_DIR_BWD)
             return set_error(ctx, FATTN_ERR_BAD_VALUE, "dir: " + S(rdir) + " is not a fattn_dir");
@@ -363,10 +369,9 @@ fattn_status fattn_path_memory(fattn_ctx_t *ctx, const fattn_path_params *p, con
                                const fattn_tensor *beta, const fattn_tensor *g,
                                fattn_path_memory_info *out) {
     return guarded(ctx, [&] {
-        if (!out) return set_error(ctx, FATTN_ERR_NULL_POINTER, "out: pointer is NULL");
         Resolved r;
-        Fail f = validate(ctx, p, PathOp::QUERY, inputs(q, k, v, w, beta, g), &r);
-        if (f.s != FATTN_OK) return fail(ctx, f);
+        fattn_status s = query(ctx, out, p, inputs(q, k, v, w, beta, g), &r);
+        if (s != FATTN_OK) return s;
         std::memset(out, 0, sizeof *out);
         const bool has_g = r.p.g != nullptr || (g && (g->ne[0] | g->ne[1] | g->ne[2] | g->ne[3]) != 0);
         const fattn_tensor none = fattn_tensor_none();
