@@ -12,8 +12,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <regex>
 #include <string>
+#include <utility>
 
 #include "test/registry.h"
 
@@ -36,6 +38,19 @@ static void usage() {
         "  -v                    verbose\n");
 }
 
+// *out = the value named v among names; else "unknown <kind> 'v'" and false.
+template <class E>
+static bool pick(const char *v, const char *kind, std::initializer_list<std::pair<const char *, E>> names,
+                 E *out) {
+    for (const auto &n : names)
+        if (!std::strcmp(v, n.first)) {
+            *out = n.second;
+            return true;
+        }
+    std::fprintf(stderr, "fattn-test: unknown %s '%s'\n", kind, v);
+    return false;
+}
+
 static bool parse(int argc, char **argv, Options *o) {
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
@@ -54,25 +69,21 @@ static bool parse(int argc, char **argv, Options *o) {
         else if (a == "selftest") o->mode = Mode::SELFTEST;
         else if (a == "--backend") {
             const char *v = next("--backend");
-            if (!v) return false;
-            if (!std::strcmp(v, "cpu")) o->backend = BackendKind::CPU;
-            else if (!std::strcmp(v, "cuda")) o->backend = BackendKind::CUDA;
-            else return std::fprintf(stderr, "fattn-test: unknown backend '%s'\n", v), false;
+            if (!v || !pick<BackendKind>(v, "backend", {{"cpu", BackendKind::CPU}, {"cuda", BackendKind::CUDA}},
+                                         &o->backend))
+                return false;
         } else if (a == "--prec") {
             const char *v = next("--prec");
-            if (!v) return false;
-            if (!std::strcmp(v, "auto")) o->prec = FATTN_PREC_AUTO;
-            else if (!std::strcmp(v, "f32")) o->prec = FATTN_PREC_F32;
-            else if (!std::strcmp(v, "tf32")) o->prec = FATTN_PREC_TF32;
-            else if (!std::strcmp(v, "native")) o->prec = FATTN_PREC_NATIVE;
-            else return std::fprintf(stderr, "fattn-test: unknown precision '%s'\n", v), false;
+            if (!v || !pick<fattn_prec>(v, "precision",
+                                        {{"auto", FATTN_PREC_AUTO}, {"f32", FATTN_PREC_F32},
+                                         {"tf32", FATTN_PREC_TF32}, {"native", FATTN_PREC_NATIVE}},
+                                        &o->prec))
+                return false;
         } else if (a == "--algo") {
             const char *v = next("--algo");
-            if (!v) return false;
-            if (!std::strcmp(v, "fused")) o->algo_fused = true, o->algo_exact = false;
-            else if (!std::strcmp(v, "exact")) o->algo_fused = false, o->algo_exact = true;
-            else if (!std::strcmp(v, "both")) o->algo_fused = o->algo_exact = true;
-            else return std::fprintf(stderr, "fattn-test: unknown algo '%s'\n", v), false;
+            int algos = 0;  // bit 0: fused, bit 1: exact
+            if (!v || !pick<int>(v, "algo", {{"fused", 1}, {"exact", 2}, {"both", 3}}, &algos)) return false;
+            o->algo_fused = algos & 1, o->algo_exact = algos & 2;
         } else if (a == "--extra") o->extra = true;
         else if (a == "--large") o->large = true;
         else if (a == "--quick") o->quick = true;
@@ -93,11 +104,12 @@ static bool parse(int argc, char **argv, Options *o) {
             if (o->threads < 1) return std::fprintf(stderr, "fattn-test: --threads must be >= 1\n"), false;
         } else if (a == "--family") {
             const char *v = next("--family");
-            if (!v) return false;
-            if (!std::strcmp(v, "auto")) o->family = FATTN_CUDA_FAMILY_AUTO;
-            else if (!std::strcmp(v, "portable")) o->family = FATTN_CUDA_FAMILY_PORTABLE;
-            else if (!std::strcmp(v, "sm90")) o->family = FATTN_CUDA_FAMILY_SM90;
-            else return std::fprintf(stderr, "fattn-test: unknown family '%s'\n", v), false;
+            if (!v || !pick<fattn_cuda_family>(v, "family",
+                                               {{"auto", FATTN_CUDA_FAMILY_AUTO},
+                                                {"portable", FATTN_CUDA_FAMILY_PORTABLE},
+                                                {"sm90", FATTN_CUDA_FAMILY_SM90}},
+                                               &o->family))
+                return false;
         } else if (a == "-h" || a == "--help") {
             usage();
             std::exit(0);
