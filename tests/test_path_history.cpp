@@ -19,6 +19,7 @@
 #include "core/path_params.h"
 #include "cpu/path/path_cpu.h"
 #include "fattn/fattn.h"
+#include "test/path_data.h"
 
 namespace {
 
@@ -142,13 +143,9 @@ int64_t nan_cells_after_producer(fattn_path_history hist, fattn_dtype dt, int64_
         o(size_t(T * HQ * V) * es), dout(o.size()), dq(q.size()), dk(k.size()), dv(v.size());
     std::vector<float> w(size_t(T * H * K)), beta(size_t(T * H), 1.9f), lse(size_t(HQ * T), 0.f),
         dw(w.size()), db(beta.size());
-    for (int64_t i = 0; i < T * HQ * K; ++i) fattn::store_f32(q.data(), dt, i, nd(rng));
-    for (int64_t i = 0; i < T * H * K; ++i) fattn::store_f32(k.data(), dt, i, nd(rng));
-    for (int64_t i = 0; i < T * H; ++i) {
-        float n = 0;
-        for (int64_t d = 0; d < K; ++d) n += (w[size_t(i * K + d)] = nd(rng)) * w[size_t(i * K + d)];
-        for (int64_t d = 0; d < K; ++d) w[size_t(i * K + d)] /= std::sqrt(n);
-    }
+    fattn_test::fill_normal(q.data(), dt, T * HQ * K, rng, nd);
+    fattn_test::fill_normal(k.data(), dt, T * H * K, rng, nd);
+    for (int64_t i = 0; i < T * H; ++i) fattn_test::unit_row(w.data() + i * K, K, rng, nd);
     fattn::PathBwdParams p{};
     p.B = 1, p.T = T, p.hq = HQ, p.h = H, p.dk = K, p.dv = V, p.dtype = dt, p.scale = 0.25f, p.history = hist;
     p.q = q.data(), p.q_ss = HQ * K, p.q_sh = K, p.q_sb = T * HQ * K;

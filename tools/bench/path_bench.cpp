@@ -23,6 +23,7 @@
 #include "bench/path_bench.h"
 #include "core/dtype.h"
 #include "fattn/fattn.h"
+#include "test/path_data.h"
 
 namespace {
 
@@ -127,14 +128,12 @@ extern "C" int fattn_bench_path_main(int argc, char **argv) {
         o(size_t(T * HQ * V) * es), dout(o.size()), dq(q.size()), dk(k.size()), dv(v.size());
     std::vector<float> w(size_t(T * H * K)), beta(size_t(T * H)), g(size_t(T * HQ)), lse(size_t(HQ * T)),
         dw(w.size()), db(beta.size()), dg(g.size());
-    for (int64_t i = 0; i < T * HQ * K; ++i) fattn::store_f32(q.data(), dt, i, nd(rng));
-    for (int64_t i = 0; i < T * H * K; ++i) fattn::store_f32(k.data(), dt, i, nd(rng));
-    for (int64_t i = 0; i < T * H * V; ++i) fattn::store_f32(v.data(), dt, i, nd(rng));
-    for (int64_t i = 0; i < T * HQ * V; ++i) fattn::store_f32(dout.data(), dt, i, nd(rng));
+    fattn_test::fill_normal(q.data(), dt, T * HQ * K, rng, nd);
+    fattn_test::fill_normal(k.data(), dt, T * H * K, rng, nd);
+    fattn_test::fill_normal(v.data(), dt, T * H * V, rng, nd);
+    fattn_test::fill_normal(dout.data(), dt, T * HQ * V, rng, nd);
     for (int64_t i = 0; i < T * H; ++i) {
-        float n = 0;
-        for (int64_t d = 0; d < K; ++d) n += (w[size_t(i * K + d)] = nd(rng)) * w[size_t(i * K + d)];
-        for (int64_t d = 0; d < K; ++d) w[size_t(i * K + d)] /= std::sqrt(n);
+        fattn_test::unit_row(w.data() + i * K, K, rng, nd);
         beta[size_t(i)] = 2.f / (1.f + std::exp(-nd(rng)));
     }
     for (auto &x : g) x = -std::log1p(std::exp(-(nd(rng) + 4.f)));  // logsigmoid, mostly near 0

@@ -1,6 +1,7 @@
 // path_data.h — test data of the PaTH checks (fattn-test's and the unit tests'): one tensor's
 // storage in its dtype beside the double values an oracle sees (set() rounds through the dtype,
-// read() takes the written values back), and the unit vectors w is made of.
+// read() takes the written values back), the unit vectors w is made of, and normal fills (also
+// fattn-bench's PaTH arm).
 #pragma once
 
 #include <cmath>
@@ -45,6 +46,23 @@ std::vector<double> unit_vector(int64_t K, Rng &rng, std::normal_distribution<do
     }
     for (auto &e : x) e = e / std::sqrt(n);
     return x;
+}
+
+// n normal draws stored in dtype t from element 0 of base.
+template <class Rng>
+void fill_normal(void *base, fattn_dtype t, int64_t n, Rng &rng, std::normal_distribution<float> &nd) {
+    for (int64_t i = 0; i < n; ++i) fattn::store_f32(base, t, i, nd(rng));
+}
+
+// One f32 row of w: K normal draws scaled to length 1 in f32.
+template <class Rng>
+void unit_row(float *w, int64_t K, Rng &rng, std::normal_distribution<float> &nd) {
+    float n = 0;
+    for (int64_t d = 0; d < K; ++d) {
+        w[d] = nd(rng);
+        n += w[d] * w[d];
+    }
+    for (int64_t d = 0; d < K; ++d) w[d] /= std::sqrt(n);
 }
 
 }  // namespace fattn_test
