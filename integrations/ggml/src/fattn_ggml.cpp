@@ -480,6 +480,21 @@ struct CpuCtx {
     ~CpuCtx() { fattn_ctx_free(ctx); }
 };
 
+// What the build-time queries ask fattn with: a CPU context, the views of q, k, v (data stand-ins
+// where a tensor has none yet), stand-in offsets of the real count for varlen, and the params.
+struct Probe {
+    CpuCtx c;
+    fattn_tensor tq, tk, tv;
+    Seqlens sl;
+    fattn_attn_params p;
+    Probe(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v, const fattn_ggml_attn_opts &opt)
+        : tq(bshd(q, data_or_fake(q, 0))), tk(bshd(k, data_or_fake(k, 1))), tv(bshd(v, data_or_fake(v, 2))),
+          sl(stand_in_seqlens(opt.cu_seqlens_q, q->ne[1], k->ne[1])),
+          p(make_params(settings_of(opt), opt.mask, opt.mask ? data_or_fake(opt.mask, 3) : nullptr, q->ne[1], sl)) {}
+    Probe(const Probe &) = delete;
+    Probe &operator=(const Probe &) = delete;
+};
+
 fattn_ggml_attn_opts opts_of(float scale, const ggml_tensor *mask, fattn_causal causal,
                              fattn_prec prec) {
     fattn_ggml_attn_opts o = fattn_ggml_attn_opts_default();
@@ -496,19 +511,13 @@ fattn_status supports(const ggml_tensor *q, const ggml_tensor *k, const ggml_ten
                       const fattn_ggml_attn_opts &opt, fattn_prec *resolved) {
     fattn_status s = check_inputs(q, k, v, opt);
     if (s != FATTN_OK) return s;
-    CpuCtx c;
-    if (!c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
-    const ggml_tensor *mask = opt.mask;
-    const fattn_tensor tq = bshd(q, data_or_fake(q, 0)), tk = bshd(k, data_or_fake(k, 1)),
-                       tv = bshd(v, data_or_fake(v, 2));
-    const Seqlens sl = stand_in_seqlens(opt.cu_seqlens_q, q->ne[1], k->ne[1]);
-    const fattn_attn_params p = make_params(settings_of(opt), mask,
-                                            mask ? data_or_fake(mask, 3) : nullptr, q->ne[1], sl);
+    const Probe pr(q, k, v, opt);
+    if (!pr.c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
     char why[512];
-    s = fattn_attn_supports(c.ctx, &p, &tq, &tk, &tv, why, sizeof why);
+    s = fattn_attn_supports(pr.c.ctx, &pr.p, &pr.tq, &pr.tk, &pr.tv, why, sizeof why);
     if (s != FATTN_OK)
         return fail(s, string("fattn (views [B, S, H, D] = ggml ne3, ne1, ne2, ne0): ") + why);
-    if (resolved) *resolved = fattn_resolve_prec(c.ctx, &p, &tq);
+    if (resolved) *resolved = fattn_resolve_prec(pr.c.ctx, &pr.p, &pr.tq);
     return FATTN_OK;
 }
 
@@ -834,16 +843,10 @@ fattn_status fattn_ggml_attn_memory_ex(const struct ggml_tensor *q, const struct
     const fattn_ggml_attn_opts opt = opts ? *opts : fattn_ggml_attn_opts_default();
     fattn_status s = supports(q, k, v, opt, nullptr);
     if (s != FATTN_OK) return s;
-    CpuCtx c;
-    if (!c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
-    const ggml_tensor *mask = opt.mask;
-    const fattn_tensor tq = bshd(q, data_or_fake(q, 0)), tk = bshd(k, data_or_fake(k, 1)),
-                       tv = bshd(v, data_or_fake(v, 2));
-    const Seqlens sl = stand_in_seqlens(opt.cu_seqlens_q, q->ne[1], k->ne[1]);
-    const fattn_attn_params p = make_params(settings_of(opt), mask,
-                                            mask ? data_or_fake(mask, 3) : nullptr, q->ne[1], sl);
-    s = fattn_attn_memory(c.ctx, &p, &tq, &tk, &tv, out);
-    if (s != FATTN_OK) return fail(s, string("fattn: ") + fattn_ctx_last_error(c.ctx));
+    const Probe pr(q, k, v, opt);
+    if (!pr.c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
+    s = fattn_attn_memory(pr.c.ctx, &pr.p, &pr.tq, &pr.tk, &pr.tv, out);
+    if (s != FATTN_OK) return fail(s, string("fattn: ") + fattn_ctx_last_error(pr.c.ctx));
     return FATTN_OK;
 }
 
