@@ -5,7 +5,8 @@
 // FUSED and the EXACT algorithm unless it says otherwise. The table covers: every dtype, every
 // bias kind, causal (both alignments), windows (both alignments), GQA/MQA at B > 1, Skv != Sq,
 // varlen with empty and length-1 sequences, fused-QKV and transposed views, fully-masked rows
-// and key columns, and sizes that divide no tile (S = 1, 17, 97, 257, 1025; D = 40, 80, 96).
+// and key columns, sizes that divide no tile (S = 1, 17, 97, 257, 1025; D = 40, 80, 96), and
+// the bias gradient (the dbias_ cases) for every broadcast pattern of the bias.
 #include "test/attn_cases.h"
 
 #include <cfloat>
@@ -101,6 +102,22 @@ std::vector<AttnCase> make_table() {
         C("pad_1e9_bf16_rand").shape(2, 96, 96, 2, 2, 128).dt(BF16).pad(BiasKind::PAD_RAND, -1e9f),
         C("pad_fltmax_d128_s300").shape(2, 300, 300, 2, 1, 128).pad(BiasKind::PAD, -FLT_MAX),
         C("pad_1e9_f16_causal").shape(2, 130, 130, 2, 2, 64).dt(F16).pad(BiasKind::PAD, -1e9f).causal_(BR),
+        // ---- the bias gradient (dbias, want_dbias): every broadcast pattern of the bias and so
+        // every reduction of dbias ([B,Hq,Sq,Skv] none; [1,Hq,..] over B; [1,1,..] over B and H;
+        // [B,1,1,Skv] over H and Sq; a stride-0 expanded view over B and Sq), with causal and
+        // window masks, -inf entries and padding, GQA, f32/bf16/f16 inputs and biases, varlen.
+        C("dbias_dense_gqa").shape(2, 33, 47, 4, 2, 64).with_bias(BiasKind::DENSE).want_dbias().is_quick(),
+        C("dbias_heads_negband_causal_tl").shape(2, 65, 65, 2, 1, 64).with_bias(BiasKind::NEG_BAND).causal_(TL).want_dbias(),
+        C("dbias_shared_window_bf16").shape(2, 40, 57, 2, 2, 64).dt(BF16).with_bias(BiasKind::BCAST).window(8, 8, ABR).want_dbias().is_quick(),
+        C("dbias_keyrow_f16_causal_br").shape(3, 30, 50, 4, 2, 32).dt(F16).with_bias(BiasKind::KEYROW).causal_(BR).want_dbias(),
+        C("dbias_stride0_window").shape(2, 37, 41, 2, 2, 64).with_bias(BiasKind::STRIDE0).window(5, 3, ATL).want_dbias().is_quick(),
+        C("dbias_keypad_causal_br").shape(3, 40, 57, 2, 2, 64).with_bias(BiasKind::KEYPAD).causal_(BR).want_dbias(),
+        C("dbias_rowcol_bf16_bias").shape(2, 37, 41, 2, 1, 64).with_bias(BiasKind::NEG_ROWCOL).bias_dt(BF16).want_dbias(),
+        C("dbias_pad_inf_gqa").shape(2, 96, 96, 4, 2, 64).pad(BiasKind::PAD, -INFINITY).want_dbias().is_quick(),
+        C("dbias_pad_fltmax_causal").shape(2, 96, 96, 2, 2, 64).pad(BiasKind::PAD_RAND, -FLT_MAX).causal_(BR).want_dbias(),
+        C("dbias_lpad_f16_window").shape(2, 60, 60, 2, 2, 64).dt(F16).pad(BiasKind::LPAD_KEYS, -FLT_MAX).window(20, 0, ATL).want_dbias(),
+        C("dbias_varlen_causal").shape(1, 0, 0, 2, 2, 64).varlen({20, 1, 13}, {25, 4, 9}).with_bias(BiasKind::DENSE).causal_(BR).want_dbias(),
+        C("dbias_bhsd_f32_on_bf16").shape(2, 30, 45, 2, 2, 64).dt(BF16).with_bias(BiasKind::STRIDE0).bias_dt(F32).layout_(Layout::BHSD).want_dbias(),
         // ---- GQA / MQA at B > 1
         C("gqa_4_2_b2").shape(2, 65, 65, 4, 2, 64).is_quick(),
         C("gqa_8_2_b3_causal").shape(3, 50, 50, 8, 2, 64).causal_(BR),

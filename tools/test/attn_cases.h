@@ -27,6 +27,9 @@ enum class BiasKind {
     PAD_RAND,    // the same, random values elsewhere
     LPAD_KEYS,   // left padding of the keys only: pad where j < kv_pad(b), 0 elsewhere; with a
                  // top-left causal mask, rows i < kv_pad(b) see only padded keys
+    KEYROW,      // [B, 1, 1, Skv] random, viewed like KEYPAD (query stride 0)
+    STRIDE0,     // [1, Hq, 1, Skv] random stored, viewed as [B, Hq, Sq, Skv] with batch and
+                 // query strides 0 (an expanded tensor)
 };
 
 enum class Layout {
@@ -58,6 +61,8 @@ struct AttnCase {
     bool large = false;        // CUDA-sized: skipped on the CPU unless named with -p
     bool extra = false;        // only with --extra
     bool quick = false;        // part of the --quick subset
+    bool dbias = false;        // the backward also asks for dbias (FATTN_ATTN_WANT_DBIAS): a
+                               // backend that does not support it skips the case, with the reason
 
     explicit AttnCase(std::string n) : name(std::move(n)) {}
     AttnCase &shape(int64_t b, int64_t sq, int64_t skv, int64_t hq, int64_t hkv, int64_t d) {
@@ -79,6 +84,7 @@ struct AttnCase {
     AttnCase &is_large() { large = true; return *this; }
     AttnCase &is_extra() { extra = true; return *this; }
     AttnCase &is_quick() { quick = true; return *this; }
+    AttnCase &want_dbias() { dbias = true; return *this; }
 
     bool is_varlen() const { return !seqlens_q.empty(); }
 };

@@ -101,6 +101,58 @@ double rel_rms(const std::vector<double> &out, const std::vector<double> &ref, c
     return std::sqrt(num / den);
 }
 
+// Which cells of the dbias view have a live contribution: some (b, h, i, j) it sums whose key
+// the masks allow (inside its sequence, varlen) and whose bias is not -inf. The others must be
+// exactly 0 (fattn.h); a live cell may be 0 by the math (a row with one key) and then holds a
+// rounding residue, judged by the error ratio alone.
+std::vector<char> dbias_live(const Inst &in) {
+    fattn::ref::Problem prob;
+    fattn::ref::Tensors t;
+    fattn::ref::gather(ref_params(in), &prob, &t);
+    const View &bv = in.bias, &dv = in.dbias;
+    const Buf &bb = in.buf[bv.buf];
+    std::vector<char> live(size_t(dv.size()), 0);
+    for (int64_t s = 0; s < in.nseq; ++s) {
+        const bool vl = in.c->is_varlen();
+        const int64_t b = vl ? 0 : s, q0 = vl ? in.cu_q[size_t(s)] : 0, k0 = vl ? in.cu_kv[size_t(s)] : 0;
+        const int64_t lq = vl ? in.cu_q[size_t(s) + 1] - q0 : in.Sq, lk = vl ? in.cu_kv[size_t(s) + 1] - k0 : in.Skv;
+        for (int64_t h = 0; h < in.c->Hq; ++h)
+            for (int64_t i = 0; i < lq; ++i)
+                for (int64_t j = 0; j < lk; ++j) {
+                    if (!fattn::ref::key_allowed(prob.mask, i, j, lq, lk)) continue;
+                    const int64_t e = bv.at(bv.ne[0] == 1 ? 0 : b, bv.ne[1] == 1 ? 0 : h, q0 + i, k0 + j);
+                    if (std::isinf(fattn::ref::decode(bb.host.data(), bb.dt, e))) continue;
+                    const int64_t rb = dv.ne[0] == 1 ? 0 : b, rh = dv.ne[1] == 1 ? 0 : h, ri = dv.ne[2] == 1 ? 0 : q0 + i;
+                    live[size_t(((rb * dv.ne[1] + rh) * dv.ne[2] + ri) * dv.ne[3] + k0 + j)] = 1;
+                }
+    }
+    return live;
+}
+
+// dbias (f32, the bias's reduced shape) against the oracle's reduction: the same error ratio
+// and bar as the other outputs; cells with no live contribution (dbias_live) exactly 0; a live
+// problem's reference not all zero.
+void judge_dbias(const Inst &in, const fattn::ref::Outputs &r, double tol, bool any_live, std::string *line,
+                 std::vector<std::string> *errs) {
+    const std::vector<double> db = read_view4(in, in.dbias);
+    const std::vector<char> live = dbias_live(in);
+    int64_t dead = 0, dead_bad = 0;
+    bool ref_zero = true, finite = true;
+    for (size_t i = 0; i < db.size(); ++i) {
+        finite &= std::isfinite(db[i]);
+        ref_zero &= r.dbias[i] == 0.0;
+        if (live[i]) continue;
+        ++dead;
+        dead_bad += db[i] != 0.0 || r.dbias[i] != 0.0;
+    }
+    if (!finite) errs->push_back("non-finite value in dbias");
+    if (dead_bad) errs->push_back(fmt("dbias: %lld of %lld cells with no live (unmasked, finite-bias) entry are not 0", (long long)dead_bad, (long long)dead));
+    if (any_live && ref_zero) errs->push_back("reference dbias is all zero");
+    const double e = rel_rms(db, r.dbias, {});
+    *line += dead ? fmt("dbias %.1e (%lld cells dead, 0) ", e, (long long)dead) : fmt("dbias %.1e ", e);
+    if (!(e <= tol)) errs->push_back(fmt("dbias error %.2e > tol %.0e", e, tol));
+}
+
 }  // namespace
 
 void check_written(Buf &b, std::vector<std::string> *errs) {
@@ -203,6 +255,7 @@ bool judge(const Inst &in, const fattn::ref::Outputs &r, double tol, double lse_
     double e_dq = rel_rms(dq, r.dq, live_dq, dv_rms), e_dk = rel_rms(dk, r.dk, {}, dv_rms), e_dv = rel_rms(dv, r.dv, {});
     std::string line;
     score_outputs({e_o, e_lse, e_dq, e_dk, e_dv}, tol, lse_tol, &line, &errs);
+    if (in.wants_dbias()) judge_dbias(in, r, tol, any_live, &line, &errs);
     line += fmt("(tol %.0e", tol);
     if (masked_rows) line += fmt(", %lld masked rows", (long long)masked_rows);
     if (unseen) line += fmt(", %lld unseen keys", (long long)unseen);

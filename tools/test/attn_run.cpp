@@ -10,6 +10,8 @@
 //              sampled rows and keys, NaN/inf/poison/guards on every element (attn_sampled.cpp).
 // grad:        the oracle's backward vs central differences of its forward (double core).
 // determinism: fwd + bwd twice, bitwise equal; on the CPU also nthreads 1 vs 2 vs 3.
+// Cases marked want_dbias also ask the backward for dbias, judged and compared like the other
+// outputs; where the backend answers FATTN_ERR_UNSUPPORTED for it they are skipped (reason shown).
 // support:     fattn_attn_supports per case.
 // perf:        median time of fwd and of bwd per case.
 // selftest:    injected faults must be caught (attn_selftest.cpp).
@@ -76,8 +78,12 @@ bool run_lib(fattn_ctx_t *ctx, BackendKind bk, Inst &in, fattn_algo algo, fattn_
     fattn_tensor q = tensor_of(in, in.q), k = tensor_of(in, in.k), v = tensor_of(in, in.v);
     fattn_tensor o = tensor_of(in, in.o), lse = tensor_of(in, in.lse), dout = tensor_of(in, in.dout);
     fattn_tensor dq = tensor_of(in, in.dq), dk = tensor_of(in, in.dk), dv = tensor_of(in, in.dv);
+    // A case that wants dbias asks for it everywhere (supports, sizes, backward): a backend
+    // that cannot compute it refuses the case (reported as skipped), never runs it without.
+    const fattn_tensor dbias = in.wants_dbias() ? tensor_of(in, in.dbias) : fattn_tensor_none();
+    const uint32_t want = in.wants_dbias() ? FATTN_ATTN_WANT_DBIAS : 0u;
     char why[512] = {0};
-    fattn_status st = fattn_attn_supports(ctx, &p, &q, &k, &v, why, sizeof why);
+    fattn_status st = fattn_attn_supports_ex(ctx, &p, &q, &k, &v, want, why, sizeof why);
     if (st != FATTN_OK) {
         *unsupported = true;
         *msg = fmt("%s: %s", fattn_status_string(st), why);
@@ -87,7 +93,7 @@ bool run_lib(fattn_ctx_t *ctx, BackendKind bk, Inst &in, fattn_algo algo, fattn_
     if (query_only) return true;
     size_t ws_f = 0, ws_b = 0, saved_n = 0;
     if ((st = fattn_attn_workspace_size(ctx, &p, &q, &k, &v, FATTN_DIR_FWD, &ws_f)) != FATTN_OK ||
-        (st = fattn_attn_workspace_size(ctx, &p, &q, &k, &v, FATTN_DIR_BWD, &ws_b)) != FATTN_OK ||
+        (st = fattn_attn_workspace_size_ex(ctx, &p, &q, &k, &v, want, FATTN_DIR_BWD, &ws_b)) != FATTN_OK ||
         (st = fattn_attn_saved_size(ctx, &p, &q, &k, &v, &saved_n)) != FATTN_OK)
         return *msg = fmt("size query: %s: %s", fattn_status_string(st), fattn_ctx_last_error(ctx)), false;
     DevBuf wsf, wsb, saved;
@@ -113,12 +119,12 @@ bool run_lib(fattn_ctx_t *ctx, BackendKind bk, Inst &in, fattn_algo algo, fattn_
     saved.download(saved_after_fwd.data(), saved_n);
 
     auto t2 = now();
-    st = fattn_attn_bwd(ctx, &p, &q, &k, &v, &o, &lse, saved_n ? saved.ptr() : nullptr, &dout, &dq, &dk, &dv,
-                        ws_b ? wsb.ptr() : nullptr, ws_b);
+    st = fattn_attn_bwd_ex(ctx, &p, &q, &k, &v, &o, &lse, saved_n ? saved.ptr() : nullptr, &dout, &dq, &dk, &dv,
+                           in.wants_dbias() ? &dbias : nullptr, ws_b ? wsb.ptr() : nullptr, ws_b);
     backend_sync(bk);
     auto t3 = now();
     if (st != FATTN_OK) return *msg = fmt("bwd: %s: %s", fattn_status_string(st), fattn_ctx_last_error(ctx)), false;
-    for (int id : {BUF_DQ, BUF_DK, BUF_DV}) {
+    for (int id : {BUF_DQ, BUF_DK, BUF_DV, BUF_DBIAS}) {
         Buf &b = in.buf[id];
         if (b.elems == 0) continue;
         b.host.resize(b.bytes() + kGuardBytes);
@@ -198,7 +204,7 @@ int run_attn_family(const Options &o, Summary &s) {
     if (o.mode == Mode::SELFTEST) {
         for (const AttnCase &c : attn_cases())
             if ((c.name == "plain_s17" || c.name == "causal_br_sq97_skv40" || c.name == "bias_rowcol" ||
-                 c.name == "fused_qkv") && selected(o, c.name))
+                 c.name == "fused_qkv" || c.name == "dbias_keypad_causal_br") && selected(o, c.name))
                 selftest_case(ctx.get(), o.backend, c, s);
         return 0;
     }
@@ -271,7 +277,8 @@ int run_attn_family(const Options &o, Summary &s) {
                 if (unsupported) { record(s, Outcome::SKIP, name, msg); continue; }
                 if (!ok) { record(s, Outcome::FAIL, name, msg); continue; }
                 std::vector<HostBytes> first;
-                for (int id : {BUF_O, BUF_LSE, BUF_DQ, BUF_DK, BUF_DV}) first.push_back(in.buf[id].host);
+                const std::initializer_list<int> outs = {BUF_O, BUF_LSE, BUF_DQ, BUF_DK, BUF_DV, BUF_DBIAS};
+                for (int id : outs) first.push_back(in.buf[id].host);
                 std::vector<int> threads = {o.threads};
                 if (cpu) threads = {1, 2, 3, o.threads};
                 std::string detail = cpu ? fmt("threads %d vs", o.threads) : "run twice";
@@ -283,7 +290,7 @@ int run_attn_family(const Options &o, Summary &s) {
                         break;
                     }
                     int idx = 0;
-                    for (int id : {BUF_O, BUF_LSE, BUF_DQ, BUF_DK, BUF_DV}) {
+                    for (int id : outs) {
                         if (in.buf[id].host != first[size_t(idx)]) {
                             same = false;
                             msg = fmt("%s differs bitwise (threads %d vs %d)", in.buf[id].name, nt, o.threads);
@@ -294,7 +301,7 @@ int run_attn_family(const Options &o, Summary &s) {
                     if (cpu) detail += fmt("%s %d", nt == threads.front() ? "" : ",", nt);
                 }
                 if (!ok) record(s, Outcome::FAIL, name, msg);
-                else record(s, same ? Outcome::PASS : Outcome::FAIL, name, same ? detail + ": o, lse, dq, dk, dv bitwise equal" : msg);
+                else record(s, same ? Outcome::PASS : Outcome::FAIL, name, same ? detail + (in.wants_dbias() ? ": o, lse, dq, dk, dv, dbias bitwise equal" : ": o, lse, dq, dk, dv bitwise equal") : msg);
                 continue;
             }
             // ---- test mode

@@ -225,6 +225,27 @@ void selftest_case(fattn_ctx_t *ctx, BackendKind bk, const AttnCase &c, Summary 
         std::string jm;
         expect_caught("zero_loss_gradient", !judge(in, zref, tol, lse_tolerance(resolved), &jm), jm);
     }
+    // 7. dbias: a wrong value in a cell with a live entry, a non-zero cell whose every entry
+    // is masked or -inf
+    if (in.wants_dbias()) {
+        int64_t top = 0, dead_cell = -1;
+        for (size_t i = 0; i < ref.dbias.size(); ++i) {
+            if (std::fabs(ref.dbias[i]) > std::fabs(ref.dbias[size_t(top)])) top = int64_t(i);
+            if (dead_cell < 0 && ref.dbias[i] == 0.0) dead_cell = int64_t(i);
+        }
+        const View &dv = in.dbias;
+        auto cell = [&](int64_t i, float x) {
+            const int64_t j = i % dv.ne[3], r = i / dv.ne[3];
+            set(dv, r / (dv.ne[1] * dv.ne[2]), (r / dv.ne[2]) % dv.ne[1], r % dv.ne[2], j, x);
+        };
+        std::string jm;
+        cell(top, float(ref.dbias[size_t(top)] * 1.5));
+        expect_caught("wrong_dbias_value", !judge(in, ref, tol, lse_tolerance(resolved), &jm), jm);
+        if (dead_cell >= 0) {
+            cell(dead_cell, 1e-30f);
+            expect_caught("dead_dbias_nonzero", !judge(in, ref, tol, lse_tolerance(resolved), &jm), jm);
+        }
+    }
     selftest_sampled(in, tol, lse_tolerance(resolved), expect_caught, s);
 }
 

@@ -57,7 +57,7 @@ void poison_host(Buf &b) {
 // any other gets a coverage bit map. Poison: outputs everywhere (a download replaces it), inputs
 // unless dense (else the fill writes every element).
 void finish_layout(Inst &in) {
-    for (const View *v : {&in.q, &in.k, &in.v, &in.dout, &in.bias, &in.o, &in.lse, &in.dq, &in.dk, &in.dv})
+    for (const View *v : {&in.q, &in.k, &in.v, &in.dout, &in.bias, &in.o, &in.lse, &in.dq, &in.dk, &in.dv, &in.dbias})
         if (v->buf >= 0) in.buf[v->buf].views.push_back(*v);
     for (Buf &b : in.buf) {
         if (b.elems == 0) continue;
@@ -224,6 +224,7 @@ void setup_inst(const AttnCase &c, Inst *inp) {
 
     // ---- bias layout
     in.bias = View{};
+    in.dbias = View{};
     const fattn_dtype bt = c.bias_dtype;
     Buf &bb = in.buf[BUF_BIAS];
     if (c.bias != BiasKind::NONE) {
@@ -236,11 +237,25 @@ void setup_inst(const AttnCase &c, Inst *inp) {
         case BiasKind::PAD: case BiasKind::PAD_RAND: case BiasKind::LPAD_KEYS: dense(B, 1); break;
         case BiasKind::BCAST: case BiasKind::NEG_TRI: dense(1, 1); break;
         case BiasKind::NEG_BAND: dense(1, Hq); break;
+        case BiasKind::KEYROW:  // like KEYPAD's layout
+            make_buf(bb, "bias", bt, B * Skv, false);
+            in.bias = view(BUF_BIAS, 0, B, 1, Sq, Skv, Skv, 0, 0);
+            break;
+        case BiasKind::STRIDE0:
+            make_buf(bb, "bias", bt, Hq * Skv, false);
+            in.bias = view(BUF_BIAS, 0, B, Hq, Sq, Skv, 0, Skv, 0);
+            break;
         case BiasKind::KEYPAD:  // [B, 1, 1, Skv] stored, viewed as [B, 1, Sq, Skv] with stride 0
             make_buf(bb, "bias", bt, B * Skv, false);
             in.bias = view(BUF_BIAS, 0, B, 1, Sq, Skv, Skv, 0, 0);
             break;
         case BiasKind::NONE: break;
+        }
+        if (c.dbias) {  // dims the bias steps by 0 (extent 1 or stride 0) are summed: extent 1
+            int64_t ne[3];
+            for (int d = 0; d < 3; ++d) ne[d] = in.bias.ne[d] == 1 || in.bias.nb[d] == 0 ? 1 : in.bias.ne[d];
+            make_buf(in.buf[BUF_DBIAS], "dbias", FATTN_F32, ne[0] * ne[1] * ne[2] * Skv, true);
+            in.dbias = view(BUF_DBIAS, 0, ne[0], ne[1], ne[2], Skv, ne[1] * ne[2] * Skv, ne[2] * Skv, Skv);
         }
     }
     finish_layout(in);
@@ -265,6 +280,10 @@ void setup_inst(const AttnCase &c, Inst *inp) {
             float x = 0.0f;
             switch (c.bias) {
             case BiasKind::DENSE: case BiasKind::BCAST: x = nd(); break;
+            case BiasKind::KEYROW: case BiasKind::STRIDE0:  // one draw per stored cell, at its first visit
+                if (i == 0 && (b == 0 || c.bias == BiasKind::KEYROW)) x = nd();
+                else x = float(fattn::ref::decode(bb.host.data(), bt, e));
+                break;
             case BiasKind::KEYPAD:
                 x = c.is_varlen() ? (j % 11 == 4 ? kNegInf : 0.0f) : (j >= Skv - (3 + 4 * b) ? kNegInf : 0.0f);
                 break;
@@ -334,7 +353,11 @@ void run_oracle(const Inst &in, fattn::ref::Outputs *out, fattn::ref::Problem *p
     fattn::ref::Tensors t;
     fattn::ref::gather(p, &prob, &t);
     fattn::ref::attn_fwd(prob, t, out);
-    fattn::ref::attn_bwd(prob, t, out);
+    fattn::ref::attn_bwd(prob, t, out, in.wants_dbias());
+    if (in.wants_dbias()) {
+        std::vector<double> full = std::move(out->dbias);
+        fattn::ref::reduce_dbias(prob, full, in.dbias.ne[0] == 1, in.dbias.ne[1] == 1, in.dbias.ne[2] == 1, &out->dbias);
+    }
     if (probp) *probp = prob;
     if (tp) *tp = std::move(t);
 }

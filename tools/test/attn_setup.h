@@ -13,7 +13,7 @@
 
 namespace fattn_test {
 
-enum BufId { BUF_Q, BUF_K, BUF_V, BUF_DO, BUF_BIAS, BUF_O, BUF_LSE, BUF_DQ, BUF_DK, BUF_DV, NUM_BUFS };
+enum BufId { BUF_Q, BUF_K, BUF_V, BUF_DO, BUF_BIAS, BUF_O, BUF_LSE, BUF_DQ, BUF_DK, BUF_DV, BUF_DBIAS, NUM_BUFS };
 
 // Bytes after every output, workspace and saved buffer (and every device input) that must keep
 // the poison byte.
@@ -66,7 +66,9 @@ struct Inst {
     std::vector<int32_t> cu_q, cu_kv;  // varlen host offsets
     Buf buf[NUM_BUFS];
     View q, k, v, dout, bias, o, lse, dq, dk, dv;
+    View dbias;  // cases that want dbias: f32 [B|1, Hq|1, Sq|1, Skv], 1 where bias steps by 0
     bool has_bias() const { return bias.buf >= 0; }
+    bool wants_dbias() const { return dbias.buf >= 0; }
 };
 
 // Lays out the case and fills its inputs (deterministic per case name; the same values whatever
@@ -76,8 +78,9 @@ void setup_inst(const AttnCase &c, Inst *in);
 // The oracle's view of the inputs of `in` (host pointers; masks in the normalized form).
 fattn::AttnBwdParams ref_params(const Inst &in);
 
-// The oracle on the inputs of `in` (through the gather layer): fwd + bwd into *out; the
-// problem and the double tensors too when asked (grad mode).
+// The oracle on the inputs of `in` (through the gather layer): fwd + bwd into *out (with
+// out->dbias reduced to the dbias view's shape when the case wants dbias); the problem and
+// the double tensors too when asked (grad mode).
 void run_oracle(const Inst &in, fattn::ref::Outputs *out, fattn::ref::Problem *prob = nullptr,
                 fattn::ref::Tensors *t = nullptr);
 
