@@ -39,7 +39,7 @@ alignas(64) float g_arena[kArenaFloats];
 
 // How far the inputs got (printed by the replay driver, so a smoke that validates nothing shows).
 struct Stats {
-    long calls = 0, accepted = 0, runs = 0;
+    long calls = 0, accepted = 0, runs = 0, dbias_runs = 0;
 } g_stats;
 
 [[noreturn]] void violated(const char *what) {
@@ -179,6 +179,29 @@ void fuzz_attn(Reader &r, uint8_t op) {
                        m.fwd_peak_bytes >= m.fwd_workspace_bytes);
             FUZZ_CHECK(m.bwd_peak_bytes >= m.grads_bytes && m.bwd_peak_bytes >= m.bwd_workspace_bytes);
         }
+        // The _ex queries with a request mask (read last: older inputs decode as before, want 0):
+        // they agree with each other; want 0 is the plain answer; the dbias bit only adds rules
+        // (on the CPU, exactly "there is a bias") and bytes (dbias counted, no workspace).
+        const uint8_t wsel = r.u8();
+        const uint32_t want = wsel < 128 ? 0u : wsel < 250 ? FATTN_ATTN_WANT_DBIAS : r.u32();
+        const fattn_status sx = fattn_attn_supports_ex(c, &p, &q, &k, &v, want, nullptr, 0);
+        check_status(sx);
+        size_t wfx = 0, wbx = 0;
+        fattn_attn_memory_info mx{};
+        const fattn_status sfx = fattn_attn_workspace_size_ex(c, &p, &q, &k, &v, want, FATTN_DIR_FWD, &wfx);
+        const fattn_status sbx = fattn_attn_workspace_size_ex(c, &p, &q, &k, &v, want, FATTN_DIR_BWD, &wbx);
+        const fattn_status smx = fattn_attn_memory_ex(c, &p, &q, &k, &v, want, &mx);
+        FUZZ_CHECK(sfx == sx && sbx == sx && smx == sx);
+        if (want == 0) FUZZ_CHECK(sx == s);
+        if (want & ~uint32_t(FATTN_ATTN_WANT_DBIAS)) FUZZ_CHECK(sx != FATTN_OK);
+        if (want == FATTN_ATTN_WANT_DBIAS && s == FATTN_OK)
+            FUZZ_CHECK(p.bias.data ? sx == FATTN_OK : sx == FATTN_ERR_BAD_BIAS);
+        if (sx == FATTN_OK) {
+            FUZZ_CHECK(s == FATTN_OK && wfx == wf && wbx == wb);
+            FUZZ_CHECK(mx.grads_bytes >= m.grads_bytes && mx.bwd_peak_bytes >= m.bwd_peak_bytes &&
+                       mx.fwd_peak_bytes == m.fwd_peak_bytes && mx.inputs_bytes == m.inputs_bytes);
+            if (want == 0) FUZZ_CHECK(std::memcmp(&mx, &m, sizeof m) == 0);
+        }
         return;
     }
     case 1: {  // raw dir values
@@ -205,6 +228,19 @@ void fuzz_attn(Reader &r, uint8_t op) {
         fattn::AttnViews vw;
         vw.q = &q, vw.k = &k, vw.v = &v, vw.o = &o, vw.lse = &lse;
         if (bwd) vw.dout = &dout, vw.dq = &dq, vw.dk = &dk, vw.dv = &dv;
+        // A backward's dbias (read last: older inputs decode as before, without one): mostly the
+        // bias's reduced shape (1 where it steps by 0), sometimes an edge value per dim.
+        fattn_tensor dbias = fattn_tensor_none();
+        if (bwd && (r.u8() & 1)) {
+            const int64_t full[3] = {B, Hq, Sq};
+            int64_t ne[3];
+            for (int d = 0; d < 3; ++d) {
+                const bool bcast = p.bias.data && (p.bias.ne[d] == 1 || p.bias.nb[d] == 0);
+                ne[d] = r.u8() < 240 ? (bcast ? 1 : full[d]) : r.dim();
+            }
+            dbias = view(r, 0, ne[0], ne[1], ne[2], r.u8() < 240 ? Skv : r.dim());
+            vw.dbias = &dbias;
+        }
         fattn::AttnResolved res;
         std::string why;
         const fattn_status s = fattn::attn_validate(c, &p, bwd ? fattn::AttnOp::BWD : fattn::AttnOp::FWD, vw,
@@ -212,15 +248,17 @@ void fuzz_attn(Reader &r, uint8_t op) {
         check_status(s, /*api=*/false);
         if (s != FATTN_OK) FUZZ_CHECK(!why.empty());
         const fattn_tensor *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
-        bool runnable = s == FATTN_OK && (!p.bias.data || in_arena(p.bias));
+        bool runnable = s == FATTN_OK && (!p.bias.data || in_arena(p.bias)) && (!dbias.data || in_arena(dbias));
         for (const fattn_tensor *t : all) runnable = runnable && in_arena(*t);
         // Work in double: broadcast inputs may carry dims whose int64 product overflows.
         runnable = runnable && double(B) * double(Hq) * double(Sq) * double(Skv) * (double(D) + double(Dv)) <= 16384.0 &&
                    p.algo == FATTN_ALGO_FUSED;
         if (!runnable) return;
-        const fattn_status run = bwd ? fattn_attn_bwd(c, &p, &q, &k, &v, &o, &lse, nullptr, &dout, &dq, &dk, &dv, nullptr, 0)
-                                     : fattn_attn_fwd(c, &p, &q, &k, &v, &o, &lse, nullptr, nullptr, 0);
+        const fattn_status run =
+            bwd ? fattn_attn_bwd_ex(c, &p, &q, &k, &v, &o, &lse, nullptr, &dout, &dq, &dk, &dv, &dbias, nullptr, 0)
+                : fattn_attn_fwd(c, &p, &q, &k, &v, &o, &lse, nullptr, nullptr, 0);
         ++g_stats.runs;
+        g_stats.dbias_runs += dbias.data != nullptr;
         check_status(run);
         FUZZ_CHECK(run == FATTN_OK);  // validated means it runs
         return;
@@ -281,8 +319,8 @@ void fuzz_path(Reader &r, uint8_t op) {
 
 }  // namespace
 
-extern "C" void fattn_fuzz_stats(long *calls, long *accepted, long *runs) {
-    *calls = g_stats.calls, *accepted = g_stats.accepted, *runs = g_stats.runs;
+extern "C" void fattn_fuzz_stats(long *calls, long *accepted, long *runs, long *dbias_runs) {
+    *calls = g_stats.calls, *accepted = g_stats.accepted, *runs = g_stats.runs, *dbias_runs = g_stats.dbias_runs;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -9,7 +9,7 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-extern "C" void fattn_fuzz_stats(long *calls, long *accepted, long *runs);
+extern "C" void fattn_fuzz_stats(long *calls, long *accepted, long *runs, long *dbias_runs);
 
 int main(int argc, char **argv) {
     if (argc >= 3 && std::strcmp(argv[1], "--random") == 0) {
@@ -25,10 +25,10 @@ int main(int argc, char **argv) {
             for (uint8_t &b : buf) b = uint8_t(next() >> 56);
             LLVMFuzzerTestOneInput(buf.data(), buf.size());
         }
-        long calls, ok, runs;
-        fattn_fuzz_stats(&calls, &ok, &runs);
-        std::printf("fattn-fuzz-replay: %ld random inputs, %ld calls (%ld accepted, %ld kernel runs), "
-                    "no invariant violated\n", n, calls, ok, runs);
+        long calls, ok, runs, dbias_runs;
+        fattn_fuzz_stats(&calls, &ok, &runs, &dbias_runs);
+        std::printf("fattn-fuzz-replay: %ld random inputs, %ld calls (%ld accepted, %ld kernel runs, %ld with dbias), "
+                    "no invariant violated\n", n, calls, ok, runs, dbias_runs);
         // A stream that never gets past validation would test nothing: fail loudly.
         return ok > 0 && runs > 0 ? 0 : 1;
     }
