@@ -154,7 +154,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     (window_align, default: the causal alignment, else "bottom_right").
     bias: additive, broadcastable to [B, Hq, Sq, Skv] (size-1 or stride-0 dims; may hold -inf).
     A bias that requires grad gets its gradient on the CPU (summed over its broadcast dims in
-    the library, deterministic; eager only); on CUDA that raises NotImplementedError. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
+    the library, deterministic; eager and torch.compile); on CUDA that raises
+    NotImplementedError. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
     Returns o [B, Sq, Hq, Dv] in q's dtype, and with return_lse also lse [B, Hq, Sq] float32
     (natural log of each row's softmax denominator; -inf for a fully masked row; no gradient).
     """
@@ -170,6 +171,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     if bias_grad:
         q, k, v, _ = _prepare(q, k, v, None, cu_seqlens_q)
         bias = _grad_bias(bias)
+        if torch.is_autocast_enabled(q.device.type):
+            # The forward op's Autocast kernel would cast below the autograd.Function, which
+            # saves its inputs: cast them here instead (differentiable, as that kernel's
+            # casts are), so the backward sees the dtypes the forward ran in.
+            dev = q.device.type
+            dt = torch.get_autocast_dtype(dev)
+            q, k, v, bias = (_ops.autocast_cast(t, dev, dt) for t in (q, k, v, bias))
     else:
         q, k, v, bias = _prepare(q, k, v, bias, cu_seqlens_q)
     cu_seqlens_q = seqlens_arg(cu_seqlens_q, "cu_seqlens_q")
@@ -180,7 +188,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
                         algo=algo)
     try:
         if bias_grad:
-            o, lse = _AttnBiasFn.apply(scalars, q, k, v, bias, cu_seqlens_q, cu_seqlens_k)
+            # The library's view of the bias is made out here: under torch.compile the shape
+            # checks its expand() makes then specialize sizes in the outer graph, not inside
+            # the autograd.Function (dynamo cannot return a size specialized in there).
+            o, lse = _AttnBiasFn.apply(scalars, q, k, v, bias, _bias_view_tensor(bias, q, k),
+                                       cu_seqlens_q, cu_seqlens_k)
         else:
             o, lse, _ = _ops.attn_fwd(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, scalars)
     except _lib.FattnError as e:
@@ -216,15 +228,20 @@ def _bias_view_tensor(bias, q, k):
 
 
 class _AttnBiasFn(torch.autograd.Function):
-    """attention() with a bias that requires grad (CPU): the forward kernel, and a backward
-    that also returns dbias (fattn_attn_bwd_ex), summed over the bias's broadcast dims inside
-    the library (bitwise deterministic), in the bias's dtype and shape. Eager only: it calls
-    the kernels directly, not through the torch ops (no torch.compile graph, no autocast)."""
+    """attention() with a bias that requires grad (CPU): fattn::attn_fwd, and a backward that
+    also returns dbias (fattn::attn_bwd_dbias, fattn_attn_bwd_ex), summed over the bias's
+    broadcast dims inside the library (bitwise deterministic), in the bias's dtype and shape.
+    Eager plain tensors call the kernels directly; anything else (torch.compile tracing, a
+    dispatch mode) goes through the ops and their fake kernels."""
 
     @staticmethod
-    def forward(ctx, scalars, q, k, v, bias, cu_q, cu_k):
-        o, lse, saved = _ops._fwd_kernel(q, k, v, _bias_view_tensor(bias, q, k), cu_q, cu_k,
-                                         *scalars)
+    def forward(ctx, scalars, q, k, v, bias, bias_lib, cu_q, cu_k):
+        # bias: the leaf-shaped input the gradient is for; bias_lib: its _bias_view_tensor()
+        args = (q, k, v, bias_lib, cu_q, cu_k) + scalars
+        if _ops.eager_plain(q.device.type, (q, k, v, bias_lib)):
+            o, lse, saved = _ops._fwd_kernel(*args)
+        else:
+            o, lse, saved = _ops.attn_fwd_op(*args)
         ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
         ctx.scalars = scalars
         ctx.mark_non_differentiable(lse)
@@ -233,12 +250,12 @@ class _AttnBiasFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, _dlse):
         q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv, db = _ops.attn_bwd_dbias(do, q, k, v, o, lse, saved,
-                                             _bias_view_tensor(bias, q, k), cu_q, cu_k,
-                                             *ctx.scalars)
-        if bias.shape[3] != db.shape[3]:  # a size-1 key dim: its keys' gradients summed
-            db = db.sum(3, keepdim=True)
-        return None, dq, dk, dv, db.to(bias.dtype).reshape(bias.shape), None, None
+        args = (do, q, k, v, o, lse, saved, bias, cu_q, cu_k) + ctx.scalars
+        if not do.requires_grad and _ops.eager_plain(q.device.type, (do, q, bias)):
+            dq, dk, dv, db = _ops.attn_bwd_dbias(*args)
+        else:
+            dq, dk, dv, db = _ops.attn_bwd_dbias_op(*args)
+        return None, dq, dk, dv, db.to(bias.dtype), None, None, None
 
 
 def keys_dense(mask: Tensor, Skv: int) -> Tensor:

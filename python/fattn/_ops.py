@@ -4,11 +4,13 @@ per-call host cost.
   fattn::attn_fwd(q, k, v, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>) -> (o, lse, saved)
   fattn::attn_bwd(dout, q, k, v, o, lse, saved, bias?, cu_seqlens_q?, cu_seqlens_k?, <scalars>)
       -> (dq, dk, dv)
+  fattn::attn_bwd_dbias(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q?, cu_seqlens_k?,
+                        <scalars>) -> (dq, dk, dv, dbias)
 
 Registered with torch.library's low-level API (one schema, CPU and CUDA kernels, a fake kernel,
-an Autograd kernel, Autocast kernels), so both are opaque ops with fake kernels under
-torch.compile and pass torch.library.opcheck. `saved` is the library's auxiliary forward buffer
-(uint8): empty for algo "fused", the probabilities for "exact" (an unbacked size in the fake
+an Autograd kernel; Autocast kernels for the forward), so all are opaque ops with fake kernels
+under torch.compile and pass torch.library.opcheck. `saved` is the library's auxiliary forward
+buffer (uint8): empty for algo "fused", the probabilities for "exact" (an unbacked size in the fake
 kernel). The <scalars> are _attn.normalize()'s: causal, window_left, window_right, window_align,
 scale, max_seqlen_q, max_seqlen_k, prec, algo.
 
@@ -54,8 +56,15 @@ _def.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor? cu_seq
 _def.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
             "Tensor saved, Tensor? bias, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
             f"{_SCALARS}) -> (Tensor, Tensor, Tensor)", tags=(torch.Tag.pt2_compliant_tag,))
+# The backward with the bias gradient (fattn_attn_bwd_ex), for a bias that requires grad:
+# bias [B|1, Hq|1, Sq|1, Skv|1] -> dbias float32 of bias's shape (attn_bwd_dbias below).
+_def.define("attn_bwd_dbias(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, "
+            "Tensor saved, Tensor bias, Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, "
+            f"{_SCALARS}) -> (Tensor, Tensor, Tensor, Tensor)",
+            tags=(torch.Tag.pt2_compliant_tag,))
 attn_fwd_op = torch.ops.fattn.attn_fwd.default
 attn_bwd_op = torch.ops.fattn.attn_bwd.default
+attn_bwd_dbias_op = torch.ops.fattn.attn_bwd_dbias.default
 
 
 def _load_shim():
@@ -308,22 +317,35 @@ def _bwd_kernel(*args):
         return _bwd(*args)
 
 
-def attn_bwd_dbias(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
-    """The backward that also returns the bias gradient (fattn_attn_bwd_ex): dq, dk, dv and
-    dbias, float32, of bias's shape with 1 on every dim bias steps by 0 (size 1 or stride 0),
-    summed over it inside the library. Eager CPU only: no torch op, no plan cache (attention()
-    calls it for a bias that requires grad)."""
+def _bwd_dbias(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
+    """fattn::attn_bwd_dbias's kernel (fattn_attn_bwd_ex): dq, dk, dv and dbias = the gradient
+    of bias as a tensor broadcast to [B, Hq, Sq, Skv], float32 of bias's shape: summed over
+    its size-1 dims (inside the library, in a fixed order), per element elsewhere. bias is
+    [B|1, Hq|1, Sq|1, Skv|1]; the library's view of it is made here (query dim expanded by
+    stride 0; copied dense when its key dim is size 1 or strided, or a dim of size > 1 has
+    stride 0), so the output shape never depends on strides. No plan cache."""
     if dout.stride(3) != 1:
         dout = dout.contiguous()
+    _same_device(q, (("dout", dout), ("k", k), ("v", v), ("o", o), ("lse", lse),
+                     ("bias", bias), ("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
+    _four_dims((("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("bias", bias)))
+    shape = bias.shape
+    Sq, Skv = q.shape[1], k.shape[1]
+    if (shape[3] != Skv or bias.stride(3) != 1
+            or any(bias.shape[d] > 1 and bias.stride(d) == 0 for d in range(3))):
+        # Distinct elements only in bias's own shape, keys dense (the library reads a key row
+        # with stride 1 and sums over every dim it steps by 0).
+        bias = bias.expand(shape[0], shape[1], shape[2], Skv).contiguous()
+    lib_bias = bias.expand(shape[0], shape[1], Sq, Skv)
     c = _lib.context_entry(q.device)
     ctx, L = c.handle, lib()
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    red = [1 if bias.shape[d] == 1 or bias.stride(d) == 0 else bias.shape[d] for d in range(3)]
-    dbias = torch.empty(red + [bias.shape[3]], dtype=torch.float32, device=q.device)
-    p = params(bias, cu_q, cu_k, *scalars)
+    dbias = torch.empty((shape[0], shape[1], shape[2], Skv), dtype=torch.float32, device=q.device)
+    p = params(lib_bias, cu_q, cu_k, *scalars)
     qv, kv, vv = view(q, "q"), view(k, "k"), view(v, "v")
+    # dbias needs no workspace beyond the plain backward's (fattn.h)
     ws_bytes = _size(L.fattn_attn_workspace_size, ctx,
                      (ctypes.byref(p), ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv),
                       _lib.DIR_BWD), "attn_workspace_size")
@@ -332,12 +354,30 @@ def attn_bwd_dbias(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
                                    view(dout, "dout"), view(dq, "dq"), view(dk, "dk"),
                                    view(dv, "dv"), view(dbias, "dbias"), ptr(ws), ws_bytes),
           "attn_bwd")
+    if shape[3] != Skv:  # a size-1 key dim: its keys' gradients summed
+        dbias = dbias.sum(3, keepdim=True)
     return dq, dk, dv, dbias
+
+
+def attn_bwd_dbias(*args):
+    with _lib.device_guard(args[1].device):
+        return _bwd_dbias(*args)
 
 
 @torch.library.register_fake("fattn::attn_bwd")
 def _bwd_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *scalars):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+@torch.library.register_fake("fattn::attn_bwd_dbias")
+def _bwd_dbias_fake(dout, q, k, v, o, lse, saved, bias, cu_seqlens_q, cu_seqlens_k, *scalars):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            bias.new_empty(bias.shape, dtype=torch.float32))
+
+
+# The bias backward has Python kernels whether or not the compiled ops are loaded.
+_def.impl("attn_bwd_dbias", attn_bwd_dbias, "CPU")
+_def.impl("attn_bwd_dbias", attn_bwd_dbias, "CUDA")
 
 
 if not _SHIM:
@@ -434,9 +474,15 @@ def _bwd_autograd(keyset, *args):
     return _below_autograd(attn_bwd_op, _bwd_kernel, keyset, args)
 
 
+def _bwd_dbias_autograd(keyset, *args):
+    # No double backward either.
+    return _below_autograd(attn_bwd_dbias_op, attn_bwd_dbias, keyset, args)
+
+
 if not _SHIM:
     _def.impl("attn_fwd", _fwd_autograd, "Autograd", with_keyset=True)
     _def.impl("attn_bwd", _bwd_autograd, "Autograd", with_keyset=True)
+_def.impl("attn_bwd_dbias", _bwd_dbias_autograd, "Autograd", with_keyset=True)
 
 
 # ------------------------------------------------------------------------------- autocast
@@ -450,18 +496,20 @@ _AUTOCAST_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
                   | torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA))
 
 
+def autocast_cast(a, device_type: str, dt):
+    """SDPA's autocast rule for one argument: a floating tensor (not float64) on the region's
+    device goes to the region's dtype dt; anything else is left as is."""
+    if (isinstance(a, Tensor) and a.is_floating_point() and a.dtype != torch.float64
+            and a.device.type == device_type):
+        return a.to(dt)
+    return a
+
+
 def _autocast_kernel(device_type: str):
     def kernel(_keyset, *args):
         dt = torch.get_autocast_dtype(device_type)
-
-        def cast(a):
-            if (isinstance(a, Tensor) and a.is_floating_point() and a.dtype != torch.float64
-                    and a.device.type == device_type):
-                return a.to(dt)
-            return a
-
         with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
-            return attn_fwd_op(*(cast(a) for a in args))
+            return attn_fwd_op(*(autocast_cast(a, device_type, dt) for a in args))
     return kernel
 
 

@@ -2,6 +2,9 @@
 a float attn_mask that requires grad, for every broadcast form of the mask (full, per head,
 shared, [B, 1, 1, Skv], 2-d, an expanded leaf, a size-1 key dim), with -inf entries, GQA and the
 causal mask; bitwise repeatable; CUDA raises NotImplementedError naming the bias gradient.
+The op fattn::attn_bwd_dbias: torch.library.opcheck (schema, fake kernel, autograd
+registration), and torch.compile(fullgraph=True) of attention / sdpa with a mask that requires
+grad giving eager's gradients bit for bit; under autocast, eager and compiled.
 """
 import pytest
 import torch
@@ -146,3 +149,90 @@ def test_sdpa_float_attn_mask_grad(mask_shape):
     assert m.grad.shape == m.shape
     assert ((m.grad.double() - m64.grad).norm() / m64.grad.norm()).item() < 1e-5
     assert (m.grad[torch.isinf(m.detach())] == 0).all()
+
+
+# ------------------------------------------------------------------------------ op / compile
+@pytest.mark.parametrize("bias_shape", [(1, 4, 9, 11), (2, 1, 1, 11), (2, 4, 9, 1), "expanded"])
+def test_opcheck_bwd_dbias(bias_shape):
+    from fattn._attn import normalize
+    q = torch.randn(2, 9, 4, 16)
+    k, v = torch.randn(2, 11, 2, 16), torch.randn(2, 11, 2, 16)
+    if bias_shape == "expanded":  # a stride-0 dim of size > 1: its gradient is per element
+        bias = torch.randn(1, 4, 1, 11).expand(2, 4, 9, 11)
+    else:
+        bias = torch.randn(*bias_shape)
+    scalars = normalize(q, causal=True)
+    bias_lib = bias.expand(bias.shape[0], bias.shape[1], 9, 11).contiguous()
+    o, lse, saved = torch.ops.fattn.attn_fwd(q, k, v, bias_lib, None, None, *scalars)
+    args = (torch.randn_like(o), q, k, v, o, lse, saved, bias, None, None) + scalars
+    torch.library.opcheck(torch.ops.fattn.attn_bwd_dbias.default, args)
+    db = torch.ops.fattn.attn_bwd_dbias(*args)[3]
+    assert db.shape == bias.shape and db.dtype == torch.float32
+
+
+COMPILE_MASKS = {
+    "1HSS": lambda: _leaf((1, HQ, SQ, SKV)),
+    "B11S": lambda: _leaf((B, 1, 1, SKV)),
+    "expanded": lambda: _leaf((1, 1, SQ, SKV)),
+    "bf16_keydim1": lambda: torch.randn(B, HQ, SQ, 1, dtype=torch.bfloat16).requires_grad_(),
+}
+
+
+@pytest.mark.parametrize("algo", ["fused", "exact"])
+@pytest.mark.parametrize("name", list(COMPILE_MASKS))
+def test_torch_compile_dbias_matches_eager(name, algo):
+    """fullgraph=True: the bias-gradient path traces through fattn::attn_fwd and
+    fattn::attn_bwd_dbias (fake kernels) with no graph break; dbias bitwise as eager."""
+    q, k, v = _qkv()
+    q.requires_grad_()
+    leaf = COMPILE_MASKS[name]()
+    do = torch.randn(B, SQ, HQ, D)
+
+    def f(q, k, v, m):
+        if name == "expanded":
+            m = m.expand(B, HQ, SQ, SKV)
+        return (fattn.attention(q, k, v, bias=m, causal="top_left", algo=algo) * do).sum()
+
+    cf = torch.compile(f, backend="aot_eager", fullgraph=True)
+    g_eager = torch.autograd.grad(f(q, k, v, leaf), (q, leaf))
+    g_comp = torch.autograd.grad(cf(q, k, v, leaf), (q, leaf))
+    assert g_comp[1].shape == leaf.shape and g_comp[1].dtype == leaf.dtype
+    for a, b in zip(g_eager, g_comp):
+        assert torch.equal(a, b)
+
+
+def test_torch_compile_sdpa_float_mask_grad():
+    q = torch.randn(B, HQ, SQ, D, requires_grad=True)
+    k, v = torch.randn(B, HQ, SKV, D), torch.randn(B, HQ, SKV, D)
+    m = _leaf((SQ, SKV))
+
+    def f(q, k, v, m):
+        return fattn.sdpa(q, k, v, attn_mask=m).square().sum()
+
+    cf = torch.compile(f, backend="aot_eager", fullgraph=True)
+    g_eager = torch.autograd.grad(f(q, k, v, m), (q, m))
+    g_comp = torch.autograd.grad(cf(q, k, v, m), (q, m))
+    for a, b in zip(g_eager, g_comp):
+        assert torch.equal(a, b)
+    assert (g_comp[1][torch.isinf(m.detach())] == 0).all()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_dbias_under_autocast(compiled):
+    """autocast(bfloat16): q, k, v and the mask run in bf16 (SDPA's rule, as without a mask
+    gradient); the float32 leaves get the gradients of explicitly cast inputs, bit for bit."""
+    q, k, v = _qkv()
+    q.requires_grad_()
+    m = _leaf((1, HQ, SQ, SKV))
+
+    def f(q, k, v, m):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            o = fattn.attention(q, k, v, bias=m)
+        return o.float().square().sum()
+
+    g = torch.compile(f, backend="aot_eager", fullgraph=True) if compiled else f
+    got = torch.autograd.grad(g(q, k, v, m), (q, m))
+    ref = torch.autograd.grad(fattn.attention(q.bfloat16(), k.bfloat16(), v.bfloat16(),
+                                              bias=m.bfloat16()).float().square().sum(), (q, m))
+    for a, b in zip(got, ref):
+        assert a.dtype == torch.float32 and torch.equal(a, b)
