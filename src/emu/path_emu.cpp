@@ -3,6 +3,7 @@
 #include "emu/path_emu.h"
 
 #include <cstring>
+#include <typeinfo>
 
 #include "cuda/path/sequence.h"
 #include "emu/emu.h"
@@ -12,11 +13,13 @@ namespace {
 
 struct EmuLauncher {
     Options opt;
+    std::function<void(const char *)> after;
     std::string error;
     template <class K> void launch(int64_t gx, int gy, const pathk::PathDev &d) {
         if (!error.empty() || gx <= 0 || gy <= 0) return;
         try {
             emu::launch({int(gx), gy, 1}, K::kThreads, K::smem(), [&](char *sm) { K::run(d, sm); }, opt);
+            if (after) after(typeid(K).name());
         } catch (const std::exception &e) {
             error = e.what();
         }
@@ -39,9 +42,11 @@ size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *histo
     return w.total;
 }
 
-fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse) {
+fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse,
+                      const std::function<void(const char *)> &after_launch) {
     EmuLauncher l;
     l.opt.reverse = reverse;
+    l.after = after_launch;
     return pathk::gpu_run(l, p, workspace, bwd, err);
 }
 

@@ -3,6 +3,7 @@
 // (tests/test_path_emu.cpp) and debugging; not part of libfattn.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "core/path_params.h"
@@ -13,7 +14,10 @@ namespace fattn::emu {
 size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *history_bytes = nullptr);
 
 // One forward or backward on host buffers (p as the CUDA backend receives it, the STRICT check
-// included). reverse: run the threads of every block in reverse order.
-fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse = false);
+// included). reverse: run the threads of every block in reverse order. after_launch, when set, is
+// called after each kernel with the kernel's type name (typeid(...).name(): it contains the
+// struct's name, e.g. "KHist"), for tests that look at a buffer between two kernels.
+fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse = false,
+                      const std::function<void(const char *)> &after_launch = {});
 
 }  // namespace fattn::emu

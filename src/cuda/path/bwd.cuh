@@ -1,6 +1,6 @@
 // bwd.cuh — the backward's kernel order (after the gate sums and the prep of sequence.h):
 //   KSegPrep (K^, E)  KDelta  KHist (the history)  KDkv (inter-segment dK^, dV, dG columns)
-//   zero dU, dW, dK~  KSegInter (gamma, dE)  KSegIntra (own-segment pairs)  KOwn (own chunk, dq)
+//   KSegInter (gamma, dE)  zero dU, dW, dK~  KSegIntra (own-segment pairs)  KOwn (own chunk, dq)
 //   KGroupSum (GQA)  KChainA (segment chain)  KChainB (UT chain, dk dv dw dbeta)
 // Each kernel writes what it owns; later kernels add to earlier ones' buffers in launch order,
 // so every sum has a fixed order (no atomics).
@@ -21,11 +21,14 @@ template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d
     l.template launch<KDelta<Tin>>(ceil_div(rows * d.hq, KDelta<Tin>::kThreads), 1, d);
     l.template launch<KHist<Tin, D>>(d.total_chunks, d.hq, d);
     l.template launch<KDkv<Tin, D>>(d.total_chunks, d.hq, d);
-    const size_t part = size_t(rows) * size_t(d.hq) * D * sizeof(float);
-    l.fill(d.du, 0, part);
-    l.fill(d.dwacc, 0, part);
-    l.fill(d.dkt, 0, part);
     l.template launch<KSegInter<Tin, D>>(d.total_segs * seg_inter_split(D), d.hq, d);
+    // dU, dW, dK~ are first added to by KSegIntra; dK~'s leading rows (and dD, the seg-intra
+    // states) take the span of W, K^, E and the history, which KSegInter has read for the last time
+    const size_t row_bytes = size_t(d.hq) * D * sizeof(float);
+    l.fill(d.du, 0, size_t(rows) * row_bytes);
+    l.fill(d.dwacc, 0, size_t(rows) * row_bytes);
+    if (d.dkt_split > 0) l.fill(d.dkt, 0, size_t(d.dkt_split) * row_bytes);
+    if (d.dkt_split < rows) l.fill(d.dkt_hi, 0, size_t(rows - d.dkt_split) * row_bytes);
     l.template launch<KSegIntra<Tin, D>>(d.total_segs, d.hq, d);
     l.template launch<KOwn<Tin, D>>(d.total_chunks, d.hq, d);
     if (d.grp > 1) l.template launch<KGroupSum<D>>(d.total_chunks, d.h, d);

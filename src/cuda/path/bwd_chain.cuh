@@ -35,11 +35,12 @@ template <int D> struct KGroupSum {
         const int64_t c0 = (gc - sq.chunk0) * kC, row = sq.row0 + c0;
         const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
         const bool kh = (gc - sq.chunk0) / kNcs < ceil_div(sq.len, kS) - 1;
-        float *bufs[6] = {p.dvacc, p.dkt, p.du, p.dwacc, p.dko, kh ? p.dkh : nullptr};
+        const int64_t at = row * p.hq * int64_t(D);  // the chunk's block in the [rows, Hq, D] partials
+        float *bufs[6] = {p.dvacc + at, dkt_of<D>(p, row), p.du + at, p.dwacc + at, p.dko + at, kh ? p.dkh + at : nullptr};
         for (float *b : bufs) {
             if (!b) continue;
             for (int e = tid(); e < n * D; e += kThreads) {
-                float *x = b + ((row + e / D) * p.hq + g0) * D + e % D;
+                float *x = b + ((e / D) * p.hq + g0) * D + e % D;
                 float s = x[0];
                 for (int g = 1; g < p.grp; ++g) s += x[int64_t(g) * D];
                 x[0] = s;
@@ -55,6 +56,7 @@ template <int D> struct KGroupSum {
 };
 
 template <typename Tin, int D> struct KChainA {
+    using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = 8;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
@@ -72,7 +74,7 @@ template <typename Tin, int D> struct KChainA {
         // t0 t1 and t2 t3 are adjacent pairs: a D x D product P (D <= 128 rows of stride SD) takes a pair
         float *R = reinterpret_cast<float *>(smem), *t0 = reinterpret_cast<float *>(smem + RB);
         float *t1 = t0 + kC * SD, *t2 = t1 + kC * SD, *t3 = t2 + kC * SD, *T = t3 + kC * SD;
-        float *slots = p.pch + (gs * p.h + h) * int64_t(kSlots) * D * D;
+        Tw *slots = static_cast<Tw *>(p.pch) + (gs * p.h + h) * int64_t(kSlots) * D * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
         auto ldW = [&](float *s, int64_t c) { load_w_f32<kThreads>(s, SD, p, sq, (r * kNcs + c) * kC, h, D, kC); };
         auto ldU = [&](float *s, int64_t c) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + (r * kNcs + c) * kC, h, D, kC); };
@@ -97,10 +99,11 @@ template <typename Tin, int D> struct KChainA {
             cp_landed();
             walk(t0, D, t2, t3);
             if (c2 - 1 < kSlots)
-                for (int e = tid(); e < D * D; e += kThreads) slots[(c2 - 1) * D * D + e] = t0[(e / D) * SD + e % D];
+                for (int e = tid(); e < D * D; e += kThreads) slots[(c2 - 1) * D * D + e] = from_f<Tw>(t0[(e / D) * SD + e % D]);
         }
         auto ldP = [&](float *s, int64_t c) {
-            load_tile<float, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
+            if constexpr (sizeof(Tw) == 4) load_tile<float, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
+            else load_tile_cvt<float, Tw, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D);
         };
         // R = -(sum over query segments rt > r, seg-inter's splits and the group of dE(rt, r)); 0 for r = 0
         constexpr int kSplit = seg_inter_split(D);
@@ -151,7 +154,7 @@ template <typename Tin, int D> struct KChainA {
                 ldP(t0, c);
                 cp_landed();
                 cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t3, SD, t0, SD, p.dwacc + (krow * p.hq + g0) * D, hqd, -1.f, kC);
-                cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t2, SD, t0, SD, p.dkt + (krow * p.hq + g0) * D, hqd, 1.f, kC);
+                cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t2, SD, t0, SD, dkt_of<D>(p, krow) + g0 * D, hqd, 1.f, kC);
             } else {
                 if (c == kNcs - 2) {
                     ldW(t0, kNcs - 1);
@@ -160,10 +163,11 @@ template <typename Tin, int D> struct KChainA {
                     walk(t3, kC, t0, t1);
                     walk(t2, kC, t0, t1);
                 }
+                float *dkt = dkt_of<D>(p, krow);
                 for (int e = tid(); e < kC * D; e += kThreads) {
-                    const int64_t o = ((krow + e / D) * p.hq + g0) * D + e % D;
-                    p.dwacc[o] -= t3[(e / D) * SD + e % D];
-                    p.dkt[o] += t2[(e / D) * SD + e % D];
+                    const int64_t o = ((e / D) * p.hq + g0) * D + e % D;
+                    p.dwacc[krow * hqd + o] -= t3[(e / D) * SD + e % D];
+                    dkt[o] += t2[(e / D) * SD + e % D];
                 }
             }
         }
@@ -203,7 +207,7 @@ template <typename Tin, int D> struct KChainB {
         sync();
         prep_wk_dm<D, NW>(BW, BK, F, C, E);  // C = WK, E = Dm = T WK
         // K~ chain (C = dK~, F = dD)
-        load_ws_f32<D, kThreads>(C, p.dkt + (row * p.hq + g0) * D, hqd, n);
+        load_ws_f32<D, kThreads>(C, dkt_of<D>(p, row) + g0 * D, hqd, n);
         for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] = p.ddm[(gc * p.hq + g0) * kC * kC + e];
         cp_landed();
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });

@@ -29,6 +29,7 @@ template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64
 }
 
 template <typename Tin, int D> struct KSegIntra {
+    using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
@@ -45,7 +46,7 @@ template <typename Tin, int D> struct KSegIntra {
         float *sDO = reinterpret_cast<float *>(smem), *sG = sDO + kC * SD, *sX = sG + kC * SD, *sA = sX + kC * SD,
               *sB = sA + kC * SD, *M1 = sB, *M2 = reinterpret_cast<float *>(smem + 4 * FT::BIG + UB);
         float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC, *dgr = gk + kC;
-        float *qts = p.qts + (gs * p.hq + hq) * (kNcs - 2) * kC * D;
+        Tw *qts = static_cast<Tw *>(p.qts) + (gs * p.hq + hq) * (kNcs - 2) * kC * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
         auto rows_of = [&](int64_t lc) { return int(sq.len - lc * kC < kC ? sq.len - lc * kC : kC); };
@@ -79,10 +80,10 @@ template <typename Tin, int D> struct KSegIntra {
             sync();
             // the states newest first: X(j) for j = i-1 .. 1 into p.qts, then X(0) stays in sX
             for (int64_t j = i - 1; j >= 1; --j) {
-                float *xs = qts + (j - 1) * kC * D;
+                Tw *xs = qts + (j - 1) * kC * D;
                 const int64_t c2 = r * kNcs + j;  // X(j-1) = X(j) - (X(j) W^T) U through chunk cj
                 sync();
-                for (int e = tid(); e < kC * D; e += kThreads) xs[e] = sX[(e / D) * SD + e % D];
+                for (int e = tid(); e < kC * D; e += kThreads) xs[e] = from_f<Tw>(sX[(e / D) * SD + e % D]);
                 ldW(sA, c2);
                 ldU(sB, c2);
                 cp_landed();
@@ -94,8 +95,8 @@ template <typename Tin, int D> struct KSegIntra {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 if (j > 0) {
                     sync();
-                    const float *xs = qts + (j - 1) * kC * D;
-                    for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = xs[e];
+                    const Tw *xs = qts + (j - 1) * kC * D;
+                    for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = to_f(xs[e]);
                 }
                 if (r >= 1 || j >= 1) {  // gamma back through chunk cj
                     sync();
@@ -128,7 +129,7 @@ template <typename Tin, int D> struct KSegIntra {
                 });
                 sync();
                 cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
-                cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, p.dkt + (krow * p.hq + hq) * D, hqd, 1.f, kC);
+                cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
                 cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, sDO, SD, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
                 if (tid() < kC) {
                     float s = 0.f;

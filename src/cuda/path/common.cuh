@@ -72,6 +72,11 @@ PK_DEV int64_t hist_cell(const PathDev &p, const SeqInfo &sq, int64_t t, int64_t
 }
 
 // ---- element access of the user's views ----
+// The partial dK~ from row `row` on ([rows, Hq, D]; `row` a chunk start: the split never cuts a chunk).
+template <int D> PK_DEV float *dkt_of(const PathDev &p, int64_t row) {
+    const bool lo = row < p.dkt_split;
+    return (lo ? p.dkt : p.dkt_hi) + (lo ? row : row - p.dkt_split) * (int64_t(p.hq) * D);
+}
 template <typename T> PK_DEV float ld(const void *base, int64_t i) { return to_f(static_cast<const T *>(base)[i]); }
 template <typename T> PK_DEV void st(void *base, int64_t i, float x) { static_cast<T *>(base)[i] = from_f<T>(x); }
 

@@ -25,13 +25,28 @@ struct GpuWs {
     // byte offsets from the 128-aligned base (0 = absent)
     size_t cu = 0, chunk_base = 0, seg_base = 0, hist_base = 0, pair_base = 0, bad = 0;
     size_t gsum = 0, uw = 0, ww = 0, kt = 0, dmat = 0;
-    size_t kh = 0, emat = 0, hist = 0, delta = 0, dkh = 0, dvacc = 0, dkt = 0, du = 0, dwacc = 0,
+    size_t kh = 0, emat = 0, hist = 0, delta = 0, dkh = 0, dvacc = 0, dkt = 0, dkt_hi = 0, du = 0, dwacc = 0,
            dko = 0, ddm = 0, dgs = 0, dep = 0, gam = 0, qts = 0, pch = 0;
+    int64_t dkt_split = 0;  // dK~ rows [0, dkt_split) at dkt, the rest at dkt_hi
     size_t history_bytes = 0;
     size_t total = 0;
 };
 
 constexpr size_t kGpuWsAlign = 128;
+
+// The largest row <= cap at which a chunk starts, or `rows` when cap >= rows: the kernels address
+// dK~ a chunk at a time, so the row where its buffer changes place must not cut a chunk.
+inline int64_t chunk_start_at_most(const PathFwdParams &p, int64_t rows, int64_t cap) {
+    if (cap >= rows) return rows;
+    if (cap <= 0) return 0;
+    int64_t s0 = (cap / p.T) * p.T;  // first row of the sequence holding row cap
+    if (p.cu_seqlens) {
+        int64_t s = 0;
+        while (p.cu_seqlens[s + 1] <= cap) ++s;
+        s0 = p.cu_seqlens[s];
+    }
+    return s0 + (cap - s0) / kC * kC;
+}
 
 inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_dir dir) {
     GpuWs w;
@@ -62,36 +77,42 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
     w.bad = take(8);
     if (p.g) w.gsum = take(sat_prod({rows, HQ, f}));
     w.uw = take(sat_prod({rows, H, D, wsz}));
-    w.ww = take(sat_prod({rows, H, D, wsz}));
     w.kt = take(sat_prod({rows, H, D, es}));
     w.dmat = take(sat_prod({chunks, H, kC, kC, wsz}));
+    // W in the walk type is read last by KHist: in the backward it opens the span that K^, E and
+    // the history continue (all read last by KSegInter)
+    w.ww = take(sat_prod({rows, H, D, wsz}));
     if (bwd) {
         w.kh = take(sat_prod({rows, H, D, es}));
         w.emat = take(sat_prod({segs, H, D, D, f}));
         w.history_bytes = sat_prod({lay.hist_cells, HQ, p.dk, es});
         w.hist = take(w.history_bytes);
+        const size_t span_end = c;
         w.delta = take(sat_prod({rows, HQ, f}));
-        for (size_t *b : {&w.dkh, &w.dvacc, &w.dkt, &w.du, &w.dwacc, &w.dko}) *b = take(sat_prod({rows, HQ, D, f}));
+        const size_t row_bytes = sat_prod({HQ, D, f});
+        for (size_t *b : {&w.dkh, &w.dvacc, &w.du, &w.dwacc, &w.dko}) *b = take(sat_mul(size_t(rows), row_bytes));
         w.gam = w.dko;  // gamma (read last by KOwn) and dK_own (first written by KOwn, after it read gamma)
         w.dgs = take(sat_prod({rows, HQ, f}));
         w.dep = take(sat_prod({w.pairs, int64_t(seg_inter_split(w.D)), HQ, D, D, f}));
-        // K^, E and the history (kh .. hist, one span) are read last by KSegInter; the own-chunk
-        // partials dD (first written by KOwn), the seg-intra states (KSegIntra) and, in their place
-        // once seg-intra is done, chain-A's suffix products come after it, so they take that span
-        // when it holds them, else space of their own
-        const size_t ddm_bytes = sat_round(sat_prod({chunks, HQ, kC, kC, f}), kGpuWsAlign);
-        const size_t qts_bytes = sat_round(sat_prod({segs, HQ, kNcs - 2, kC, D, f}), kGpuWsAlign);
-        const size_t pch_bytes = sat_round(sat_prod({segs, H, kNcs - 2, D, D, f}), kGpuWsAlign);
-        const size_t scr_bytes = std::max(qts_bytes, pch_bytes);
-        const size_t span = w.hist + sat_round(w.history_bytes, kGpuWsAlign) - w.kh;
-        if (sat_add(ddm_bytes, scr_bytes) <= span) {
-            w.ddm = w.kh;
-            w.qts = w.kh + ddm_bytes;
-        } else {
-            w.ddm = take(ddm_bytes);
-            w.qts = take(scr_bytes);
-        }
+        // Written only after KSegInter, so they take the dead span [ww, span_end) where they fit,
+        // in this order, else space of their own: the own-chunk partials dD (first written by
+        // KOwn), the seg-intra states (KSegIntra) and, in their place once seg-intra is done,
+        // chain-A's suffix products (both in the walk type), then the leading rows of dK~
+        // (first added to by KSegIntra) in what is left
+        size_t at = w.ww;
+        auto place = [&](size_t bytes) {
+            bytes = sat_round(bytes, kGpuWsAlign);
+            if (bytes > span_end - at) return take(bytes);
+            const size_t o = at;
+            at += bytes;
+            return o;
+        };
+        w.ddm = place(sat_prod({chunks, HQ, kC, kC, f}));
+        w.qts = place(std::max(sat_prod({segs, HQ, kNcs - 2, kC, D, wsz}), sat_prod({segs, H, kNcs - 2, D, D, wsz})));
         w.pch = w.qts;
+        w.dkt_split = chunk_start_at_most(p, rows, int64_t((span_end - at) / row_bytes));
+        if (w.dkt_split > 0) w.dkt = place(sat_mul(size_t(w.dkt_split), row_bytes));
+        if (w.dkt_split < rows) w.dkt_hi = take(sat_mul(size_t(rows - w.dkt_split), row_bytes));
     }
     w.total = sat_add(c, kGpuWsAlign);  // slack: the base is aligned up to 128 bytes
     return w;

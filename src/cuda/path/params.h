@@ -68,13 +68,15 @@ struct PathDev {
     float *emat;     // [segments, H, D, D] E_r = I - (product of segment r)
     void *hist;      // the history (input dtype, width K)
     float *delta;    // [rows, Hq]
-    float *dkh, *dvacc, *dkt, *du, *dwacc, *dko;  // [rows, Hq, D] per-query-head partials
+    float *dkh, *dvacc, *du, *dwacc, *dko;  // [rows, Hq, D] per-query-head partials
+    float *dkt, *dkt_hi;        // the partial dK~ [rows, Hq, D] in two places: rows [0, dkt_split) at
+    int64_t dkt_split;          // dkt, the rest at dkt_hi (dkt_of() in common.cuh; gpu_layout.h says why)
     float *ddm;      // [chunks, Hq, 64, 64]
     float *dgs;      // [rows, Hq]
     float *dep;      // [pairs, split, Hq, D, D] (split = seg_inter_split(D))
     float *gam;      // [rows, Hq, D] dLoss/dQ~ (query side), read last by KOwn: the same buffer as dko
-    float *qts;      // [segments, Hq, 6, 64, D] seg_intra scratch: the walked states X(1 .. 6) of the chunk in work
-    float *pch;      // [segments, H, 6, D, D] chain-A's suffix products (the space of qts, after seg-intra)
+    void *qts;       // [segments, Hq, 6, 64, D] walk type: seg_intra's walked states X(1 .. 6) of the chunk in work
+    void *pch;       // [segments, H, 6, D, D] walk type: chain-A's suffix products (the space of qts, after seg-intra)
     unsigned long long *bad;  // w/beta check: first offending (row * H + h), or ~0
 };
 

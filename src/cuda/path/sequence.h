@@ -82,11 +82,12 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     d.hist = at(w.hist);
     d.delta = static_cast<float *>(at(w.delta));
     d.dkh = static_cast<float *>(at(w.dkh)), d.dvacc = static_cast<float *>(at(w.dvacc));
-    d.dkt = static_cast<float *>(at(w.dkt)), d.du = static_cast<float *>(at(w.du));
+    d.dkt = static_cast<float *>(at(w.dkt)), d.dkt_hi = static_cast<float *>(at(w.dkt_hi)), d.dkt_split = w.dkt_split;
+    d.du = static_cast<float *>(at(w.du));
     d.dwacc = static_cast<float *>(at(w.dwacc)), d.dko = static_cast<float *>(at(w.dko));
     d.ddm = static_cast<float *>(at(w.ddm)), d.dgs = static_cast<float *>(at(w.dgs));
     d.dep = static_cast<float *>(at(w.dep)), d.gam = static_cast<float *>(at(w.gam));
-    d.qts = static_cast<float *>(at(w.qts)), d.pch = static_cast<float *>(at(w.pch));
+    d.qts = at(w.qts), d.pch = at(w.pch);
     d.bad = static_cast<unsigned long long *>(at(w.bad));
     return d;
 }
