@@ -103,7 +103,7 @@ template <typename Tin, int D> struct KChainA {
         }
         auto ldP = [&](float *s, int64_t c) {
             if constexpr (sizeof(Tw) == 4) load_tile<float, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
-            else load_tile_cvt<float, Tw, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D);
+            else load_tile_cvt<float, Tw, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
         };
         // R = -(sum over query segments rt > r, seg-inter's splits and the group of dE(rt, r)); 0 for r = 0
         constexpr int kSplit = seg_inter_split(D);
@@ -143,7 +143,7 @@ template <typename Tin, int D> struct KChainA {
             sync();
             // R <- R - XU^T W_c + dK^_c^T K~_c (t2 = dK^_c, t1 = K~_c)
             load_ws_f32<D, kThreads>(t2, p.dkh + (krow * p.hq + g0) * D, hqd, kC);
-            load_tile_cvt<float, Tin, kThreads>(t1, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D);
+            load_tile_cvt<float, Tin, kThreads>(t1, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
             cp_landed();
             cta_gemm<float, true, true, NB, NW>(D, D, kC, t3, SD, t0, SD, [&](int d, int e, float v) { R[d * SD + e] -= v; });
             sync();

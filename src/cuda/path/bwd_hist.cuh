@@ -36,7 +36,7 @@ template <typename Tin, int D> struct KSegPrep {
             load_w_f32<kThreads>(sW, SD, p, sq, lc * kC, h, D, kC);
             load_u_f32<Tin, kThreads>(sU, SD, p, row, h, D, kC);
             cp_commit();
-            load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D);
+            load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
             cp_wait<0>();
             sync();
             cta_gemm<float, false, false, NB, NW>(kC, D, D, sK, SD, sMs, SD, [&](int b, int col, float v) {

@@ -59,10 +59,10 @@ template <typename Tin, int D> struct KSegIntra {
             const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
             sync();
             load_tile_cvt<float, Tin, kThreads>(sDO, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                                p.do_ss, kC, D, nq, p.V);
+                                                p.do_ss, kC, D, nq, p.V, p.vec_do);
             load_ws_f32<D, kThreads>(sG, p.gam + (qrow * p.hq + hq) * D, hqd, nq);
             load_tile_cvt<float, Tin, kThreads>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
-                                                p.q_ss, kC, D, nq, p.K);
+                                                p.q_ss, kC, D, nq, p.K, p.vec_q);
             ldW(sA, ci);
             ldU(sB, ci);
             for (int a = tid(); a < kC; a += kThreads) {
@@ -95,8 +95,7 @@ template <typename Tin, int D> struct KSegIntra {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 if (j > 0) {
                     sync();
-                    const Tw *xs = qts + (j - 1) * kC * D;
-                    for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = to_f(xs[e]);
+                    load_tile_cvt<float, Tw, kThreads>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
                 }
                 if (r >= 1 || j >= 1) {  // gamma back through chunk cj
                     sync();
@@ -114,10 +113,10 @@ template <typename Tin, int D> struct KSegIntra {
                 }
                 // scores against chunk cj
                 sync();
-                load_tile_cvt<float, Tin, kThreads>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D);
+                load_tile_cvt<float, Tin, kThreads>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
                 load_tile_cvt<float, Tin, kThreads>(sB, SD,
                                                     static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
-                                                    p.v_ss, kC, D, kC, p.V);
+                                                    p.v_ss, kC, D, kC, p.V, p.vec_v);
                 for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 sync();
                 cta_gemm<float, false, false, 4, NW>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
@@ -171,15 +170,15 @@ template <typename Tin, int D> struct KOwn {
         const int64_t hqd = int64_t(p.hq) * D;
         auto ldK = [&](float *s) {
             load_tile_cvt<float, Tin, kThreads>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
-                                                p.k_ss, kC, D, n, p.K);
+                                                p.k_ss, kC, D, n, p.K, false);
         };
         // 1. QW = LT(Q W^T)
         load_tile_cvt<float, Tin, kThreads>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
-                                            p.q_ss, kC, D, n, p.K);
+                                            p.q_ss, kC, D, n, p.K, false);
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
         auto ldDm = [&] {
-            load_tile_cvt<float, Tw, kThreads>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC);
+            load_tile_cvt<float, Tw, kThreads>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC, true);
         };
         for (int a = tid(); a < kC; a += kThreads) {
             const bool ok = a < n;
@@ -201,9 +200,9 @@ template <typename Tin, int D> struct KOwn {
         sync();
         // 3. dV += P^T dO;  dA = scale P (dO V^T - delta)
         load_tile_cvt<float, Tin, kThreads>(B3, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                            p.do_ss, kC, D, n, p.V);
+                                            p.do_ss, kC, D, n, p.V, false);
         load_tile_cvt<float, Tin, kThreads>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
-                                            p.v_ss, kC, D, n, p.V);
+                                            p.v_ss, kC, D, n, p.V, false);
         sync();
         cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, B3, SD, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
         sync();

@@ -103,10 +103,30 @@ PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int w
         }
     }
 }
-// Same with a conversion (always plain loads): Es <- Eg.
+// Same with a conversion (plain loads, done when the call returns): Es <- Eg. vec (rows 16-byte
+// aligned, width and cols_valid whole 16-byte vectors): 16-byte loads, two per thread in flight
+// before the converted values are stored (an element-wise loop waits for each load).
 template <typename Es, typename Eg, int NT>
 PK_DEV void load_tile_cvt(Es *s, int ST, const Eg *g, int64_t gstride, int rows, int width, int rows_valid,
-                          int cols_valid) {
+                          int cols_valid, bool vec) {
+    constexpr int EPV = 16 / int(sizeof(Eg));
+    if (vec) {
+        const int per_row = width / EPV, n = rows * per_row;
+        for (int e0 = 0; e0 < n; e0 += 2 * NT) {
+            V16 v[2];
+            for (int i = 0; i < 2; ++i) {
+                const int e = e0 + tid() + i * NT, r = e / per_row, c = (e % per_row) * EPV;
+                v[i] = e < n && r < rows_valid && c < cols_valid ? ld16(g + r * gstride + c) : V16{};
+            }
+            for (int i = 0; i < 2; ++i) {
+                const int e = e0 + tid() + i * NT, r = e / per_row, c = (e % per_row) * EPV;
+                if (e >= n) break;
+                const Eg *x = reinterpret_cast<const Eg *>(&v[i]);
+                for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = from_f<Es>(to_f(x[k]));
+            }
+        }
+        return;
+    }
     for (int e = tid(); e < rows * width; e += NT) {
         const int r = e / width, c = e % width;
         s[r * ST + c] = from_f<Es>((r < rows_valid && c < cols_valid) ? to_f(g[r * gstride + c]) : 0.f);
@@ -123,7 +143,7 @@ PK_DEV void load_u_f32(float *s, int ST, const PathDev &p, int64_t row, int h, i
     using Tw = walk_t<Tin>;
     const Tw *g = static_cast<const Tw *>(p.uw) + (row * p.h + h) * width;
     if (sizeof(Tw) == 4) load_tile<float, NT>(s, ST, reinterpret_cast<const float *>(g), int64_t(p.h) * width, 64, width, n, width, true);
-    else load_tile_cvt<float, Tw, NT>(s, ST, g, int64_t(p.h) * width, 64, width, n, width);
+    else load_tile_cvt<float, Tw, NT>(s, ST, g, int64_t(p.h) * width, 64, width, n, width, true);
 }
 
 // All of the issued cp.async copies landed and every thread's writes visible.

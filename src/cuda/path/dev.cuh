@@ -172,6 +172,21 @@ template <> PK_DEV void mma<float>(float (&c)[4], const uint32_t (&a)[4], uint32
 #endif
 }
 
+// ---- plain 16-byte global loads ----
+struct alignas(16) V16 {
+    uint32_t w[4];
+};
+PK_DEV V16 ld16(const void *g) {
+#if defined(__CUDACC__)
+    const uint4 v = *static_cast<const uint4 *>(g);
+    return V16{{v.x, v.y, v.z, v.w}};
+#else
+    V16 v;
+    std::memcpy(&v, g, 16);
+    return v;
+#endif
+}
+
 // ---- cp.async (16 bytes, zero fill beyond src_bytes) ----
 PK_DEV void cp16(void *smem, const void *gmem, int src_bytes) {
 #if defined(__CUDACC__)

@@ -20,7 +20,7 @@ PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, in
     const int64_t t0 = sq.begin + c0;
     load_w_f32<NT>(sW, SD, p, sq, c0, h, D, n);
     load_tile_cvt<float, Tin, NT>(sK, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
-                                  p.k_ss, kC, D, n, p.K);
+                                  p.k_ss, kC, D, n, p.K, p.vec_k);
     for (int a = tid(); a < kC; a += NT) sb[a] = a < n ? p.beta[sq.b * p.beta_sb + (t0 + a) * p.beta_ss + h * p.beta_sh] : 0.f;
     cp_landed();
 }
