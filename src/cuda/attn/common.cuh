@@ -180,6 +180,31 @@ __device__ __forceinline__ int64_t seq_bias(const AttnFwdParams &p, const SeqRan
     return sr.batch_index * p.bias_sb + h * p.bias_sh;
 }
 
+// The tile one CTA owns. Every kernel's grid is (tiles, heads, sequences), sized for the longest
+// sequence: blockIdx.z is the sequence (sr: its rows in each view, lq and lkv its lengths),
+// blockIdx.y the head, blockIdx.x the tile of the side the kernel is stationary on: rows
+// [r0, r1()) of the queries of query head `head` (queries(): the forward and dQ kernels), or of
+// the keys of kv head `head` (keys(): dK/dV). past_end(): the tile starts past its sequence's end
+// and the CTA has nothing to do; r1() is computed where it is asked for, after that test.
+struct CtaTile {
+    int64_t head;
+    SeqRange sr;
+    int64_t lq, lkv, r0;
+
+    __device__ __forceinline__ static CtaTile queries(const AttnFwdParams &p, int bm) { return CtaTile(p, bm, false); }
+    __device__ __forceinline__ static CtaTile keys(const AttnFwdParams &p, int bn) { return CtaTile(p, bn, true); }
+    __device__ __forceinline__ bool past_end() const { return r0 >= len; }
+    __device__ __forceinline__ int64_t r1() const { return r0 + rows < len ? r0 + rows : len; }
+
+  private:
+    int64_t len;
+    int rows;
+
+    __device__ __forceinline__ CtaTile(const AttnFwdParams &p, int rows_, bool on_keys)
+        : head(blockIdx.y), sr(seq_range(p, blockIdx.z)), lq(sr.q_len), lkv(sr.kv_len),
+          r0(int64_t(blockIdx.x) * rows_), len(on_keys ? lkv : lq), rows(rows_) {}
+};
+
 // Key tiles [n_first, n_last] (tile size bn) that rows [m0, m1) of a sequence may see.
 __device__ __forceinline__ void key_tiles(const AttnFwdParams &p, int64_t m0, int64_t m1,
                                           int64_t lq, int64_t lkv, int bn, int64_t *n_first,

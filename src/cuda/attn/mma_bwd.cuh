@@ -31,13 +31,10 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     T *sV = sK + 2 * BN * ST;                 // [2][BN, ST]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-    const int64_t h = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t m0 = int64_t(blockIdx.x) * BM;
-    if (m0 >= lq) return;
-    const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
-    const int64_t hk = h / p.group();
+    const CtaTile cta = CtaTile::queries(p, BM);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int64_t h = cta.head, lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
     const T *gQ = seq_q<T>(p, sr, h);
     const T *gdO = seq_dout<T>(p, sr, h);
     const T *gK = seq_k<T>(p, sr, hk);
@@ -219,12 +216,10 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     float *sD = sL + 2 * BM;                                   // [2][BM] delta
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-    const int64_t hk = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t n0 = int64_t(blockIdx.x) * BN;
-    if (n0 >= lkv) return;
-    const int64_t n1 = n0 + BN < lkv ? n0 + BN : lkv;
+    const CtaTile cta = CtaTile::keys(p, BN);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int64_t hk = cta.head, lq = cta.lq, lkv = cta.lkv, n0 = cta.r0, n1 = cta.r1();
     const T *gK = seq_k<T>(p, sr, hk);
     const T *gV = seq_v<T>(p, sr, hk);
     // Work items in the fixed order (head of the group, query tile), trimmed to live ones.

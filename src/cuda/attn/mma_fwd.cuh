@@ -27,13 +27,10 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     float *sC = reinterpret_cast<float *>(sV + 2 * BN * ST);  // [BM] bias ceilings of the rows
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-    const int64_t h = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t m0 = int64_t(blockIdx.x) * BM;
-    if (m0 >= lq) return;
-    const int64_t m1 = m0 + BM < lq ? m0 + BM : lq;
-    const int64_t hk = h / p.group();
+    const CtaTile cta = CtaTile::queries(p, BM);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int64_t h = cta.head, lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
     const T *gQ = seq_q<T>(p, sr, h);
     const T *gK = seq_k<T>(p, sr, hk);
     const T *gV = seq_v<T>(p, sr, hk);

@@ -36,12 +36,11 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
     float *sP = sKV + C * ST; // [R, C]
 
     const int tid = threadIdx.x, r = tid / 8, l8 = tid % 8;
-    const int h = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t m0 = int64_t(blockIdx.x) * R;
-    if (m0 >= lq) return;
-    const int64_t m1 = m0 + R < lq ? m0 + R : lq;
+    const CtaTile cta = CtaTile::queries(p, R);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int h = int(cta.head);
+    const int64_t lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1();
     if (a.stats && !tile_needs_stats(p, a, sr, h, m0, m1)) return;
     const int64_t hk = h / p.group();
     const T *gQ = seq_q<T>(p, sr, h);
@@ -129,13 +128,11 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
     float *sdS = sKV + C * ST;  // [R, C]
 
     const int tid = threadIdx.x, r = tid / 8, l8 = tid % 8;
-    const int h = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t m0 = int64_t(blockIdx.x) * R;
-    if (m0 >= lq) return;
-    const int64_t m1 = m0 + R < lq ? m0 + R : lq;
-    const int64_t hk = h / p.group();
+    const CtaTile cta = CtaTile::queries(p, R);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int h = int(cta.head);
+    const int64_t lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
     const T *gQ = seq_q<T>(p, sr, h);
     const T *gdO = seq_dout<T>(p, sr, h);
     const T *gK = seq_k<T>(p, sr, hk);
@@ -218,12 +215,10 @@ __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, con
     float *sC = sD + C;         // [C] bias ceilings
 
     const int tid = threadIdx.x, r = tid / 8, l8 = tid % 8;
-    const int64_t hk = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t n0 = int64_t(blockIdx.x) * R;
-    if (n0 >= lkv) return;
-    const int64_t n1 = n0 + R < lkv ? n0 + R : lkv;
+    const CtaTile cta = CtaTile::keys(p, R);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int64_t hk = cta.head, lq = cta.lq, lkv = cta.lkv, n0 = cta.r0, n1 = cta.r1();
     const T *gK = seq_k<T>(p, sr, hk);
     const T *gV = seq_v<T>(p, sr, hk);
     sc_load_rows<T, R, ST>(sK, gK + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);

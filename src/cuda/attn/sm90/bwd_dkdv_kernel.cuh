@@ -75,12 +75,10 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     constexpr size_t kTileElems = size_t(kBM) * D;
 
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
-    const int64_t hk = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t n0 = int64_t(blockIdx.x) * kBN;
-    if (n0 >= lkv) return;
-    const int64_t n1 = n0 + kBN < lkv ? n0 + kBN : lkv;
+    const CtaTile cta = CtaTile::keys(p, kBN);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int64_t hk = cta.head, lq = cta.lq, lkv = cta.lkv, n0 = cta.r0, n1 = cta.r1();
     // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
     const QueryItems qi(p, a, sr, hk, n0, n1, kBM);
 

@@ -217,13 +217,10 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     constexpr size_t kStageElems = size_t(kBN) * D;  // elements of one K (or V) stage
 
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
-    const int64_t h = blockIdx.y;
-    const SeqRange sr = seq_range(p, blockIdx.z);
-    const int64_t lq = sr.q_len, lkv = sr.kv_len;
-    const int64_t m0 = int64_t(blockIdx.x) * kBM;
-    if (m0 >= lq) return;
-    const int64_t m1 = m0 + kBM < lq ? m0 + kBM : lq;
-    const int64_t hk = h / p.group();
+    const CtaTile cta = CtaTile::queries(p, kBM);
+    if (cta.past_end()) return;
+    const SeqRange sr = cta.sr;
+    const int64_t h = cta.head, lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
 
     if (tid == 0) {
         mbar_init(barQ, 1);
