@@ -179,18 +179,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         // 2-6% slower fwd+bwd with it at D128, so it keeps the hoisted form.
         const uint32_t k_base = kTf32 ? opaque(k_base0) : k_base0, v_base = kTf32 ? opaque(v_base0) : v_base0;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / KS; ++kk) {
-            const uint32_t off = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
-            const uint32_t offq = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
-            Wgmma<T, kBM>::ss(s, desc_sw128(k_base + off, 16, 1024), desc_sw128(q_base + offq, 16, 1024), kk > 0);
-        }
-#pragma unroll
-        for (int kk = 0; kk < D / KS; ++kk) {
-            const uint32_t off = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
-            const uint32_t offq = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
-            Wgmma<T, kBM>::ss(dp, desc_sw128(v_base + off, 16, 1024), desc_sw128(do_base + offq, 16, 1024), kk > 0);
-        }
+        sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), q_base, uint32_t(panel(kBM)));
+        sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), do_base, uint32_t(panel(kBM)));
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(s);

@@ -152,21 +152,11 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         float s[kBN / 2], dp[kBN / 2];
         mbar_wait(&fullK[st], ph);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / KS; ++kk) {
-            const uint32_t offa = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
-            const uint32_t offb = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
-            Wgmma<T, kBN>::ss(s, desc_sw128(q_base + offa, 16, 1024), desc_sw128(k_base + offb, 16, 1024), kk > 0);
-        }
+        sm90_ss_product<T, D, kBN>(s, q_base, uint32_t(panel(kBM)), k_base, uint32_t(panel(kBN)));
         wgmma_commit();
         mbar_wait(&fullV[st], ph);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / KS; ++kk) {
-            const uint32_t offa = uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32);
-            const uint32_t offb = uint32_t((kk / 4) * panel(kBN) + (kk % 4) * 32);
-            Wgmma<T, kBN>::ss(dp, desc_sw128(do_base + offa, 16, 1024), desc_sw128(v_base + offb, 16, 1024), kk > 0);
-        }
+        sm90_ss_product<T, D, kBN>(dp, do_base, uint32_t(panel(kBM)), v_base, uint32_t(panel(kBN)));
         wgmma_commit();
 
         // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked); dS in s.

@@ -72,20 +72,17 @@ __device__ __forceinline__ void sm90_produce_kv(const KeyTiles &kt, const SeqRan
         const int st = it % Stages;
         const uint32_t ph = ((it / Stages) - 1) & 1;
         const int row = int(sr.kv_begin + int64_t(n) * BN);
-        if (it >= Stages) mbar_wait(&emptyK[st], ph);
-        if (lane == 0) {
-            mbar_arrive_expect_tx(&fullK[st], uint32_t(BN * D * sizeof(T)));
-            for (int pn = 0; pn < D / 64; ++pn)
-                tma_load_4d(sK + st * kStageElems + pn * BN * 64, &maps.k, &fullK[st], pn * 64, row, int(hk),
-                            int(sr.batch_index));
-        }
-        if (it >= Stages) mbar_wait(&emptyV[st], ph);
-        if (lane == 0) {
-            mbar_arrive_expect_tx(&fullV[st], uint32_t(BN * D * sizeof(T)));
-            for (int pn = 0; pn < D / 64; ++pn)
-                tma_load_4d(sV + st * kStageElems + pn * BN * 64, &maps.v, &fullV[st], pn * 64, row, int(hk),
-                            int(sr.batch_index));
-        }
+        auto load = [&](T *s, const CUtensorMap *map, uint64_t *full, uint64_t *empty) {
+            if (it >= Stages) mbar_wait(&empty[st], ph);
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[st], uint32_t(BN * D * sizeof(T)));
+                for (int pn = 0; pn < D / 64; ++pn)
+                    tma_load_4d(s + st * kStageElems + pn * BN * 64, map, &full[st], pn * 64, row, int(hk),
+                                int(sr.batch_index));
+            }
+        };
+        load(sK, &maps.k, fullK, emptyK);
+        load(sV, &maps.v, fullV, emptyV);
         __syncwarp();
     }
 }
@@ -147,6 +144,23 @@ __device__ __forceinline__ void sm90_rs_product(float (&acc)[D / 2], const uint3
             Wgmma<T, D>::template rs<0>(acc, a[kk], desc_sw128(t_base + uint32_t((kk / 4) * D * 128 + (kk % 4) * 32), 16, 1024), 1);
         else
             Wgmma<T, D>::template rs<1>(acc, a[kk], desc_sw128(rows_base + uint32_t(kk * 16 * 128), rows_panel, 1024), 1);
+    }
+}
+
+// acc = A·Bᵀ over the D columns of two row tiles in shared memory, both K-major (128-byte swizzled
+// panels of 32 bytes per k-step; a_panel, b_panel: the bytes from one panel of a tile to the next).
+// Issued, not fenced or committed. The forward's S = Q·Kᵀ, dQ's S and dP = dO·Vᵀ, and dK/dV's
+// Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
+template <typename T, int D, int N>
+__device__ __forceinline__ void sm90_ss_product(float (&acc)[N / 2], uint32_t a_base, uint32_t a_panel, uint32_t b_base,
+                                                uint32_t b_panel) {
+    using namespace sm90;
+    constexpr int KS = sizeof(T) == 4 ? 8 : 16;  // k of one wgmma (32 bytes of a panel row)
+#pragma unroll
+    for (int kk = 0; kk < D / KS; ++kk) {
+        const uint32_t offa = uint32_t((kk / 4) * a_panel + (kk % 4) * 32);
+        const uint32_t offb = uint32_t((kk / 4) * b_panel + (kk % 4) * 32);
+        Wgmma<T, N>::ss(acc, desc_sw128(a_base + offa, 16, 1024), desc_sw128(b_base + offb, 16, 1024), kk > 0);
     }
 }
 
@@ -277,13 +291,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     auto issue_s = [&](float (&s)[kBN / 2], int st) {
         const uint32_t k_base = saddr(sK + st * kStageElems);
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / KS; ++kk) {
-            const uint32_t off = uint32_t((kk % 4) * 32);  // k-step inside the 128-byte panel row
-            const uint64_t da = desc_sw128(q_base + uint32_t(kk / 4) * uint32_t(panel_bytes(kBM)) + off, 16, 1024);
-            const uint64_t db = desc_sw128(k_base + uint32_t(kk / 4) * uint32_t(panel_bytes(kBN)) + off, 16, 1024);
-            Wgmma<T, kBN>::ss(s, da, db, kk > 0 ? 1 : 0);
-        }
+        sm90_ss_product<T, D, kBN>(s, q_base, uint32_t(panel_bytes(kBM)), k_base, uint32_t(panel_bytes(kBN)));
         wgmma_commit();
     };
     // O += P·V [64 rows, D] from stage st. 16-bit: V is [kBN keys, D] in panels, an MN-major B
