@@ -81,11 +81,27 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
     // Grid y = heads, z = sequences (CUDA limits those dims to 65535).
     if (p.hq > 65535 || p.batch > 65535)
         return no("more than 65535 heads or sequences is not supported by the launch grid");
-    auto smem_ok = [&](size_t need, const char *what) {
+    auto smem_ok = [&](size_t need, const std::string &what) {
         if (need <= dev.smem_optin) return true;
-        if (why) *why = "cuda fused attn: " + std::string(what) + " needs " + std::to_string(need) +
+        if (why) *why = "cuda fused attn: " + what + " needs " + std::to_string(need) +
                         " bytes of shared memory per block, device allows " + std::to_string(dev.smem_optin);
         return false;
+    };
+    // The mma.sync families (prec NATIVE: es 2, prec TF32: es 4): sm_80+, head dims up to 128, the
+    // forward and dQ kernels' shared memory. prec: the precision's name; sm_note: what needs sm_80;
+    // kernels: the kernels' name in the shared-memory message.
+    auto mma_family = [&](Family f, size_t es, const std::string &prec, const std::string &sm_note,
+                          const std::string &kernels) {
+        if (sm < 80) return no(prec + " needs sm_80+" + sm_note + ", device is sm_" + std::to_string(sm));
+        if (dmax > 128)
+            return no(prec + ": head dim " + std::to_string(dmax) +
+                      " > 128 is not instantiated for tensor cores (use prec F32)");
+        c->family = c->fwd_family = f;
+        c->d_bucket = dmax <= 64 ? 64 : 128;
+        if (!smem_ok(mma_fwd_smem(c->d_bucket, es), "the " + kernels + " forward kernel") ||
+            !smem_ok(mma_dq_smem(c->d_bucket, es), "the " + kernels + " dQ kernel"))
+            return FATTN_ERR_UNSUPPORTED;
+        return FATTN_OK;
     };
     switch (p.prec) {
     case FATTN_PREC_F32:
@@ -97,16 +113,9 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
     case FATTN_PREC_NATIVE:
         if (p.dtype == FATTN_F32)
             return no("prec NATIVE needs f16/bf16 inputs (f32 inputs: use TF32 or F32)");
-        if (sm < 80) return no("prec NATIVE needs sm_80+ (mma.sync bf16/f16), device is sm_" +
-                               std::to_string(sm));
-        if (dmax > 128)
-            return no("prec NATIVE: head dim " + std::to_string(dmax) +
-                      " > 128 is not instantiated for tensor cores (use prec F32)");
-        c->family = c->fwd_family = Family::MMA_NATIVE;
-        c->d_bucket = dmax <= 64 ? 64 : 128;
-        if (!smem_ok(mma_fwd_smem(c->d_bucket, 2), "the tensor-core forward kernel") ||
-            !smem_ok(mma_dq_smem(c->d_bucket, 2), "the tensor-core dQ kernel"))
-            return FATTN_ERR_UNSUPPORTED;
+        if (fattn_status s = mma_family(Family::MMA_NATIVE, 2, "prec NATIVE", " (mma.sync bf16/f16)", "tensor-core");
+            s != FATTN_OK)
+            return s;
         if (dev.family != FATTN_CUDA_FAMILY_PORTABLE) {
             std::string w;
             if (sm90_fwd_legal(p, dev, &w)) c->fwd_family = c->family = Family::SM90_NATIVE;
@@ -115,15 +124,7 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         return FATTN_OK;
     case FATTN_PREC_TF32:
         if (p.dtype != FATTN_F32) return no("prec TF32 needs f32 inputs");
-        if (sm < 80) return no("prec TF32 needs sm_80+, device is sm_" + std::to_string(sm));
-        if (dmax > 128)
-            return no("prec TF32: head dim " + std::to_string(dmax) +
-                      " > 128 is not instantiated for tensor cores (use prec F32)");
-        c->family = c->fwd_family = Family::MMA_TF32;
-        c->d_bucket = dmax <= 64 ? 64 : 128;
-        if (!smem_ok(mma_fwd_smem(c->d_bucket, 4), "the tf32 forward kernel") ||
-            !smem_ok(mma_dq_smem(c->d_bucket, 4), "the tf32 dQ kernel"))
-            return FATTN_ERR_UNSUPPORTED;
+        if (fattn_status s = mma_family(Family::MMA_TF32, 4, "prec TF32", "", "tf32"); s != FATTN_OK) return s;
         if (dev.family != FATTN_CUDA_FAMILY_PORTABLE) {
             std::string w;
             // The backward's kernels take more shared memory than the forward (sm90_fwd_legal's
