@@ -153,8 +153,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
                 float mx = -INFINITY;
 #pragma unroll
                 for (int j = 0; j < NS; ++j) mx = fmaxf(mx, fmaxf(s[t][j][2 * rr], s[t][j][2 * rr + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                mx = quad_max(mx);
                 const float mnew = fmaxf(mrow[r], mx);
                 const float base = mnew == -INFINITY ? 0.f : mnew;  // fully masked so far: p = 0, no NaN
                 const float alpha = fast_exp2(mrow[r] - base);
@@ -200,9 +199,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
 #pragma unroll
     for (int r = 0; r < 2 * MT; ++r) {
         const int t = r >> 1, rr = r & 1;
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float l = quad_sum(lrow[r]);
         const int64_t qi = row_of(r);
         if (qi >= lq) continue;
         const float inv = l != 0.f ? 1.f / l : 0.f;  // l = 0: no key; NaN l (a +inf or NaN score) stays NaN

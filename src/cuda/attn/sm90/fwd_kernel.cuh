@@ -365,8 +365,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < NS; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hf], s[4 * j + 2 * hf + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            mx = quad_max(mx);
             const float mnew = fmaxf(mrow[hf], mx);
             const float bse = mnew == -INFINITY ? 0.f : mnew;  // fully masked so far: p = 0, no NaN
             alpha[hf] = fast_exp2(mrow[hf] - bse);
@@ -444,9 +443,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     // O = acc / l and LSE = ceiling + lse', written once (rows past the sequence: nothing).
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-        float l = lrow[hf];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float l = quad_sum(lrow[hf]);
         const int64_t qi = row_of(hf);
         if (qi >= lq) continue;
         const float inv = l != 0.f ? 1.f / l : 0.f;  // l = 0: no key; NaN l (a +inf or NaN score) stays NaN
