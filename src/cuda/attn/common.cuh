@@ -1,6 +1,7 @@
 // common.cuh — device helpers shared by the fused attention kernels: element conversion, bias
-// reads, the per-tile mask geometry (which key tiles a query tile sees, and the reverse), the bias
-// tile-map lookup, and the kernel argument block (KArgs).
+// reads, quad reductions, the tile a CTA owns (CtaTile), the per-tile mask geometry (which key
+// tiles a query tile sees, and the reverse), the bias tile-map lookup, and the kernel argument
+// block (KArgs).
 //
 // Mask semantics are those of core/attn_params.h (key_range): query i (inside its sequence) sees
 // key j iff lo(i) <= j <= hi(i); lo and hi are non-decreasing in i, which is what makes whole-tile

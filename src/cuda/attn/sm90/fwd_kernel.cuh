@@ -147,10 +147,10 @@ __device__ __forceinline__ void sm90_rs_product(float (&acc)[D / 2], const uint3
     }
 }
 
-// acc = A·Bᵀ over the D columns of two row tiles in shared memory, both K-major (128-byte swizzled
-// panels of 32 bytes per k-step; a_panel, b_panel: the bytes from one panel of a tile to the next).
-// Issued, not fenced or committed. The forward's S = Q·Kᵀ, dQ's S and dP = dO·Vᵀ, and dK/dV's
-// Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
+// acc = A·Bᵀ over the D columns of two row tiles in shared memory, both K-major in 128-byte swizzled
+// panels (one wgmma per 32 bytes of a panel row; a_panel, b_panel: the bytes from one panel of a
+// tile to the next). Issued only: the caller fences before and commits after. The forward's
+// S = Q·Kᵀ, dQ's S and dP = dO·Vᵀ, and dK/dV's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
 template <typename T, int D, int N>
 __device__ __forceinline__ void sm90_ss_product(float (&acc)[N / 2], uint32_t a_base, uint32_t a_panel, uint32_t b_base,
                                                 uint32_t b_panel) {
