@@ -82,6 +82,17 @@ struct Cfg {
     int mask_batch() const { return mask == MASK_F32_BCAST ? 1 : B; }
 };
 
+// Cfg's defaults with Sq queries, Skv keys, Hq query and Hkv kv heads, batch B.
+Cfg sized(int Sq, int Skv, int Hq, int Hkv, int B) {
+    Cfg c;
+    c.Sq = Sq;
+    c.Skv = Skv;
+    c.Hq = Hq;
+    c.Hkv = Hkv;
+    c.B = B;
+    return c;
+}
+
 // Host copies in ggml's contiguous layouts: q [D, Sq, Hq, B], k [D, Skv, Hkv, B],
 // v [Dv, Skv, Hkv, B], w = dO [Dv, Sq, Hq, B], mask [Skv, rows, Hm, Bm] (already f16-rounded
 // for the f16 mask).
@@ -571,6 +582,24 @@ bool bitwise_equal(const vector<float> &a, const vector<float> &b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
+// build() of the fattn arm, a failure counted when it does not build.
+bool built(Graph &g, const Cfg &c, bool no_alloc = false) {
+    if (build(g, c, ARM_FATTN, no_alloc)) return true;
+    ++g_failures;
+    return false;
+}
+
+// Copy nodes (CONT, CPY, DUP) in the graph's forward part, up to the attention op.
+int copies_before_op(const Graph &g) {
+    int n = 0;
+    for (int i = 0; i < ggml_graph_n_nodes(g.gf); ++i) {
+        const ggml_tensor *t = ggml_graph_node(g.gf, i);
+        if (t == g.attn) break;
+        if (t->op == GGML_OP_CONT || t->op == GGML_OP_CPY || t->op == GGML_OP_DUP) ++n;
+    }
+    return n;
+}
+
 // ------------------------------------------------------------------ cases
 
 void case_basic() { compare_arms(Cfg{}); }
@@ -582,17 +611,13 @@ void case_causal_top_left() {
 }
 
 void case_causal_bottom_right() {
-    Cfg c;
-    c.Sq = 16;
-    c.Skv = 40;
+    Cfg c = sized(16, 40, 4, 4, 2);
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     compare_arms(c);
 }
 
 void case_cross_attn() {
-    Cfg c;
-    c.Sq = 16;
-    c.Skv = 40;
+    Cfg c = sized(16, 40, 4, 4, 2);
     c.scale = 0.3f;
     compare_arms(c);
 }
@@ -605,10 +630,8 @@ void case_mask_f32_broadcast() {
 }
 
 void case_mask_f16_per_head() {
-    Cfg c;
+    Cfg c = sized(20, 28, 4, 4, 2);
     c.mask = MASK_F16_PER_HEAD;  // [Skv, Sq, Hq, B] f16
-    c.Sq = 20;
-    c.Skv = 28;
     compare_arms(c);
 }
 
@@ -619,32 +642,25 @@ void case_mask_rows_padded() {
 }
 
 void case_gqa() {
-    Cfg c;
-    c.Hq = 6;
-    c.Hkv = 2;
-    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
-    c.B = 1;
-    compare_arms(c);
-    c.B = 2;
-    compare_arms(c);
+    for (int B : {1, 2}) {
+        Cfg c = sized(24, 24, 6, 2, B);
+        c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+        compare_arms(c);
+    }
 }
 
 void case_mqa() {
-    Cfg c;
-    c.Hq = 4;
-    c.Hkv = 1;
-    c.mask = MASK_F32_BCAST;
-    c.B = 1;
-    compare_arms(c);
-    c.B = 3;
-    compare_arms(c);
+    for (int B : {1, 3}) {
+        Cfg c = sized(24, 24, 4, 1, B);
+        c.mask = MASK_F32_BCAST;
+        compare_arms(c);
+    }
 }
 
 void case_dv_ne_d() {
-    Cfg c;
+    Cfg c = sized(24, 30, 4, 4, 2);
     c.D = 48;
     c.Dv = 16;
-    c.Skv = 30;
     compare_arms(c);
 }
 
@@ -652,31 +668,20 @@ void case_dv_ne_d() {
 // op), gradients reach the fused param through ggml's view/permute backward.
 void case_noncontiguous_qkv() {
     Cfg c;
-    c.fused_qkv = true;
-    c.Sq = c.Skv = 20;
-    c.Hq = 4;
-    c.Hkv = 2;
-    c.causal = FATTN_CAUSAL_TOP_LEFT;
-    c.B = 1;
-    compare_arms(c);
-    c.B = 2;
-    compare_arms(c);
-    Graph g;
-    if (!build(g, c, ARM_FATTN, false)) {
-        ++g_failures;
-        return;
+    for (int B : {1, 2}) {
+        c = sized(20, 20, 4, 2, B);
+        c.fused_qkv = true;
+        c.causal = FATTN_CAUSAL_TOP_LEFT;
+        compare_arms(c);
     }
+    Graph g;
+    if (!built(g, c)) return;
     EXPECT(!ggml_is_contiguous(g.q) && !ggml_is_contiguous(g.k), "the test views are contiguous");
     EXPECT(g.attn->src[0] == g.q && g.attn->src[1] == g.k && g.attn->src[2] == g.v,
            "the op does not read the views themselves");
     // The forward part (up to the op) holds no copy: the only CONT nodes belong to the backward.
-    int conts_before = 0;
-    for (int i = 0; i < ggml_graph_n_nodes(g.gf); ++i) {
-        ggml_tensor *n = ggml_graph_node(g.gf, i);
-        if (n == g.attn) break;
-        if (n->op == GGML_OP_CONT || n->op == GGML_OP_CPY || n->op == GGML_OP_DUP) ++conts_before;
-    }
-    EXPECT(conts_before == 0, "%d copy nodes before the attention op", conts_before);
+    const int copies = copies_before_op(g);
+    EXPECT(copies == 0, "%d copy nodes before the attention op", copies);
 }
 
 void case_shared_qk() {
@@ -692,40 +697,25 @@ void case_shared_qk() {
 // the same rounded inputs (bounds: the file's header). Then q, k, v as strided 16-bit views of
 // one fused QKV tensor, read in place.
 void dtype_case(ggml_type t) {
-    Cfg c;
+    Cfg c = sized(20, 28, 4, 2, 1);
     c.dtype = t;
-    c.Sq = 20;
-    c.Skv = 28;
-    c.Hq = 4;
-    c.Hkv = 2;
-    c.B = 1;
     c.mask = MASK_F32_BCAST;
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     compare_arms(c);
-    Cfg f;  // q, k, v: permuted (strided) 16-bit views of [D, H, S, B] tensors, read in place
+    // q, k, v: permuted (strided) 16-bit views of [D, H, S, B] tensors, read in place
+    Cfg f = sized(20, 20, 4, 4, 2);
     f.dtype = t;
     f.permuted = true;
-    f.Sq = f.Skv = 20;
-    f.Hq = f.Hkv = 4;
-    f.B = 2;
     f.causal = FATTN_CAUSAL_TOP_LEFT;
     compare_arms(f);
     Graph g;
-    if (!build(g, f, ARM_FATTN, false)) {
-        ++g_failures;
-        return;
-    }
+    if (!built(g, f)) return;
     EXPECT(g.attn->src[0] == g.q && g.attn->src[1] == g.k && g.attn->src[2] == g.v,
            "the op does not read the views themselves");
     EXPECT(g.q->type == t && !ggml_is_contiguous(g.q) && g.q->nb[0] == 2 &&
                g.q->nb[1] == size_t(2 * f.D * f.Hq),
            "q is not a strided %s view", ggml_type_name(t));
-    int copies = 0;  // before the op: no copy of the views
-    for (int i = 0; i < ggml_graph_n_nodes(g.gf); ++i) {
-        ggml_tensor *n = ggml_graph_node(g.gf, i);
-        if (n == g.attn) break;
-        if (n->op == GGML_OP_CONT || n->op == GGML_OP_CPY || n->op == GGML_OP_DUP) ++copies;
-    }
+    const int copies = copies_before_op(g);  // before the op: no copy of the views
     EXPECT(copies == 0, "%d copy nodes before the op", copies);
     const ggml_tensor *gq = ggml_graph_get_grad(g.gf, g.pq);
     EXPECT(gq && gq->type == GGML_TYPE_F32, "q's gradient is not F32");
@@ -741,16 +731,11 @@ void case_window() {
     a.window_left = 5;
     a.window_right = 3;
     compare_arms(a);
-    Cfg b;
+    Cfg b = sized(24, 24, 4, 2, 1);
     b.causal = FATTN_CAUSAL_TOP_LEFT;
     b.window_left = 6;
-    b.Hq = 4;
-    b.Hkv = 2;
-    b.B = 1;
     compare_arms(b);
-    Cfg c;
-    c.Sq = 16;
-    c.Skv = 40;
+    Cfg c = sized(16, 40, 4, 4, 2);
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     c.window_left = 9;
     c.window_right = 0;
@@ -765,18 +750,11 @@ void case_window() {
 // Varlen (packed sequences, I32 offsets as graph data): ggml's chain gets an additive mask that
 // is -inf between sequences (plus causal / window per sequence).
 void case_varlen() {
-    Cfg a;
-    a.B = 1;
-    a.Sq = a.Skv = 30;
-    a.Hq = 4;
-    a.Hkv = 2;
+    Cfg a = sized(30, 30, 4, 2, 1);
     a.cu_q = a.cu_kv = {0, 7, 19, 30};
     a.causal = FATTN_CAUSAL_TOP_LEFT;
     compare_arms(a);
-    Cfg b;  // cross lengths, bottom-right causal with a window, per sequence
-    b.B = 1;
-    b.Sq = 20;
-    b.Skv = 30;
+    Cfg b = sized(20, 30, 4, 4, 1);  // cross lengths, bottom-right causal with a window, per sequence
     b.cu_q = {0, 5, 16, 20};
     b.cu_kv = {0, 9, 21, 30};
     b.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
@@ -789,10 +767,7 @@ void case_varlen() {
 
     // One graph, new offsets per computation (as under ggml-opt's static graphs).
     Graph g;
-    if (!build(g, a, ARM_FATTN, false)) {
-        ++g_failures;
-        return;
-    }
+    if (!built(g, a)) return;
     for (const vector<int32_t> &cu : {vector<int32_t>{0, 12, 13, 30}, vector<int32_t>{0, 30, 30, 30}}) {
         Cfg n = a;
         n.cu_q = n.cu_kv = cu;
@@ -823,20 +798,13 @@ void case_varlen() {
 
 // Bitwise the same result for 1, 2, 3 and 4 ggml threads, and on repeat.
 void threads_case(ggml_type t) {
-    Cfg c;
+    Cfg c = sized(40, 56, 4, 2, 2);
     c.dtype = t;
-    c.Sq = 40;
-    c.Skv = 56;
-    c.Hq = 4;
-    c.Hkv = 2;
     c.mask = MASK_F32_BCAST;
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     const Inputs in = make_inputs(c);
     Graph g;
-    if (!build(g, c, ARM_FATTN, false)) {
-        ++g_failures;
-        return;
-    }
+    if (!built(g, c)) return;
     Result base;
     EXPECT(run_ctx(g, c, in, 1, &base), "compute");
     for (int t : {2, 3, 4, 2}) {
@@ -856,15 +824,14 @@ void case_threads_bitwise() {
 
 // fattn_ggml_attn_back by hand (dO a strided view) gives the hook's gradients bit for bit.
 void explicit_back_case(ggml_type t) {
-    Cfg c;
+    Cfg c = sized(24, 24, 4, 2, 2);
     c.dtype = t;
-    c.Hq = 4;
-    c.Hkv = 2;
     c.causal = FATTN_CAUSAL_TOP_LEFT;
     const Inputs in = make_inputs(c);
     Graph hook;
     Result rh;
-    if (!build(hook, c, ARM_FATTN, false) || !run_ctx(hook, c, in, 2, &rh)) {
+    if (!built(hook, c)) return;
+    if (!run_ctx(hook, c, in, 2, &rh)) {
         ++g_failures;
         return;
     }
@@ -919,20 +886,13 @@ void case_explicit_back() {
 }
 
 void case_lse() {
-    Cfg c;
-    c.Sq = 12;
-    c.Skv = 20;
-    c.Hq = 4;
-    c.Hkv = 2;
+    Cfg c = sized(12, 20, 4, 2, 2);
     c.mask = MASK_F32_BCAST;
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     const Inputs in = make_inputs(c);
     const Outputs ref = reference(c, in);
     Graph g;
-    if (!build(g, c, ARM_FATTN, false)) {
-        ++g_failures;
-        return;
-    }
+    if (!built(g, c)) return;
     ggml_tensor *lse = fattn_ggml_attn_lse(g.ctx, g.o);
     EXPECT(lse && lse->ne[0] == c.Sq && lse->ne[1] == c.Hq && lse->ne[2] == c.B, "lse shape");
     if (!lse) return;
@@ -1145,24 +1105,20 @@ void case_memory() {
 // The op under ggml's graph allocator (memory reuse between nodes) and the CPU backend, as
 // ggml-opt runs it: the same bits as the context-allocated graph.
 void gallocr_case(ggml_type t) {
-    Cfg c;
+    Cfg c = sized(24, 24, 4, 2, 2);
     c.dtype = t;
-    c.Hq = 4;
-    c.Hkv = 2;
     c.mask = MASK_F16_PER_HEAD;
     c.causal = FATTN_CAUSAL_TOP_LEFT;
     const Inputs in = make_inputs(c);
     Graph ref;
     Result rr;
-    if (!build(ref, c, ARM_FATTN, false) || !run_ctx(ref, c, in, 2, &rr)) {
+    if (!built(ref, c)) return;
+    if (!run_ctx(ref, c, in, 2, &rr)) {
         ++g_failures;
         return;
     }
     Graph g;
-    if (!build(g, c, ARM_FATTN, true)) {
-        ++g_failures;
-        return;
-    }
+    if (!built(g, c, true)) return;
     ggml_backend_t be = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(be, 2);
     // The allocator reuses a tensor's memory once its last consumer ran: what is set before the
