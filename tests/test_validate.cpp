@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,23 @@ void set_raw(E &e, int v) {
         EXPECT_NE(P.err().find(substr), std::string::npos) << "message: " << P.err();      \
     } while (0)
 
+// One change to a valid problem and what the forward (or backward) must answer: `status` and a
+// substring of the message naming the argument. Each change starts from a fresh problem.
+struct Reject {
+    void (*change)(Prob &);
+    bool bwd;
+    const char *msg;
+};
+
+void expect_rejected(fattn_status status, std::initializer_list<Reject> cases) {
+    for (const Reject &r : cases) {
+        SCOPED_TRACE(r.msg);
+        Prob P;
+        r.change(P);
+        EXPECT_FAIL(r.bwd ? P.bwd() : P.fwd(), status, r.msg);
+    }
+}
+
 // ------------------------------------------------------------------------- null pointers
 
 TEST(Validate, NullCtx) {
@@ -100,53 +118,32 @@ TEST(Validate, NullTensorPointer) {
 }
 
 TEST(Validate, NullDataInNonEmptyTensor) {
-    Prob P;
-    P.v.data = nullptr;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_NULL_POINTER, "v: data is NULL");
-    P.v.data = P.bv.data();
-    P.dq.data = nullptr;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_NULL_POINTER, "dq: data is NULL");
+    expect_rejected(FATTN_ERR_NULL_POINTER, {
+        {[](Prob &P) { P.v.data = nullptr; }, false, "v: data is NULL"},
+        {[](Prob &P) { P.dq.data = nullptr; }, true, "dq: data is NULL"},
+    });
 }
 
 // ------------------------------------------------------------------------- dtypes and enums
 
-TEST(Validate, DtypeMismatchQKV) {
-    Prob P;
-    P.k.dtype = FATTN_BF16;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_DTYPE_MISMATCH, "k: dtype is bf16 but q is f32");
-}
-
-TEST(Validate, DtypeMismatchOutputsAndGrads) {
-    Prob P;
-    P.o.dtype = FATTN_F16;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_DTYPE_MISMATCH, "o: dtype is f16 but q is f32");
-    P.o.dtype = FATTN_F32;
-    P.dv.dtype = FATTN_BF16;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_DTYPE_MISMATCH, "dv: dtype is bf16");
-}
-
-TEST(Validate, LseMustBeF32) {
-    Prob P;
-    P.lse.dtype = FATTN_F16;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_DTYPE_MISMATCH, "lse: dtype is f16, must be f32");
+// k against q; the outputs and gradients against q; lse is always f32.
+TEST(Validate, DtypeMismatch) {
+    expect_rejected(FATTN_ERR_DTYPE_MISMATCH, {
+        {[](Prob &P) { P.k.dtype = FATTN_BF16; }, false, "k: dtype is bf16 but q is f32"},
+        {[](Prob &P) { P.o.dtype = FATTN_F16; }, false, "o: dtype is f16 but q is f32"},
+        {[](Prob &P) { P.dv.dtype = FATTN_BF16; }, true, "dv: dtype is bf16"},
+        {[](Prob &P) { P.lse.dtype = FATTN_F16; }, false, "lse: dtype is f16, must be f32"},
+    });
 }
 
 TEST(Validate, EnumOutOfRange) {
-    Prob P;
-    set_raw(P.q.dtype, 7);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "q: dtype 7 is not a fattn_dtype");
-    P.q.dtype = FATTN_F32;
-    set_raw(P.p.prec, 9);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "prec: 9");
-    P.p.prec = FATTN_PREC_AUTO;
-    set_raw(P.p.algo, 5);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "algo: 5");
-    P.p.algo = FATTN_ALGO_FUSED;
-    set_raw(P.p.causal, 3);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "causal: 3");
-    P.p.causal = FATTN_CAUSAL_NONE;
-    set_raw(P.p.window_align, 2);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "window_align: 2");
+    expect_rejected(FATTN_ERR_BAD_VALUE, {
+        {[](Prob &P) { set_raw(P.q.dtype, 7); }, false, "q: dtype 7 is not a fattn_dtype"},
+        {[](Prob &P) { set_raw(P.p.prec, 9); }, false, "prec: 9"},
+        {[](Prob &P) { set_raw(P.p.algo, 5); }, false, "algo: 5"},
+        {[](Prob &P) { set_raw(P.p.causal, 3); }, false, "causal: 3"},
+        {[](Prob &P) { set_raw(P.p.window_align, 2); }, false, "window_align: 2"},
+    });
 }
 
 // ------------------------------------------------------------------------- shapes
@@ -160,86 +157,56 @@ TEST(Validate, HeadDimMismatchMessage) {
 }
 
 TEST(Validate, ShapeMismatchEachView) {
-    Prob P;
-    P.k.ne[0] = 3;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "k: ne[0] (batch) is 3 but q has 2");
-    P.build();
-    P.v.ne[1] = 6;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "v: ne[1] (seq) is 6 but k has 7");
-    P.build();
-    P.v.ne[2] = 1;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "v: ne[2] (heads) is 1 but k has 2");
-    P.build();
-    P.o.ne[3] = 8;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "o: ne[3] (head dim) is 8 but v has 6");
-    P.build();
-    P.o.ne[1] = 4;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "o: ne[1] (seq) is 4 but q has 5");
-    P.build();
-    P.lse.ne[2] = 4;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "lse: ne[2] (seq) is 4 but q has 5");
-    P.build();
-    P.lse.ne[3] = 2;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "lse: ne[3] (unit) is 2, must be 1");
-    P.build();
-    P.dout.ne[2] = 2;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dout: ne[2] (heads) is 2 but q has 4");
-    P.build();
-    P.dq.ne[3] = 6;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dq: ne[3] (head dim) is 6 but q has 8");
-    P.build();
-    P.dk.ne[1] = 5;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dk: ne[1] (seq) is 5 but k has 7");
-    P.build();
-    P.dv.ne[3] = 8;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_SHAPE_MISMATCH, "dv: ne[3] (head dim) is 8 but v has 6");
+    expect_rejected(FATTN_ERR_SHAPE_MISMATCH, {
+        {[](Prob &P) { P.k.ne[0] = 3; }, false, "k: ne[0] (batch) is 3 but q has 2"},
+        {[](Prob &P) { P.v.ne[1] = 6; }, false, "v: ne[1] (seq) is 6 but k has 7"},
+        {[](Prob &P) { P.v.ne[2] = 1; }, false, "v: ne[2] (heads) is 1 but k has 2"},
+        {[](Prob &P) { P.o.ne[3] = 8; }, false, "o: ne[3] (head dim) is 8 but v has 6"},
+        {[](Prob &P) { P.o.ne[1] = 4; }, false, "o: ne[1] (seq) is 4 but q has 5"},
+        {[](Prob &P) { P.lse.ne[2] = 4; }, false, "lse: ne[2] (seq) is 4 but q has 5"},
+        {[](Prob &P) { P.lse.ne[3] = 2; }, false, "lse: ne[3] (unit) is 2, must be 1"},
+        {[](Prob &P) { P.dout.ne[2] = 2; }, true, "dout: ne[2] (heads) is 2 but q has 4"},
+        {[](Prob &P) { P.dq.ne[3] = 6; }, true, "dq: ne[3] (head dim) is 6 but q has 8"},
+        {[](Prob &P) { P.dk.ne[1] = 5; }, true, "dk: ne[1] (seq) is 5 but k has 7"},
+        {[](Prob &P) { P.dv.ne[3] = 8; }, true, "dv: ne[3] (head dim) is 8 but v has 6"},
+    });
 }
 
 TEST(Validate, NegativeDim) {
-    Prob P;
-    P.q.ne[1] = -5;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "q: ne[1] (seq) is -5, must not be negative");
+    expect_rejected(FATTN_ERR_SHAPE_MISMATCH, {
+        {[](Prob &P) { P.q.ne[1] = -5; }, false, "q: ne[1] (seq) is -5, must not be negative"},
+    });
 }
 
 TEST(Validate, GqaHeads) {
-    Prob P;
-    P.Hkv = 3;
-    P.build();
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_GQA_HEADS, "not a multiple of k's 3 heads");
-    P.Hkv = 0;
-    P.build();
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_GQA_HEADS, "k: ne[2] (heads) is 0");
+    expect_rejected(FATTN_ERR_GQA_HEADS, {
+        {[](Prob &P) { P.Hkv = 3, P.build(); }, false, "not a multiple of k's 3 heads"},
+        {[](Prob &P) { P.Hkv = 0, P.build(); }, false, "k: ne[2] (heads) is 0"},
+    });
 }
 
 TEST(Validate, ZeroHeadDim) {
-    Prob P;
-    P.D = 0;
-    P.build();
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_HEAD_DIM, "q: ne[3] (head dim) is 0");
-    P.D = 8;
-    P.Dv = 0;
-    P.build();
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_HEAD_DIM, "v: ne[3] (head dim) is 0");
+    expect_rejected(FATTN_ERR_BAD_HEAD_DIM, {
+        {[](Prob &P) { P.D = 0, P.build(); }, false, "q: ne[3] (head dim) is 0"},
+        {[](Prob &P) { P.Dv = 0, P.build(); }, false, "v: ne[3] (head dim) is 0"},
+    });
 }
 
 // ------------------------------------------------------------------------- strides
 
 TEST(Validate, InnermostStride) {
-    Prob P;
-    P.q.nb[3] = 2;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "q: nb[3] (innermost stride) is 2, must be 1");
-    P.build();
-    P.lse.nb[2] = 4;  // lse's innermost dim is the query index
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "lse: nb[2] (innermost stride) is 4");
-    P.build();
-    P.dk.nb[3] = 0;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_BAD_STRIDE, "dk: nb[3] (innermost stride) is 0");
+    expect_rejected(FATTN_ERR_BAD_STRIDE, {
+        {[](Prob &P) { P.q.nb[3] = 2; }, false, "q: nb[3] (innermost stride) is 2, must be 1"},
+        // lse's innermost dim is the query index
+        {[](Prob &P) { P.lse.nb[2] = 4; }, false, "lse: nb[2] (innermost stride) is 4"},
+        {[](Prob &P) { P.dk.nb[3] = 0; }, true, "dk: nb[3] (innermost stride) is 0"},
+    });
 }
 
 TEST(Validate, NegativeStride) {
-    Prob P;
-    P.v.nb[1] = -P.v.nb[1];
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "v: nb[1] is -");
+    expect_rejected(FATTN_ERR_BAD_STRIDE, {
+        {[](Prob &P) { P.v.nb[1] = -P.v.nb[1]; }, false, "v: nb[1] is -"},
+    });
 }
 
 TEST(Validate, OutputZeroStrideWrittenTwice) {
@@ -416,19 +383,17 @@ TEST(Validate, BiasBroadcastAccepted) {
 // ------------------------------------------------------------------------- masks
 
 TEST(Validate, WindowBelowMinusOne) {
-    Prob P;
-    P.p.window_left = -2;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_left: is -2, must be >= -1");
-    P.p.window_left = -1;
-    P.p.window_right = -7;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_right: is -7");
+    expect_rejected(FATTN_ERR_BAD_MASK, {
+        {[](Prob &P) { P.p.window_left = -2; }, false, "window_left: is -2, must be >= -1"},
+        {[](Prob &P) { P.p.window_right = -7; }, false, "window_right: is -7"},
+    });
 }
 
 TEST(Validate, CausalWithRightWindow) {
-    Prob P;
-    P.p.causal = FATTN_CAUSAL_TOP_LEFT;
-    P.p.window_right = 3;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_right: is 3 with causal set");
+    expect_rejected(FATTN_ERR_BAD_MASK, {
+        {[](Prob &P) { P.p.causal = FATTN_CAUSAL_TOP_LEFT, P.p.window_right = 3; }, false,
+         "window_right: is 3 with causal set"},
+    });
 }
 
 TEST(Validate, CausalWindowAlignMismatch) {
@@ -591,11 +556,10 @@ TEST(Validate, EmptySideOutputsDefined) {
 }
 
 TEST(Validate, ScaleNotFinite) {
-    Prob P;
-    P.p.scale = NAN;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "scale: is nan");
-    P.p.scale = INFINITY;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_VALUE, "scale: is inf");
+    expect_rejected(FATTN_ERR_BAD_VALUE, {
+        {[](Prob &P) { P.p.scale = NAN; }, false, "scale: is nan"},
+        {[](Prob &P) { P.p.scale = INFINITY; }, false, "scale: is inf"},
+    });
 }
 
 TEST(Validate, ScaleAndPrecResolved) {
