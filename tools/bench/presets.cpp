@@ -51,25 +51,28 @@ void sites(std::vector<Case> *v) {
     }
 }
 
+// TARGETS.md's bf16 shapes (self-attention, Sq = Skv = S; causal: bottom-right) and the peers' times.
+struct Bf16Target {
+    const char *name;
+    int64_t B, S, Hq, Hkv, D;
+    bool causal;
+    const char *peer;
+};
+const Bf16Target kBf16Targets[] = {
+    {"bf16 D64 S4096 B4 H32", 4, 4096, 32, 32, 64, false, "cuDNN 4.33 / FA2 7.09 ms"},
+    {"bf16 D64 S16384 B1 H32", 1, 16384, 32, 32, 64, false, "cuDNN 17.1 / FA2 26.4 / FA2-det 38.8 ms"},
+    {"bf16 D64 S16384 B1 H32 causal", 1, 16384, 32, 32, 64, true, "cuDNN 8.86 / FA2 13.9 / FA2-det 21.0 ms"},
+    {"bf16 D128 S4096 B4 H16", 4, 4096, 16, 16, 128, false, "cuDNN 3.36 / FA2 6.37 / FA2-det 8.44 ms"},
+    {"bf16 D128 S4096 B4 H16 causal", 4, 4096, 16, 16, 128, true, "cuDNN 1.99 / FA2 3.64 / FA2-det 4.92 ms"},
+    {"bf16 D128 S16384 B1 H16", 1, 16384, 16, 16, 128, false, "cuDNN 13.9 / FA2 24.3 / FA2-det 39.8 ms"},
+    {"bf16 D128 S16384 B1 H16 causal", 1, 16384, 16, 16, 128, true, "cuDNN 7.20 / FA2 12.4 / FA2-det 20.7 ms"},
+    {"bf16 D128 GQA 32q/8kv S8192 causal", 1, 8192, 32, 8, 128, true, "cuDNN 3.62 / FA2 6.78 / FA2-det 10.1 ms"},
+};
+
 void targets_bf16(std::vector<Case> *v) {
-    const fattn_dtype bf = FATTN_BF16;
-    const fattn_causal C = FATTN_CAUSAL_BOTTOM_RIGHT, N = FATTN_CAUSAL_NONE;
-    v->push_back(mk("bf16", "bf16 D64 S4096 B4 H32", 4, 4096, 4096, 32, 32, 64, bf, N, -1,
-                    "cuDNN 4.33 / FA2 7.09 ms"));
-    v->push_back(mk("bf16", "bf16 D64 S16384 B1 H32", 1, 16384, 16384, 32, 32, 64, bf, N, -1,
-                    "cuDNN 17.1 / FA2 26.4 / FA2-det 38.8 ms"));
-    v->push_back(mk("bf16", "bf16 D64 S16384 B1 H32 causal", 1, 16384, 16384, 32, 32, 64, bf, C, -1,
-                    "cuDNN 8.86 / FA2 13.9 / FA2-det 21.0 ms"));
-    v->push_back(mk("bf16", "bf16 D128 S4096 B4 H16", 4, 4096, 4096, 16, 16, 128, bf, N, -1,
-                    "cuDNN 3.36 / FA2 6.37 / FA2-det 8.44 ms"));
-    v->push_back(mk("bf16", "bf16 D128 S4096 B4 H16 causal", 4, 4096, 4096, 16, 16, 128, bf, C, -1,
-                    "cuDNN 1.99 / FA2 3.64 / FA2-det 4.92 ms"));
-    v->push_back(mk("bf16", "bf16 D128 S16384 B1 H16", 1, 16384, 16384, 16, 16, 128, bf, N, -1,
-                    "cuDNN 13.9 / FA2 24.3 / FA2-det 39.8 ms"));
-    v->push_back(mk("bf16", "bf16 D128 S16384 B1 H16 causal", 1, 16384, 16384, 16, 16, 128, bf, C, -1,
-                    "cuDNN 7.20 / FA2 12.4 / FA2-det 20.7 ms"));
-    v->push_back(mk("bf16", "bf16 D128 GQA 32q/8kv S8192 causal", 1, 8192, 8192, 32, 8, 128, bf, C, -1,
-                    "cuDNN 3.62 / FA2 6.78 / FA2-det 10.1 ms"));
+    for (const Bf16Target &t : kBf16Targets)
+        v->push_back(mk("bf16", t.name, t.B, t.S, t.S, t.Hq, t.Hkv, t.D, FATTN_BF16,
+                        t.causal ? FATTN_CAUSAL_BOTTOM_RIGHT : FATTN_CAUSAL_NONE, -1, t.peer));
 }
 
 // Seconds per rep: kept out of `targets` so gpu-check stays within its time budget.
