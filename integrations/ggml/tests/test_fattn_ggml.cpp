@@ -589,6 +589,14 @@ bool built(Graph &g, const Cfg &c, bool no_alloc = false) {
     return false;
 }
 
+// The fattn arm of c built in g and run on 2 threads into *r, a failure counted when either fails.
+bool ran(Graph &g, const Cfg &c, const Inputs &in, Result *r) {
+    if (!built(g, c)) return false;
+    if (run_ctx(g, c, in, 2, r)) return true;
+    ++g_failures;
+    return false;
+}
+
 // Copy nodes (CONT, CPY, DUP) in the graph's forward part, up to the attention op.
 int copies_before_op(const Graph &g) {
     int n = 0;
@@ -830,11 +838,7 @@ void explicit_back_case(ggml_type t) {
     const Inputs in = make_inputs(c);
     Graph hook;
     Result rh;
-    if (!built(hook, c)) return;
-    if (!run_ctx(hook, c, in, 2, &rh)) {
-        ++g_failures;
-        return;
-    }
+    if (!ran(hook, c, in, &rh)) return;
     ggml_init_params ip = {size_t(64) << 20, nullptr, false};
     ggml_context *ctx = ggml_init(ip);
     ggml_tensor *q = ggml_new_tensor_4d(ctx, t, c.D, c.Sq, c.Hq, c.B);
@@ -1112,11 +1116,7 @@ void gallocr_case(ggml_type t) {
     const Inputs in = make_inputs(c);
     Graph ref;
     Result rr;
-    if (!built(ref, c)) return;
-    if (!run_ctx(ref, c, in, 2, &rr)) {
-        ++g_failures;
-        return;
-    }
+    if (!ran(ref, c, in, &rr)) return;
     Graph g;
     if (!built(g, c, true)) return;
     ggml_backend_t be = ggml_backend_cpu_init();
