@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fattn/fattn.h"
+#include "support/expect_fail.h"
 
 namespace {
 
@@ -43,13 +44,6 @@ struct Prob {
     // dbias placed over another view's first element (its shape unchanged)
     void over(const fattn_tensor &t) { dbias.data = t.data; }
 };
-
-#define EXPECT_FAIL(call, status, substr, P)                                                    \
-    do {                                                                                        \
-        const fattn_status s_ = (call);                                                         \
-        EXPECT_EQ(s_, status) << fattn_status_string(s_) << ": " << (P).err();                 \
-        EXPECT_NE((P).err().find(substr), std::string::npos) << "message: " << (P).err();      \
-    } while (0)
 
 TEST(DbiasViews, ValidBaselineRuns) {
     Prob P;

@@ -15,6 +15,7 @@
 
 #include "core/view_check.h"
 #include "fattn/fattn.h"
+#include "support/expect_fail.h"
 
 extern "C" int fattn_test_enum_abuse(fattn_ctx_t *ctx, int out[15]);  // robust_enums.c
 extern "C" int fattn_test_bad_cuda_family(fattn_ctx_t *ctx);            // robust_enums.c
@@ -82,13 +83,6 @@ struct Path : Ctx {
         return fattn_path_supports(c, &p, &q, &k, &v, &w, &beta, nullptr, nullptr, 0);
     }
 };
-
-#define EXPECT_FAIL(call, status, substr, ctx)                                               \
-    do {                                                                                     \
-        const fattn_status s_ = (call);                                                      \
-        EXPECT_EQ(s_, status) << fattn_status_string(s_) << ": " << (ctx).err();            \
-        EXPECT_NE((ctx).err().find(substr), std::string::npos) << "message: " << (ctx).err(); \
-    } while (0)
 
 // ---------------------------------------------------------------- §1 self-aliasing outputs
 

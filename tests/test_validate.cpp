@@ -13,6 +13,7 @@
 
 #include "core/attn_validate.h"
 #include "fattn/fattn.h"
+#include "support/expect_fail.h"
 
 namespace {
 
@@ -69,13 +70,6 @@ void set_raw(E &e, int v) {
     std::memcpy(&e, &v, sizeof e);
 }
 
-#define EXPECT_FAIL(call, status, substr)                                                  \
-    do {                                                                                   \
-        fattn_status s_ = (call);                                                          \
-        EXPECT_EQ(s_, status) << fattn_status_string(s_) << ": " << P.err();              \
-        EXPECT_NE(P.err().find(substr), std::string::npos) << "message: " << P.err();      \
-    } while (0)
-
 // One change to a valid problem and what the forward (or backward) must answer: `status` and a
 // substring of the message naming the argument. Each change starts from a fresh problem.
 struct Reject {
@@ -89,7 +83,7 @@ void expect_rejected(fattn_status status, std::initializer_list<Reject> cases) {
         SCOPED_TRACE(r.msg);
         Prob P;
         r.change(P);
-        EXPECT_FAIL(r.bwd ? P.bwd() : P.fwd(), status, r.msg);
+        EXPECT_FAIL(r.bwd ? P.bwd() : P.fwd(), status, r.msg, P);
     }
 }
 
@@ -105,16 +99,16 @@ TEST(Validate, NullCtx) {
 TEST(Validate, NullParams) {
     Prob P;
     EXPECT_FAIL(fattn_attn_fwd(P.ctx, nullptr, &P.q, &P.k, &P.v, &P.o, &P.lse, nullptr, nullptr, 0),
-                FATTN_ERR_NULL_POINTER, "params: is NULL");
+                FATTN_ERR_NULL_POINTER, "params: is NULL", P);
 }
 
 TEST(Validate, NullTensorPointer) {
     Prob P;
     EXPECT_FAIL(fattn_attn_fwd(P.ctx, &P.p, &P.q, nullptr, &P.v, &P.o, &P.lse, nullptr, nullptr, 0),
-                FATTN_ERR_NULL_POINTER, "k: tensor pointer is NULL");
+                FATTN_ERR_NULL_POINTER, "k: tensor pointer is NULL", P);
     EXPECT_FAIL(fattn_attn_bwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, nullptr, &P.dout, &P.dq,
                                nullptr, &P.dv, nullptr, 0),
-                FATTN_ERR_NULL_POINTER, "dk: tensor pointer is NULL");
+                FATTN_ERR_NULL_POINTER, "dk: tensor pointer is NULL", P);
 }
 
 TEST(Validate, NullDataInNonEmptyTensor) {
@@ -153,7 +147,7 @@ TEST(Validate, HeadDimMismatchMessage) {
     P.D = 64;
     P.build();
     P.k = Prob::make(P.bk, P.B, P.Skv, P.Hkv, 80);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "k: ne[3] (head dim) is 80 but q has 64");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_SHAPE_MISMATCH, "k: ne[3] (head dim) is 80 but q has 64", P);
 }
 
 TEST(Validate, ShapeMismatchEachView) {
@@ -212,7 +206,7 @@ TEST(Validate, NegativeStride) {
 TEST(Validate, OutputZeroStrideWrittenTwice) {
     Prob P;
     P.o.nb[0] = 0;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "o: nb[0] is 0 on a dim of size 2");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "o: nb[0] is 0 on a dim of size 2", P);
     // The same broadcast stride on an input is legal (k shared across the batch).
     P.build();
     P.k.nb[0] = 0;
@@ -224,23 +218,23 @@ TEST(Validate, OutputZeroStrideWrittenTwice) {
 TEST(Validate, OverlapOutputs) {
     Prob P;
     P.lse.data = P.bo.data();  // lse on top of o
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "overlaps output");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "overlaps output", P);
     P.build();
     P.dk = P.dq;  // same memory, shape still that of dk?  make dk a view into dq's buffer
     P.dk = fattn_tensor_contiguous(P.bdq.data() + 8, FATTN_F32, P.B, P.Skv, P.Hkv, P.D);
     P.bdq.resize(size_t(P.B * P.Skv * P.Hkv * P.D + 8));
     P.dq.data = P.bdq.data();
     P.dk.data = P.bdq.data() + 8;
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk");
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk", P);
 }
 
 TEST(Validate, OverlapOutputWithInput) {
     Prob P;
     P.o = fattn_tensor_contiguous(P.bq.data(), FATTN_F32, P.B, P.Sq, P.Hq, P.Dv);  // o inside q
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input q");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input q", P);
     P.build();
     P.dv.data = P.bdo.data();  // dv written over dout (sizes differ; extents intersect)
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dv: overlaps input dout");
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dv: overlaps input dout", P);
 }
 
 TEST(Validate, OverlapByteMisalignedView) {
@@ -254,7 +248,7 @@ TEST(Validate, OverlapByteMisalignedView) {
     std::vector<float> buf(size_t(P.Dv) + 2);
     P.lse = fattn_tensor_contiguous(buf.data(), FATTN_F32, 1, 1, 1, 1);
     P.o = fattn_tensor_contiguous(reinterpret_cast<char *>(buf.data()) + 2, FATTN_F16, 1, 1, 1, P.Dv);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "overlaps output");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "overlaps output", P);
 }
 
 // q, k, v (and dq, dk, dv) as disjoint interleaved views of fused [B, S, 3, H, D] buffers: legal.
@@ -275,10 +269,10 @@ TEST(Validate, FusedQkvViewsAreNotOverlap) {
     EXPECT_EQ(P.check(fattn::AttnOp::BWD, nullptr, &why), FATTN_OK) << why;
     // Shift dk by one head: it now lands on dq's last head of each token -> overlap.
     P.dk = fattn_tensor_4d(dqkv.data() + (H - 1) * D, FATTN_F32, B, S, H, D, sb, ss, sh, 1);
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk");
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk", P);
     // Shift dk by half a head: same strides, no shared element address, but shared elements.
     P.dk = fattn_tensor_4d(dqkv.data() + H * D - D / 2, FATTN_F32, B, S, H, D, sb, ss, sh, 1);
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk");
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "dq: overlaps output dk", P);
     // An o that is an interleaved neighbour of the inputs in a shared buffer is fine too.
     std::vector<float> big(size_t(B * S * 4 * H * D));
     const int64_t sb4 = S * 4 * H * D, ss4 = 4 * H * D;
@@ -288,7 +282,7 @@ TEST(Validate, FusedQkvViewsAreNotOverlap) {
     P.o = fattn_tensor_4d(big.data() + 3 * H * D, FATTN_F32, B, S, H, D, sb4, ss4, sh, 1);
     EXPECT_EQ(P.check(fattn::AttnOp::FWD, nullptr, &why), FATTN_OK) << why;
     P.o = fattn_tensor_4d(big.data() + 2 * H * D + 1, FATTN_F32, B, S, H, D, sb4, ss4, sh, 1);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input v");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_OVERLAP, "o: overlaps input v", P);
 }
 
 // Fused [B, S, H*(2D + Dv)] buffer with D != Dv: v's head stride differs from q's and k's, so the
@@ -312,7 +306,7 @@ TEST(Validate, FusedQkvViewsDifferentHeadStrides) {
     std::string why;
     EXPECT_EQ(P.check(fattn::AttnOp::BWD, nullptr, &why), FATTN_OK) << why;
     views(dqkv, &P.dq, &P.dk, &P.dv, -1);  // dv's first element is dk's last of each token
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "overlaps output dv");
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_OVERLAP, "overlaps output dv", P);
 }
 
 TEST(Validate, OverlapSavedAndWorkspace) {
@@ -324,20 +318,20 @@ TEST(Validate, OverlapSavedAndWorkspace) {
     std::vector<char> sv(saved), w(ws + 64);
     // The forward writes `saved`: on top of an input it is an overlap.
     EXPECT_FAIL(fattn_attn_fwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, P.bk.data(), nullptr, 0),
-                FATTN_ERR_OVERLAP, "saved: overlaps k");
+                FATTN_ERR_OVERLAP, "saved: overlaps k", P);
     // A caller's workspace on top of an output (checked before its size).
     EXPECT_FAIL(fattn_attn_fwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, sv.data(), P.bo.data() + 1,
                                4),
-                FATTN_ERR_OVERLAP, "workspace: overlaps o");
+                FATTN_ERR_OVERLAP, "workspace: overlaps o", P);
     EXPECT_FAIL(fattn_attn_bwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, sv.data(), &P.dout, &P.dq,
                                &P.dk, &P.dv, sv.data(), saved),
-                FATTN_ERR_OVERLAP, "workspace: overlaps saved");
+                FATTN_ERR_OVERLAP, "workspace: overlaps saved", P);
     // The backward only reads `saved`: sharing bytes with a gradient it writes is an overlap.
     std::vector<float> big(saved / 4 + P.bdq.size());
     P.dq.data = big.data();
     EXPECT_FAIL(fattn_attn_bwd(P.ctx, &P.p, &P.q, &P.k, &P.v, &P.o, &P.lse, big.data(), &P.dout,
                                &P.dq, &P.dk, &P.dv, nullptr, 0),
-                FATTN_ERR_OVERLAP, "saved: overlaps dq");
+                FATTN_ERR_OVERLAP, "saved: overlaps dq", P);
 }
 
 // ------------------------------------------------------------------------- bias
@@ -346,13 +340,13 @@ TEST(Validate, BiasShape) {
     Prob P;
     std::vector<float> bias(size_t(P.B * P.Hq * P.Sq * P.Skv));
     P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, P.B, P.Hq, P.Sq + 1, P.Skv);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[2] (query rows) is 6 but q has 5");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[2] (query rows) is 6 but q has 5", P);
     P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 3, P.Hq, P.Sq, P.Skv);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[0] (batch) is 3, must be 1 or q's 2");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[0] (batch) is 3, must be 1 or q's 2", P);
     P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 2, P.Sq, P.Skv);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[1] (heads) is 2, must be 1 or q's 4");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[1] (heads) is 2, must be 1 or q's 4", P);
     P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 1, P.Sq, P.Skv - 1);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[3] (keys) is 6 but k has 7");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[3] (keys) is 6 but k has 7", P);
 }
 
 TEST(Validate, BiasDtype) {
@@ -360,7 +354,7 @@ TEST(Validate, BiasDtype) {
     std::vector<float> bias(size_t(P.Sq * P.Skv));
     P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 1, P.Sq, P.Skv);
     set_raw(P.p.bias.dtype, 5);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: dtype 5 is not f32, f16 or bf16");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: dtype 5 is not f32, f16 or bf16", P);
 }
 
 TEST(Validate, BiasBroadcastAccepted) {
@@ -377,7 +371,7 @@ TEST(Validate, BiasBroadcastAccepted) {
     EXPECT_EQ(r.p.bias_sh, 0);  // size-1 dim normalized to stride 0
     EXPECT_EQ(r.p.bias_si, 0);
     P.p.bias.nb[3] = 2;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "bias: nb[3] (innermost stride) is 2");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_STRIDE, "bias: nb[3] (innermost stride) is 2", P);
 }
 
 // ------------------------------------------------------------------------- masks
@@ -401,7 +395,7 @@ TEST(Validate, CausalWindowAlignMismatch) {
     P.p.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     P.p.window_left = 2;
     P.p.window_align = FATTN_ALIGN_TOP_LEFT;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_align: is TOP_LEFT but causal is BOTTOM_RIGHT");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_MASK, "window_align: is TOP_LEFT but causal is BOTTOM_RIGHT", P);
     // Without an active window the alignment field is irrelevant.
     P.p.window_left = -1;
     EXPECT_EQ(P.check(fattn::AttnOp::FWD), FATTN_OK);
@@ -459,39 +453,39 @@ TEST(Validate, VarlenAccepted) {
 TEST(Validate, VarlenOnlyOneSide) {
     Varlen P;
     P.p.cu_seqlens_kv = nullptr;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_kv: is NULL but cu_seqlens_q is given");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_kv: is NULL but cu_seqlens_q is given", P);
     P.p.cu_seqlens_kv = P.ckv.data();
     P.p.cu_seqlens_q = nullptr;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q: is NULL");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q: is NULL", P);
 }
 
 TEST(Validate, VarlenNumSeqs) {
     Varlen P;
     P.p.num_seqs = 0;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "num_seqs: is 0, must be >= 1");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "num_seqs: is 0, must be >= 1", P);
 }
 
 TEST(Validate, VarlenBatchMustBeOne) {
     Varlen P;
     P.B = 2;
     P.build();
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "q: ne[0] (batch) is 2 but varlen");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "q: ne[0] (batch) is 2 but varlen", P);
 }
 
 TEST(Validate, VarlenContents) {
     Varlen P;
     P.cq[0] = 1;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q[0] is 1, must be 0");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q[0] is 1, must be 0", P);
     P.cq = {0, 5, 3, 8};
     P.p.cu_seqlens_q = P.cq.data();
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q[2] is 3 < cu_seqlens_q[1] = 5");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_q[2] is 3 < cu_seqlens_q[1] = 5", P);
     P.cq = {0, 3, 3, 8};
     P.p.cu_seqlens_q = P.cq.data();
     P.ckv[3] = 9;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_kv[3] (last) is 9 but k has ne[1] = 10");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "cu_seqlens_kv[3] (last) is 9 but k has ne[1] = 10", P);
     P.ckv[3] = 10;
     P.p.max_seqlen_q = 4;  // the longest query sequence is 5
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "max_seqlen_q: is 4");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_SEQLENS, "max_seqlen_q: is 4", P);
 }
 
 TEST(Validate, VarlenBiasIsPacked) {
@@ -500,7 +494,7 @@ TEST(Validate, VarlenBiasIsPacked) {
     P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 1, P.Sq, P.Skv);
     EXPECT_EQ(P.check(fattn::AttnOp::FWD), FATTN_OK);
     P.p.bias = fattn_tensor_contiguous(bias.data(), FATTN_F32, 1, 1, 5, 4);  // per-sequence: wrong
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[2] (query rows) is 5 but q has 8");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_BAD_BIAS, "bias: ne[2] (query rows) is 5 but q has 8", P);
 }
 
 // ------------------------------------------------------------------------- zero size, scale
@@ -584,7 +578,7 @@ TEST(Validate, BackendRejectsTf32OnCpu) {
     EXPECT_EQ(fattn_attn_supports(P.ctx, &P.p, &P.q, &P.k, &P.v, why, sizeof why),
               FATTN_ERR_UNSUPPORTED);
     EXPECT_NE(std::string(why).find("tf32"), std::string::npos) << why;
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_UNSUPPORTED, "tf32");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_UNSUPPORTED, "tf32", P);
 }
 
 TEST(Validate, BackendHeadDimLimit) {
@@ -603,8 +597,8 @@ TEST(Validate, SavedRequiredForExact) {
     size_t saved = 0;
     ASSERT_EQ(fattn_attn_saved_size(P.ctx, &P.p, &P.q, &P.k, &P.v, &saved), FATTN_OK);
     ASSERT_GT(saved, 0u);
-    EXPECT_FAIL(P.fwd(), FATTN_ERR_NULL_POINTER, "saved: is NULL");
-    EXPECT_FAIL(P.bwd(), FATTN_ERR_NULL_POINTER, "saved: is NULL");
+    EXPECT_FAIL(P.fwd(), FATTN_ERR_NULL_POINTER, "saved: is NULL", P);
+    EXPECT_FAIL(P.bwd(), FATTN_ERR_NULL_POINTER, "saved: is NULL", P);
 }
 
 }  // namespace
