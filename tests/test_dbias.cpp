@@ -221,61 +221,51 @@ void check_vs_ref(const Case &c) {
     if (c.neg_inf || c.causal || c.wl >= 0 || c.varlen) EXPECT_GT(zeros, 0);
 }
 
+// The bias patterns: a name (the bias's [B, H, Sq, Skv] extents, 1 where broadcast) and what sets
+// them on Case's defaults; each runs with both algorithms.
+struct Pattern {
+    const char *name;
+    void (*set)(Case &);
+};
+
+const Pattern kPatterns[] = {
+    // per batch, per head: owned by the main loop
+    {"BHSS", [](Case &) {}},
+    // shared by the batches: second pass
+    {"1HSS", [](Case &c) { c.sum_b = true; }},
+    // shared by batches and kv heads
+    {"11SS", [](Case &c) { c.sum_b = c.sum_h = true; }},
+    {"11SS_stride0", [](Case &c) { c.sum_b = c.sum_h = true, c.b_extent1 = false; }},
+    // [B, 1, 1, Skv]
+    {"B11S", [](Case &c) { c.sum_h = c.sum_i = true; }},
+    // per head, broadcast over queries: owned
+    {"BH1S", [](Case &c) { c.sum_i = true; }},
+    {"11SS_mqa", [](Case &c) { c.Hkv = 1, c.sum_b = c.sum_h = true; }},
+    // heads summed inside one task
+    {"B1SS_mqa_owned", [](Case &c) { c.Hkv = 1, c.sum_h = true; }},
+    {"BHSS_causal_br", [](Case &c) { c.causal = FATTN_CAUSAL_BOTTOM_RIGHT; }},
+    {"11SS_causal_br", [](Case &c) { c.causal = FATTN_CAUSAL_BOTTOM_RIGHT, c.sum_b = c.sum_h = true; }},
+    {"1HSS_window", [](Case &c) { c.sum_b = true, c.wl = 20, c.wr = 10; }},
+    {"BHSS_window_causal_tl", [](Case &c) { c.wl = 20, c.causal = FATTN_CAUSAL_TOP_LEFT; }},
+    {"B11S_causal", [](Case &c) { c.sum_h = c.sum_i = true, c.causal = FATTN_CAUSAL_TOP_LEFT; }},
+    {"varlen_1HSS", [](Case &c) { c.varlen = true, c.causal = FATTN_CAUSAL_BOTTOM_RIGHT; }},
+    {"varlen_11SS", [](Case &c) { c.varlen = c.sum_h = true, c.causal = FATTN_CAUSAL_BOTTOM_RIGHT; }},
+    {"varlen_111S", [](Case &c) { c.varlen = c.sum_h = c.sum_i = true, c.causal = FATTN_CAUSAL_BOTTOM_RIGHT; }},
+    {"1HSS_padrow", [](Case &c) { c.sum_b = c.pad_row = true; }},
+    {"BHSS_padrow", [](Case &c) { c.pad_row = true; }},
+    {"11SS_dense_finite", [](Case &c) { c.sum_b = c.sum_h = true, c.neg_inf = false; }},
+};
+
 std::vector<Case> cases() {
     std::vector<Case> v;
-    auto add = [&](Case c) { v.push_back(c); };
     for (fattn_algo algo : {FATTN_ALGO_FUSED, FATTN_ALGO_EXACT}) {
-        const std::string a = algo == FATTN_ALGO_EXACT ? "exact_" : "fused_";
-        Case c;
-        c.algo = algo;
-        c.name = a + "BHSS";  // per batch, per head: owned by the main loop
-        add(c);
-        c.name = a + "1HSS", c.sum_b = true;  // shared by the batches: second pass
-        add(c);
-        c.name = a + "11SS", c.sum_h = true;  // shared by batches and kv heads
-        add(c);
-        c.name = a + "11SS_stride0", c.b_extent1 = false;
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "B11S", c.sum_h = true, c.sum_i = true;  // [B, 1, 1, Skv]
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "BH1S", c.sum_i = true;  // per head, broadcast over queries: owned
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "11SS_mqa", c.Hkv = 1, c.sum_b = true, c.sum_h = true;
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "B1SS_mqa_owned", c.Hkv = 1, c.sum_h = true;  // heads summed inside one task
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "BHSS_causal_br", c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
-        add(c);
-        c.name = a + "11SS_causal_br", c.sum_b = true, c.sum_h = true;
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "1HSS_window", c.sum_b = true, c.wl = 20, c.wr = 10;
-        add(c);
-        c.name = a + "BHSS_window_causal_tl", c.sum_b = false, c.wr = -1, c.causal = FATTN_CAUSAL_TOP_LEFT;
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "B11S_causal", c.sum_h = true, c.sum_i = true, c.causal = FATTN_CAUSAL_TOP_LEFT;
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "varlen_1HSS", c.varlen = true, c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
-        add(c);
-        c.name = a + "varlen_11SS", c.sum_h = true;
-        add(c);
-        c.name = a + "varlen_111S", c.sum_i = true;
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "1HSS_padrow", c.sum_b = true, c.pad_row = true;
-        add(c);
-        c.name = a + "BHSS_padrow", c.sum_b = false;
-        add(c);
-        c = Case{}, c.algo = algo;
-        c.name = a + "11SS_dense_finite", c.sum_b = true, c.sum_h = true, c.neg_inf = false;
-        add(c);
+        for (const Pattern &p : kPatterns) {
+            Case c;
+            c.algo = algo;
+            c.name = std::string(algo == FATTN_ALGO_EXACT ? "exact_" : "fused_") + p.name;
+            p.set(c);
+            v.push_back(c);
+        }
     }
     return v;
 }
