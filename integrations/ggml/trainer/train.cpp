@@ -377,6 +377,20 @@ ggml_opt_optimizer_params opt_params(void *ud) {
     std::exit(rc);
 }
 
+// ggml-opt on a fresh batch: a training step (train: from the training split, with the backward
+// and the AdamW step) or a validation batch (from the held-out split, forward only). Its loss.
+float eval_batch(ggml_opt_context_t opt, const Corpus &cp, const Model &m, Rng &r, bool train,
+                 vector<int32_t> *in, vector<float> *labels) {
+    batch(cp, m, r, !train, in, labels);
+    ggml_opt_alloc(opt, train);
+    ggml_backend_tensor_set(m.tokens, in->data(), 0, ggml_nbytes(m.tokens));
+    ggml_backend_tensor_set(ggml_opt_labels(opt), labels->data(), 0, labels->size() * sizeof(float));
+    ggml_opt_eval(opt, nullptr);
+    float loss = 0;
+    ggml_backend_tensor_get(ggml_opt_loss(opt), &loss, 0, sizeof loss);
+    return loss;
+}
+
 Options parse(int argc, char **argv) {
     Options o;
     for (int i = 1; i < argc; ++i) {
@@ -558,13 +572,7 @@ int main(int argc, char **argv) {
     int last_n = 0, logged = 0;
     auto t_log = std::chrono::steady_clock::now();
     for (int step = 1; step <= o.steps; ++step) {
-        batch(cp, m, rng, false, &in, &labels);
-        ggml_opt_alloc(opt, true);
-        ggml_backend_tensor_set(m.tokens, in.data(), 0, ggml_nbytes(m.tokens));
-        ggml_backend_tensor_set(ggml_opt_labels(opt), labels.data(), 0, labels.size() * sizeof(float));
-        ggml_opt_eval(opt, nullptr);
-        float loss = 0;
-        ggml_backend_tensor_get(ggml_opt_loss(opt), &loss, 0, sizeof loss);
+        const float loss = eval_batch(opt, cp, m, rng, true, &in, &labels);
         if (step == 1) first = loss;
         if (step > o.steps - std::min(10, o.steps)) {
             last_sum += loss;
@@ -590,16 +598,7 @@ int main(int argc, char **argv) {
     if (o.steps > 0) {
         double val = 0;
         Rng rv(o.seed + 99);
-        for (int i = 0; i < o.val_batches; ++i) {
-            batch(cp, m, rv, true, &in, &labels);
-            ggml_opt_alloc(opt, false);
-            ggml_backend_tensor_set(m.tokens, in.data(), 0, ggml_nbytes(m.tokens));
-            ggml_backend_tensor_set(ggml_opt_labels(opt), labels.data(), 0, labels.size() * sizeof(float));
-            ggml_opt_eval(opt, nullptr);
-            float loss = 0;
-            ggml_backend_tensor_get(ggml_opt_loss(opt), &loss, 0, sizeof loss);
-            val += loss;
-        }
+        for (int i = 0; i < o.val_batches; ++i) val += eval_batch(opt, cp, m, rv, false, &in, &labels);
         const double last = last_sum / std::max(1, last_n);
         std::printf("done: loss %.4f -> %.4f (mean of the last %d steps), validation loss %.4f\n", first, last,
                     last_n, val / o.val_batches);
