@@ -65,13 +65,16 @@ struct Copy {
     int bytes;
 };
 
+// A stopped context: its stack pointer (fattn_emu_swap) on x86-64, else a ucontext.
+#if defined(__x86_64__)
+using Context = void *;
+#else
+using Context = ucontext_t;
+#endif
+
 struct Fiber {
     char *stack = nullptr;
-#if defined(__x86_64__)
-    void *sp = nullptr;
-#else
-    ucontext_t uc;
-#endif
+    Context ctx{};
     State state = DONE;
     void *asan_fake = nullptr;
     std::vector<Copy> open;
@@ -92,11 +95,7 @@ struct Block {
     int cur = -1;
     int cta_waiting = 0;
     int warp_waiting[32] = {};
-#if defined(__x86_64__)
-    void *sched_sp = nullptr;
-#else
-    ucontext_t sched_uc;
-#endif
+    Context sched{};
     const void *sched_stack = nullptr;
     size_t sched_size = 0;
     std::string error;
@@ -128,19 +127,28 @@ void flush_copies(Fiber &f, size_t keep) {
     }
 }
 
-// Fiber -> scheduler.
-void yield_to_scheduler(Block &b, Fiber &f) {
+// Stops the running context, saving it in `from`, and runs `to`; returns once switched back.
+// Under ASan the switch is announced: `fake` keeps the stopped side's fake stack (NULL: it is
+// never resumed); `stack` and `size` are the stack switched to.
+void switch_context(Context &from, Context &to, void **fake, const void *stack, size_t size) {
 #ifdef FATTN_EMU_ASAN
-    __sanitizer_start_switch_fiber(f.state == DONE ? nullptr : &f.asan_fake, b.sched_stack, b.sched_size);
+    __sanitizer_start_switch_fiber(fake, stack, size);
+#else
+    (void)fake, (void)stack, (void)size;
 #endif
 #if defined(__x86_64__)
-    fattn_emu_swap(&f.sp, b.sched_sp);
+    fattn_emu_swap(&from, to);
 #else
-    swapcontext(&f.uc, &b.sched_uc);
+    swapcontext(&from, &to);
 #endif
 #ifdef FATTN_EMU_ASAN
-    __sanitizer_finish_switch_fiber(f.asan_fake, nullptr, nullptr);
+    __sanitizer_finish_switch_fiber(fake ? *fake : nullptr, nullptr, nullptr);
 #endif
+}
+
+// Fiber -> scheduler.
+void yield_to_scheduler(Block &b, Fiber &f) {
+    switch_context(f.ctx, b.sched, f.state == DONE ? nullptr : &f.asan_fake, b.sched_stack, b.sched_size);
 }
 
 void fiber_main(void *) {
@@ -169,18 +177,8 @@ void fiber_entry_uc() { fiber_main(nullptr); }
 void resume(Block &b, int i) {
     Fiber &f = (*b.f)[size_t(i)];
     b.cur = i;
-#ifdef FATTN_EMU_ASAN
     void *fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, f.stack, kStack);
-#endif
-#if defined(__x86_64__)
-    fattn_emu_swap(&b.sched_sp, f.sp);
-#else
-    swapcontext(&b.sched_uc, &f.uc);
-#endif
-#ifdef FATTN_EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#endif
+    switch_context(b.sched, f.ctx, &fake, f.stack, kStack);
     b.cur = -1;
 }
 
@@ -199,13 +197,13 @@ void start_fiber(Fiber &f) {
     sp[4] = reinterpret_cast<void *>(&fiber_main);  // rbx: the entry
     sp[5] = nullptr;  // rbp
     sp[6] = reinterpret_cast<void *>(&fattn_emu_start);
-    f.sp = sp;
+    f.ctx = sp;
 #else
-    getcontext(&f.uc);
-    f.uc.uc_stack.ss_sp = f.stack;
-    f.uc.uc_stack.ss_size = kStack;
-    f.uc.uc_link = nullptr;
-    makecontext(&f.uc, fiber_entry_uc, 0);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStack;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_entry_uc, 0);
 #endif
 }
 
