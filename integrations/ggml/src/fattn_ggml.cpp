@@ -150,11 +150,7 @@ constexpr uint32_t kMagicBwd = 0x46414231u;  // "FAB1"
 
 // What a node computes, besides its tensors.
 struct Settings {
-    float scale = 0.0f;
-    fattn_causal causal = FATTN_CAUSAL_NONE;
-    fattn_prec prec = FATTN_PREC_AUTO;  // requested
-    int64_t window_left = -1, window_right = -1;
-    fattn_align window_align = FATTN_ALIGN_TOP_LEFT;
+    fattn_attn_params base;   // scale, causal, prec (requested), window, algo; no bias, no seqlens
     bool has_mask = false;    // a mask src follows the fixed srcs
     bool has_varlen = false;  // cu_seqlens_q, cu_seqlens_kv srcs follow (after the mask)
 };
@@ -310,14 +306,7 @@ Seqlens node_seqlens(const ggml_tensor *cuq, const ggml_tensor *cukv) {
 
 fattn_attn_params make_params(const Settings &st, const ggml_tensor *mask, void *mask_data,
                               int64_t Sq, const Seqlens &sl) {
-    fattn_attn_params p = fattn_attn_params_default();
-    p.scale = st.scale;
-    p.causal = st.causal;
-    p.prec = st.prec;
-    p.window_left = st.window_left;
-    p.window_right = st.window_right;
-    p.window_align = st.window_align;
-    p.algo = FATTN_ALGO_FUSED;
+    fattn_attn_params p = st.base;
     if (mask) p.bias = bias_view(mask, mask_data, Sq);
     if (sl.q) {
         p.cu_seqlens_q = sl.q;
@@ -329,12 +318,14 @@ fattn_attn_params make_params(const Settings &st, const ggml_tensor *mask, void 
 
 Settings settings_of(const fattn_ggml_attn_opts &o) {
     Settings st;
-    st.scale = o.scale;
-    st.causal = o.causal;
-    st.prec = o.prec;
-    st.window_left = o.window_left;
-    st.window_right = o.window_right;
-    st.window_align = o.window_align;
+    st.base = fattn_attn_params_default();
+    st.base.scale = o.scale;
+    st.base.causal = o.causal;
+    st.base.prec = o.prec;
+    st.base.window_left = o.window_left;
+    st.base.window_right = o.window_right;
+    st.base.window_align = o.window_align;
+    st.base.algo = FATTN_ALGO_FUSED;
     st.has_mask = o.mask != nullptr;
     st.has_varlen = o.cu_seqlens_q != nullptr || o.cu_seqlens_kv != nullptr;
     return st;
@@ -538,9 +529,14 @@ void fill_nan(ggml_tensor *dst) {
     for (int64_t i = 0; i < n; ++i) d[i] = std::numeric_limits<float>::quiet_NaN();
 }
 
-// Thread 0's part: a CPU context on the ggml threads, the call, the helpers released.
+// The node's ggml threads: 1..nth-1 help thread 0's pool; thread 0 makes a CPU context on them,
+// makes the call, releases the helpers.
 template <class Call>
-void drive(Op *op, ggml_tensor *dst, int nth, const char *what, Call &&call) {
+void drive(Op *op, ggml_tensor *dst, int ith, int nth, const char *what, Call &&call) {
+    if (ith != 0) {
+        pool_help(&op->pool, ith);
+        return;
+    }
     fattn_ctx_t *fc = nullptr;
     fattn_status s = fattn_ctx_init_cpu(nth, &fc);
     string msg;
@@ -560,28 +556,29 @@ void drive(Op *op, ggml_tensor *dst, int nth, const char *what, Call &&call) {
     }
 }
 
+// The call's params for a node: the op's settings, then its mask and cu_seqlens srcs (those it
+// has, from src[first] on).
+fattn_attn_params node_params(const Settings &st, const ggml_tensor *dst, int first) {
+    const ggml_tensor *mask = st.has_mask ? dst->src[first] : nullptr;
+    const int iv = first + (st.has_mask ? 1 : 0);
+    const Seqlens sl = st.has_varlen ? node_seqlens(dst->src[iv], dst->src[iv + 1]) : Seqlens();
+    return make_params(st, mask, mask ? mask->data : nullptr, dst->src[0]->ne[1], sl);
+}
+
 void fwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
     Op *op = static_cast<Op *>(userdata);
-    if (ith != 0) {
-        pool_help(&op->pool, ith);
-        return;
-    }
-    const Settings &st = op->set;
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
-    const ggml_tensor *mask = st.has_mask ? dst->src[3] : nullptr;
-    const int iv = 3 + (st.has_mask ? 1 : 0);
     const int64_t Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
     const int64_t n_o = Dv * Sq * Hq * B;
     const fattn_dtype dt = dtype_of(q->type);
     float *base = static_cast<float *>(dst->data);
-    drive(op, dst, nth, "fattn_attn_fwd", [&](fattn_ctx_t *fc) {
+    drive(op, dst, ith, nth, "fattn_attn_fwd", [&](fattn_ctx_t *fc) {
         const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
         // 16-bit: O in T in the upper half of the O part, widened below.
         void *o_data = dt == FATTN_F32 ? (void *)base : (void *)(reinterpret_cast<uint16_t *>(base) + n_o);
         const fattn_tensor to = bshd_contiguous(o_data, Dv, Sq, Hq, B, dt);
         const fattn_tensor tl = lse_view(base + n_o, Sq, Hq, B);
-        const Seqlens sl = st.has_varlen ? node_seqlens(dst->src[iv], dst->src[iv + 1]) : Seqlens();
-        const fattn_attn_params p = make_params(st, mask, mask ? mask->data : nullptr, Sq, sl);
+        const fattn_attn_params p = node_params(op->set, dst, 3);
         fattn_status s = fattn_attn_fwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0);
         if (s == FATTN_OK && dt != FATTN_F32) widen_in_place(base, n_o, dt);
         return s;
@@ -590,27 +587,19 @@ void fwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
 
 void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
     Op *op = static_cast<Op *>(userdata);
-    if (ith != 0) {
-        pool_help(&op->pool, ith);
-        return;
-    }
-    const Settings &st = op->set;
     const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *fa = dst->src[3],
                       *dout = dst->src[4];
-    const ggml_tensor *mask = st.has_mask ? dst->src[5] : nullptr;
-    const int iv = 5 + (st.has_mask ? 1 : 0);
     const int64_t D = q->ne[0], Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
     const int64_t Skv = k->ne[1], Hkv = k->ne[2];
     const int64_t n_o = Dv * Sq * Hq * B;
     const fattn_dtype dt = dtype_of(q->type);
     float *fab = static_cast<float *>(fa->data);
     float *g = static_cast<float *>(dst->data);
-    drive(op, dst, nth, "fattn_attn_bwd", [&](fattn_ctx_t *fc) {
+    drive(op, dst, ith, nth, "fattn_attn_bwd", [&](fattn_ctx_t *fc) {
         const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
         const fattn_tensor tl = lse_view(fab + n_o, Sq, Hq, B);
         const int64_t nq = D * Sq * Hq * B, nk = D * Skv * Hkv * B, nv = Dv * Skv * Hkv * B;
-        const Seqlens sl = st.has_varlen ? node_seqlens(dst->src[iv], dst->src[iv + 1]) : Seqlens();
-        const fattn_attn_params p = make_params(st, mask, mask ? mask->data : nullptr, Sq, sl);
+        const fattn_attn_params p = node_params(op->set, dst, 5);
         if (dt == FATTN_F32) {
             const fattn_tensor to = bshd_contiguous(fab, Dv, Sq, Hq, B);
             const fattn_tensor tdo = bshd(dout, dout->data);
