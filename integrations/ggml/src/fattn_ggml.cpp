@@ -394,21 +394,23 @@ fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml
         fattn_status s = check_layout(names[i], qkv[i]);
         if (s != FATTN_OK) return s;
     }
-    if (k->ne[0] != q->ne[0])
-        return fail(FATTN_ERR_SHAPE_MISMATCH, "k: ne0 (head dim D) is " + S(k->ne[0]) +
-                                                  " but q has " + S(q->ne[0]));
-    if (k->ne[3] != q->ne[3])
-        return fail(FATTN_ERR_SHAPE_MISMATCH,
-                    "k: ne3 (batch) is " + S(k->ne[3]) + " but q has " + S(q->ne[3]));
-    if (v->ne[3] != q->ne[3])
-        return fail(FATTN_ERR_SHAPE_MISMATCH,
-                    "v: ne3 (batch) is " + S(v->ne[3]) + " but q has " + S(q->ne[3]));
-    if (v->ne[1] != k->ne[1])
-        return fail(FATTN_ERR_SHAPE_MISMATCH,
-                    "v: ne1 (keys) is " + S(v->ne[1]) + " but k has " + S(k->ne[1]));
-    if (v->ne[2] != k->ne[2])
-        return fail(FATTN_ERR_SHAPE_MISMATCH,
-                    "v: ne2 (kv heads) is " + S(v->ne[2]) + " but k has " + S(k->ne[2]));
+    // Extents that must agree: a's ne[dim] with b's.
+    const struct {
+        const char *a;
+        const ggml_tensor *ta;
+        const char *b;
+        const ggml_tensor *tb;
+        int dim;
+        const char *what;
+    } same[] = {
+        {"k", k, "q", q, 0, "head dim D"}, {"k", k, "q", q, 3, "batch"}, {"v", v, "q", q, 3, "batch"},
+        {"v", v, "k", k, 1, "keys"},       {"v", v, "k", k, 2, "kv heads"},
+    };
+    for (const auto &e : same)
+        if (e.ta->ne[e.dim] != e.tb->ne[e.dim])
+            return fail(FATTN_ERR_SHAPE_MISMATCH, string(e.a) + ": ne" + S(e.dim) + " (" + e.what +
+                                                      ") is " + S(e.ta->ne[e.dim]) + " but " + e.b +
+                                                      " has " + S(e.tb->ne[e.dim]));
     if (k->ne[2] <= 0 || q->ne[2] % k->ne[2] != 0)
         return fail(FATTN_ERR_GQA_HEADS, "k: ne2 (kv heads) is " + S(k->ne[2]) +
                                              ", must divide q's ne2 (query heads) " + S(q->ne[2]));
