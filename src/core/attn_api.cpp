@@ -180,21 +180,16 @@ fattn_status run(fattn_ctx *ctx, const fattn_attn_params *p, AttnOp op, const At
 extern "C" {
 
 fattn_attn_params fattn_attn_params_default(void) {
+    // Zero: scale (1/sqrt(D)), causal NONE, window_align TOP_LEFT, dense (no cu_seqlens,
+    // num_seqs and max_seqlen 0), prec AUTO, algo FUSED.
+    static_assert(FATTN_CAUSAL_NONE == 0 && FATTN_ALIGN_TOP_LEFT == 0 && FATTN_PREC_AUTO == 0 &&
+                      FATTN_ALGO_FUSED == 0,
+                  "the zeroed defaults");
     fattn_attn_params p;
     std::memset(&p, 0, sizeof p);
-    p.scale = 0.0f;  // 1/sqrt(D)
     p.bias = fattn_tensor_none();
-    p.causal = FATTN_CAUSAL_NONE;
-    p.window_left = -1;
+    p.window_left = -1;  // unbounded
     p.window_right = -1;
-    p.window_align = FATTN_ALIGN_TOP_LEFT;
-    p.cu_seqlens_q = nullptr;
-    p.cu_seqlens_kv = nullptr;
-    p.num_seqs = 0;
-    p.max_seqlen_q = 0;
-    p.max_seqlen_kv = 0;
-    p.prec = FATTN_PREC_AUTO;
-    p.algo = FATTN_ALGO_FUSED;
     return p;
 }
 
