@@ -1,5 +1,7 @@
 // status.cpp — the small, state-free part of the C API: status strings, the version, enum names,
 // dtype sizes and the tensor-view constructors. Nothing here touches a context.
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "core/enum_raw.h"
@@ -8,31 +10,55 @@
 #define FATTN_STR2(x) #x
 #define FATTN_STR(x) FATTN_STR2(x)
 
+namespace {
+
+// An enum value and its name.
+struct Named {
+    int64_t value;
+    const char *name;
+};
+
+// The name of e's value in `names`; `other` for a value none of them has (C callers may pass
+// any int).
+template <class E, size_t N>
+const char *name_of(E e, const Named (&names)[N], const char *other) {
+    const int64_t v = fattn::raw_enum(e);
+    for (const Named &n : names)
+        if (n.value == v) return n.name;
+    return other;
+}
+
+constexpr Named kStatusNames[] = {
+    {FATTN_OK, "ok"},
+    {FATTN_ERR_NULL_POINTER, "null pointer"},
+    {FATTN_ERR_DTYPE_MISMATCH, "dtype mismatch"},
+    {FATTN_ERR_SHAPE_MISMATCH, "shape mismatch"},
+    {FATTN_ERR_GQA_HEADS, "query heads not a multiple of key/value heads"},
+    {FATTN_ERR_BAD_STRIDE, "bad stride"},
+    {FATTN_ERR_OVERLAP, "overlapping tensors"},
+    {FATTN_ERR_BAD_BIAS, "bad bias"},
+    {FATTN_ERR_BAD_MASK, "bad mask"},
+    {FATTN_ERR_BAD_SEQLENS, "bad cu_seqlens"},
+    {FATTN_ERR_BAD_HEAD_DIM, "bad head dim"},
+    {FATTN_ERR_BAD_VALUE, "bad value"},
+    {FATTN_ERR_UNSUPPORTED, "unsupported"},
+    {FATTN_ERR_BACKEND_UNAVAILABLE, "backend unavailable"},
+    {FATTN_ERR_WORKSPACE_TOO_SMALL, "workspace too small"},
+    {FATTN_ERR_OUT_OF_MEMORY, "out of memory"},
+    {FATTN_ERR_DEVICE, "device error"},
+    {FATTN_ERR_INTERNAL, "internal error"},
+};
+constexpr Named kDtypeNames[] = {{FATTN_F32, "f32"}, {FATTN_F16, "f16"}, {FATTN_BF16, "bf16"}};
+constexpr Named kPrecNames[] = {
+    {FATTN_PREC_AUTO, "auto"}, {FATTN_PREC_F32, "f32"}, {FATTN_PREC_TF32, "tf32"}, {FATTN_PREC_NATIVE, "native"},
+};
+constexpr Named kAlgoNames[] = {{FATTN_ALGO_FUSED, "fused"}, {FATTN_ALGO_EXACT, "exact"}};
+
+}  // namespace
+
 extern "C" {
 
-const char *fattn_status_string(fattn_status s) {
-    switch (fattn::raw_enum(s)) {  // C callers may pass any int
-    case FATTN_OK: return "ok";
-    case FATTN_ERR_NULL_POINTER: return "null pointer";
-    case FATTN_ERR_DTYPE_MISMATCH: return "dtype mismatch";
-    case FATTN_ERR_SHAPE_MISMATCH: return "shape mismatch";
-    case FATTN_ERR_GQA_HEADS: return "query heads not a multiple of key/value heads";
-    case FATTN_ERR_BAD_STRIDE: return "bad stride";
-    case FATTN_ERR_OVERLAP: return "overlapping tensors";
-    case FATTN_ERR_BAD_BIAS: return "bad bias";
-    case FATTN_ERR_BAD_MASK: return "bad mask";
-    case FATTN_ERR_BAD_SEQLENS: return "bad cu_seqlens";
-    case FATTN_ERR_BAD_HEAD_DIM: return "bad head dim";
-    case FATTN_ERR_BAD_VALUE: return "bad value";
-    case FATTN_ERR_UNSUPPORTED: return "unsupported";
-    case FATTN_ERR_BACKEND_UNAVAILABLE: return "backend unavailable";
-    case FATTN_ERR_WORKSPACE_TOO_SMALL: return "workspace too small";
-    case FATTN_ERR_OUT_OF_MEMORY: return "out of memory";
-    case FATTN_ERR_DEVICE: return "device error";
-    case FATTN_ERR_INTERNAL: return "internal error";
-    }
-    return "unknown status";
-}
+const char *fattn_status_string(fattn_status s) { return name_of(s, kStatusNames, "unknown status"); }
 
 const char *fattn_version(void) {
     // Built from the header's macros so the string cannot drift from them.
@@ -43,38 +69,17 @@ const char *fattn_version(void) {
 size_t fattn_dtype_size(fattn_dtype t) {
     switch (fattn::raw_enum(t)) {  // C callers may pass any int
     case FATTN_F32: return 4;
-    case FATTN_F16: return 2;
+    case FATTN_F16:
     case FATTN_BF16: return 2;
     }
     return 0;  // not a dtype: callers validate before relying on the size
 }
 
-const char *fattn_dtype_name(fattn_dtype t) {
-    switch (fattn::raw_enum(t)) {  // C callers may pass any int
-    case FATTN_F32: return "f32";
-    case FATTN_F16: return "f16";
-    case FATTN_BF16: return "bf16";
-    }
-    return "invalid";
-}
+const char *fattn_dtype_name(fattn_dtype t) { return name_of(t, kDtypeNames, "invalid"); }
 
-const char *fattn_prec_name(fattn_prec p) {
-    switch (fattn::raw_enum(p)) {  // C callers may pass any int
-    case FATTN_PREC_AUTO: return "auto";
-    case FATTN_PREC_F32: return "f32";
-    case FATTN_PREC_TF32: return "tf32";
-    case FATTN_PREC_NATIVE: return "native";
-    }
-    return "invalid";
-}
+const char *fattn_prec_name(fattn_prec p) { return name_of(p, kPrecNames, "invalid"); }
 
-const char *fattn_algo_name(fattn_algo a) {
-    switch (fattn::raw_enum(a)) {  // C callers may pass any int
-    case FATTN_ALGO_FUSED: return "fused";
-    case FATTN_ALGO_EXACT: return "exact";
-    }
-    return "invalid";
-}
+const char *fattn_algo_name(fattn_algo a) { return name_of(a, kAlgoNames, "invalid"); }
 
 fattn_tensor fattn_tensor_4d(void *data, fattn_dtype dtype, int64_t n0, int64_t n1, int64_t n2,
                              int64_t n3, int64_t s0, int64_t s1, int64_t s2, int64_t s3) {
