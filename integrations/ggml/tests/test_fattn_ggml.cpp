@@ -76,22 +76,15 @@ struct Cfg {
     bool permuted = false;     // fattn arm: q, k, v are permutes of [D, H, S, B] params of dtype
     int threads = 2;
     uint64_t seed = 1;
+    Cfg() = default;
+    // The defaults with Sq queries, Skv keys, Hq query and Hkv kv heads, batch B, q, k, v of type t.
+    Cfg(int sq, int skv, int hq, int hkv, int b, ggml_type t = GGML_TYPE_F32)
+        : Sq(sq), Skv(skv), Hq(hq), Hkv(hkv), B(b), dtype(t) {}
     float eff_scale() const { return scale != 0.0f ? scale : 1.0f / std::sqrt(float(D)); }
     int mask_rows() const { return mask == MASK_F32_PADDED ? Sq + 5 : Sq; }
     int mask_heads() const { return mask == MASK_F16_PER_HEAD ? Hq : 1; }
     int mask_batch() const { return mask == MASK_F32_BCAST ? 1 : B; }
 };
-
-// Cfg's defaults with Sq queries, Skv keys, Hq query and Hkv kv heads, batch B.
-Cfg sized(int Sq, int Skv, int Hq, int Hkv, int B) {
-    Cfg c;
-    c.Sq = Sq;
-    c.Skv = Skv;
-    c.Hq = Hq;
-    c.Hkv = Hkv;
-    c.B = B;
-    return c;
-}
 
 // Host copies in ggml's contiguous layouts: q [D, Sq, Hq, B], k [D, Skv, Hkv, B],
 // v [Dv, Skv, Hkv, B], w = dO [Dv, Sq, Hq, B], mask [Skv, rows, Hm, Bm] (already f16-rounded
@@ -619,13 +612,13 @@ void case_causal_top_left() {
 }
 
 void case_causal_bottom_right() {
-    Cfg c = sized(16, 40, 4, 4, 2);
+    Cfg c(16, 40, 4, 4, 2);
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     compare_arms(c);
 }
 
 void case_cross_attn() {
-    Cfg c = sized(16, 40, 4, 4, 2);
+    Cfg c(16, 40, 4, 4, 2);
     c.scale = 0.3f;
     compare_arms(c);
 }
@@ -638,7 +631,7 @@ void case_mask_f32_broadcast() {
 }
 
 void case_mask_f16_per_head() {
-    Cfg c = sized(20, 28, 4, 4, 2);
+    Cfg c(20, 28, 4, 4, 2);
     c.mask = MASK_F16_PER_HEAD;  // [Skv, Sq, Hq, B] f16
     compare_arms(c);
 }
@@ -651,7 +644,7 @@ void case_mask_rows_padded() {
 
 void case_gqa() {
     for (int B : {1, 2}) {
-        Cfg c = sized(24, 24, 6, 2, B);
+        Cfg c(24, 24, 6, 2, B);
         c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
         compare_arms(c);
     }
@@ -659,14 +652,14 @@ void case_gqa() {
 
 void case_mqa() {
     for (int B : {1, 3}) {
-        Cfg c = sized(24, 24, 4, 1, B);
+        Cfg c(24, 24, 4, 1, B);
         c.mask = MASK_F32_BCAST;
         compare_arms(c);
     }
 }
 
 void case_dv_ne_d() {
-    Cfg c = sized(24, 30, 4, 4, 2);
+    Cfg c(24, 30, 4, 4, 2);
     c.D = 48;
     c.Dv = 16;
     compare_arms(c);
@@ -677,7 +670,7 @@ void case_dv_ne_d() {
 void case_noncontiguous_qkv() {
     Cfg c;
     for (int B : {1, 2}) {
-        c = sized(20, 20, 4, 2, B);
+        c = Cfg(20, 20, 4, 2, B);
         c.fused_qkv = true;
         c.causal = FATTN_CAUSAL_TOP_LEFT;
         compare_arms(c);
@@ -693,10 +686,8 @@ void case_noncontiguous_qkv() {
 }
 
 void case_shared_qk() {
-    Cfg c;
-    c.shared_qk = true;  // k is q: the hook's two gradients add up
-    c.Skv = c.Sq;
-    c.Hkv = c.Hq;
+    Cfg c(24, 24, 4, 4, 2);  // k is q: the same lengths and heads
+    c.shared_qk = true;              // the hook's two gradients add up
     compare_arms(c);
 }
 
@@ -705,14 +696,12 @@ void case_shared_qk() {
 // the same rounded inputs (bounds: the file's header). Then q, k, v as strided 16-bit views of
 // one fused QKV tensor, read in place.
 void dtype_case(ggml_type t) {
-    Cfg c = sized(20, 28, 4, 2, 1);
-    c.dtype = t;
+    Cfg c(20, 28, 4, 2, 1, t);
     c.mask = MASK_F32_BCAST;
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     compare_arms(c);
     // q, k, v: permuted (strided) 16-bit views of [D, H, S, B] tensors, read in place
-    Cfg f = sized(20, 20, 4, 4, 2);
-    f.dtype = t;
+    Cfg f(20, 20, 4, 4, 2, t);
     f.permuted = true;
     f.causal = FATTN_CAUSAL_TOP_LEFT;
     compare_arms(f);
@@ -739,11 +728,11 @@ void case_window() {
     a.window_left = 5;
     a.window_right = 3;
     compare_arms(a);
-    Cfg b = sized(24, 24, 4, 2, 1);
+    Cfg b(24, 24, 4, 2, 1);
     b.causal = FATTN_CAUSAL_TOP_LEFT;
     b.window_left = 6;
     compare_arms(b);
-    Cfg c = sized(16, 40, 4, 4, 2);
+    Cfg c(16, 40, 4, 4, 2);
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     c.window_left = 9;
     c.window_right = 0;
@@ -758,11 +747,11 @@ void case_window() {
 // Varlen (packed sequences, I32 offsets as graph data): ggml's chain gets an additive mask that
 // is -inf between sequences (plus causal / window per sequence).
 void case_varlen() {
-    Cfg a = sized(30, 30, 4, 2, 1);
+    Cfg a(30, 30, 4, 2, 1);
     a.cu_q = a.cu_kv = {0, 7, 19, 30};
     a.causal = FATTN_CAUSAL_TOP_LEFT;
     compare_arms(a);
-    Cfg b = sized(20, 30, 4, 4, 1);  // cross lengths, bottom-right causal with a window, per sequence
+    Cfg b(20, 30, 4, 4, 1);  // cross lengths, bottom-right causal with a window, per sequence
     b.cu_q = {0, 5, 16, 20};
     b.cu_kv = {0, 9, 21, 30};
     b.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
@@ -806,8 +795,7 @@ void case_varlen() {
 
 // Bitwise the same result for 1, 2, 3 and 4 ggml threads, and on repeat.
 void threads_case(ggml_type t) {
-    Cfg c = sized(40, 56, 4, 2, 2);
-    c.dtype = t;
+    Cfg c(40, 56, 4, 2, 2, t);
     c.mask = MASK_F32_BCAST;
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     const Inputs in = make_inputs(c);
@@ -832,8 +820,7 @@ void case_threads_bitwise() {
 
 // fattn_ggml_attn_back by hand (dO a strided view) gives the hook's gradients bit for bit.
 void explicit_back_case(ggml_type t) {
-    Cfg c = sized(24, 24, 4, 2, 2);
-    c.dtype = t;
+    Cfg c(24, 24, 4, 2, 2, t);
     c.causal = FATTN_CAUSAL_TOP_LEFT;
     const Inputs in = make_inputs(c);
     Graph hook;
@@ -890,7 +877,7 @@ void case_explicit_back() {
 }
 
 void case_lse() {
-    Cfg c = sized(12, 20, 4, 2, 2);
+    Cfg c(12, 20, 4, 2, 2);
     c.mask = MASK_F32_BCAST;
     c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
     const Inputs in = make_inputs(c);
@@ -1109,8 +1096,7 @@ void case_memory() {
 // The op under ggml's graph allocator (memory reuse between nodes) and the CPU backend, as
 // ggml-opt runs it: the same bits as the context-allocated graph.
 void gallocr_case(ggml_type t) {
-    Cfg c = sized(24, 24, 4, 2, 2);
-    c.dtype = t;
+    Cfg c(24, 24, 4, 2, 2, t);
     c.mask = MASK_F16_PER_HEAD;
     c.causal = FATTN_CAUSAL_TOP_LEFT;
     const Inputs in = make_inputs(c);
