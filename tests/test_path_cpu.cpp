@@ -18,21 +18,12 @@
 #include "core/dtype.h"
 #include "cpu/ref/path_ref.h"
 #include "fattn/fattn.h"
+#include "support/path_case.h"
 #include "test/path_data.h"
 
 namespace {
 
-struct Case {
-    const char *name;
-    int64_t B, T, Hq, H, K, V;
-    std::vector<int32_t> cu;  // empty: dense
-    bool gate;
-    fattn_dtype dt;
-    fattn_path_history hist;
-    // beta ~ U(beta_lo, 1.95 or 2): close to 2 the products stay near-orthogonal, so long-range
-    // (cross-segment) paths carry real weight in every gradient; lower values contract them.
-    double beta_lo = 0.3;
-};
+using Case = fattn_test::PathCase;
 
 using Buf = fattn_test::TypedBuf;
 
@@ -184,17 +175,17 @@ void check_against_oracle(Problem &pb, const Tol &tol) {
 const std::vector<Case> &cases() {
     static const std::vector<Case> t = {
         // name                     B  T     Hq H  K    V    cu_seqlens                       gate  dtype      history
-        {"dense_t100_gqa_k16_v32", 2, 100, 2, 1, 16, 32, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
-        {"varlen_empty_and_T1_seqs", 1, 70, 2, 1, 16, 16, {0, 0, 1, 1, 70}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
-        {"dense_t512_mha_k64", 1, 512, 2, 2, 64, 64, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
-        {"dense_t513_gqa_k32_v16", 1, 513, 2, 1, 32, 16, {}, false, FATTN_F32, FATTN_PATH_HISTORY_PACKED},
-        {"dense_t1025_k64", 1, 1025, 1, 1, 64, 64, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95},
-        {"dense_t1600_k16_4seg", 1, 1600, 1, 1, 16, 16, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95},
-        {"varlen_mixed_gqa_k32", 1, 1600, 2, 1, 32, 32, {0, 15, 333, 900, 1600}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95},
-        {"dense_t1100_rect_k64", 1, 1100, 2, 1, 64, 64, {}, false, FATTN_F32, FATTN_PATH_HISTORY_RECTANGULAR, 1.95},
-        {"dense_t700_k128_bf16", 1, 700, 2, 2, 128, 128, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED},
-        {"varlen_gqa_k64_f16", 1, 1200, 4, 2, 64, 64, {0, 100, 613, 1200}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED},
-        {"dense_t1030_k64_v128_bf16", 1, 1030, 2, 1, 64, 128, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.95},
+        {"dense_t100_gqa_k16_v32", 2, 100, 2, 1, 16, 32, {}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED},
+        {"varlen_empty_and_T1_seqs", 1, 70, 2, 1, 16, 16, {0, 0, 1, 1, 70}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED},
+        {"dense_t512_mha_k64", 1, 512, 2, 2, 64, 64, {}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED},
+        {"dense_t513_gqa_k32_v16", 1, 513, 2, 1, 32, 16, {}, FATTN_F32, false, FATTN_PATH_HISTORY_PACKED},
+        {"dense_t1025_k64", 1, 1025, 1, 1, 64, 64, {}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED, 1.95},
+        {"dense_t1600_k16_4seg", 1, 1600, 1, 1, 16, 16, {}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED, 1.95},
+        {"varlen_mixed_gqa_k32", 1, 1600, 2, 1, 32, 32, {0, 15, 333, 900, 1600}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED, 1.95},
+        {"dense_t1100_rect_k64", 1, 1100, 2, 1, 64, 64, {}, FATTN_F32, false, FATTN_PATH_HISTORY_RECTANGULAR, 1.95},
+        {"dense_t700_k128_bf16", 1, 700, 2, 2, 128, 128, {}, FATTN_BF16, true, FATTN_PATH_HISTORY_PACKED},
+        {"varlen_gqa_k64_f16", 1, 1200, 4, 2, 64, 64, {0, 100, 613, 1200}, FATTN_F16, false, FATTN_PATH_HISTORY_PACKED},
+        {"dense_t1030_k64_v128_bf16", 1, 1030, 2, 1, 64, 128, {}, FATTN_BF16, true, FATTN_PATH_HISTORY_PACKED, 1.95},
     };
     return t;
 }
@@ -214,7 +205,7 @@ INSTANTIATE_TEST_SUITE_P(Table, PathCpuVsOracle, ::testing::Range<size_t>(0, cas
 
 // Results are bitwise independent of the thread count.
 TEST(PathCpu, DeterministicAcrossThreadCounts) {
-    Case c{"det", 1, 1100, 4, 2, 32, 32, {0, 300, 1100}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED};
+    Case c{"det", 1, 1100, 4, 2, 32, 32, {0, 300, 1100}, FATTN_BF16, true, FATTN_PATH_HISTORY_PACKED};
     Problem a, b;
     a.c = b.c = c;
     make_inputs(a, 77);
@@ -230,7 +221,7 @@ TEST(PathCpu, DeterministicAcrossThreadCounts) {
 // CHECK_NONE computes the definition as is for w off the unit sphere (still matches the oracle);
 // STRICT rejects such inputs, and beta outside [0, 2], naming the argument.
 TEST(PathCpu, WBetaCheckModes) {
-    Case c{"unnormalized_w", 1, 200, 1, 1, 16, 16, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED};
+    Case c{"unnormalized_w", 1, 200, 1, 1, 16, 16, {}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED};
     Problem pb;
     pb.c = c;
     make_inputs(pb, 5, /*w_norm_spread=*/0.2);
@@ -268,7 +259,7 @@ TEST(PathCpu, WBetaCheckModes) {
 // and the gradients strided too) give bitwise the results of contiguous views: strides are
 // only addresses, never a copy or a different arithmetic order.
 TEST(PathCpu, StridedViewsMatchContiguous) {
-    Case c{"strided", 2, 150, 2, 1, 16, 16, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED};
+    Case c{"strided", 2, 150, 2, 1, 16, 16, {}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED};
     Problem a;
     a.c = c;
     make_inputs(a, 31);

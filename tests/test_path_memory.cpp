@@ -27,17 +27,13 @@
 #include "core/dtype.h"
 #include "fattn/fattn.h"
 #include "heap_probe.h"
+#include "support/path_case.h"
 
 #if FATTN_HEAP_HOOK
 namespace {
 
 
-struct Case {
-    const char *name;
-    int64_t B, T, HQ, H, K, V;
-    std::vector<int32_t> cu;  // empty: dense
-    fattn_dtype dt;
-};
+using Case = fattn_test::PathCase;
 
 void run_case(const Case &c, int nthreads) {
     SCOPED_TRACE(std::string(c.name) + " threads=" + std::to_string(nthreads));
@@ -54,7 +50,7 @@ void run_case(const Case &c, int nthreads) {
         for (int64_t i = 0; i < n; ++i) fattn::store_f32(b.data(), c.dt, i, 0.5f * u(g));
         return b;
     };
-    const int64_t B = c.B, T = c.T, HQ = c.HQ, H = c.H, K = c.K, V = c.V;
+    const int64_t B = c.B, T = c.T, HQ = c.Hq, H = c.H, K = c.K, V = c.V;
     std::vector<uint8_t> q = raw(B * T * HQ * K), k = raw(B * T * H * K), v = raw(B * T * H * V);
     std::vector<uint8_t> o(size_t(B * T * HQ * V) * es), dout = raw(B * T * HQ * V);
     std::vector<uint8_t> dq(q.size()), dk(k.size()), dv(v.size());

@@ -20,19 +20,13 @@
 #include "cpu/ref/path_ref.h"
 #include "cuda/path/gpu_layout.h"
 #include "emu/path_emu.h"
+#include "../support/path_case.h"
 
 namespace {
 
 using namespace fattn;
 
-struct Case {
-    const char *name;
-    int64_t B, T, HQ, H, K, V;
-    bool gate;
-    fattn_dtype dt;
-    std::vector<int32_t> cu;
-    fattn_path_history hist = FATTN_PATH_HISTORY_PACKED;
-};
+using Case = fattn_test::PathCase;
 
 std::vector<uint8_t> pack(const std::vector<double> &x, fattn_dtype t) {
     std::vector<uint8_t> b(x.size() * fattn_dtype_size(t));
@@ -49,7 +43,7 @@ struct Problem {
     PathBwdParams p{};
 
     explicit Problem(const Case &cs, uint32_t seed = 1) : c(cs) {
-        const int64_t R = c.B * c.T, T = c.T, HQ = c.HQ, H = c.H, K = c.K, V = c.V;
+        const int64_t R = c.B * c.T, T = c.T, HQ = c.Hq, H = c.H, K = c.K, V = c.V;
         std::mt19937 rng(seed);
         std::normal_distribution<double> nd;
         std::uniform_real_distribution<double> ub(1.9, 2.0), ug(-0.05, 0.0);
@@ -126,7 +120,6 @@ double ratio(const std::vector<double> &ref, const std::function<double(size_t)>
     return std::sqrt(se / (sr > 0 ? sr : 1e-300));
 }
 
-void PrintTo(const Case &c, std::ostream *os) { *os << c.name; }
 
 class PathEmu : public ::testing::TestWithParam<Case> {};
 
@@ -136,9 +129,9 @@ TEST_P(PathEmu, MatchesOracle) {
     ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
     const Case &c = pr.c;
     ref::PathRefShape sh;
-    sh.B = c.B, sh.T = c.T, sh.Hq = c.HQ, sh.H = c.H, sh.K = c.K, sh.V = c.V, sh.cu_seqlens = c.cu;
+    sh.B = c.B, sh.T = c.T, sh.Hq = c.Hq, sh.H = c.H, sh.K = c.K, sh.V = c.V, sh.cu_seqlens = c.cu;
     const size_t R = size_t(c.B * c.T);
-    std::vector<double> ro(R * size_t(c.HQ * c.V)), rl(R * size_t(c.HQ)), rq(pr.q.size()), rk(pr.k.size()),
+    std::vector<double> ro(R * size_t(c.Hq * c.V)), rl(R * size_t(c.Hq)), rq(pr.q.size()), rk(pr.k.size()),
         rv(pr.v.size()), rw(pr.w.size()), rb(pr.be.size()), rg(pr.g.size());
     const double *gp = c.gate ? pr.g.data() : nullptr;
     ref::path_ref_fwd(sh, pr.q.data(), pr.k.data(), pr.v.data(), pr.w.data(), pr.be.data(), gp, ro.data(), rl.data());
@@ -178,14 +171,14 @@ TEST_P(PathEmu, MatchesOracle) {
 }
 
 const Case kCases[] = {
-    {"dense_B2_T100_f32_gate", 2, 100, 2, 1, 64, 64, true, FATTN_F32, {}},
-    {"dense_T1100_bf16_gate_3seg", 1, 1100, 2, 1, 64, 64, true, FATTN_BF16, {}},
-    {"varlen_15_333_900_gqa_f16_gate", 1, 1248, 4, 2, 64, 64, true, FATTN_F16, {0, 15, 348, 1248}},
-    {"dense_T700_K128_bf16", 1, 700, 2, 2, 128, 128, false, FATTN_BF16, {}},
-    {"dense_T300_K16_V32_f32_gate", 1, 300, 2, 1, 16, 32, true, FATTN_F32, {}},
-    {"dense_T600_K32_V16_f16", 1, 600, 2, 1, 32, 16, false, FATTN_F16, {}},
-    {"dense_T1030_rect_bf16", 1, 1030, 1, 1, 64, 64, false, FATTN_BF16, {}, FATTN_PATH_HISTORY_RECTANGULAR},
-    {"dense_T1025_K64_V128_f32_gate", 1, 1025, 1, 1, 64, 128, true, FATTN_F32, {}},
+    {"dense_B2_T100_f32_gate", 2, 100, 2, 1, 64, 64, {}, FATTN_F32, true},
+    {"dense_T1100_bf16_gate_3seg", 1, 1100, 2, 1, 64, 64, {}, FATTN_BF16, true},
+    {"varlen_15_333_900_gqa_f16_gate", 1, 1248, 4, 2, 64, 64, {0, 15, 348, 1248}, FATTN_F16, true},
+    {"dense_T700_K128_bf16", 1, 700, 2, 2, 128, 128, {}, FATTN_BF16, false},
+    {"dense_T300_K16_V32_f32_gate", 1, 300, 2, 1, 16, 32, {}, FATTN_F32, true},
+    {"dense_T600_K32_V16_f16", 1, 600, 2, 1, 32, 16, {}, FATTN_F16, false},
+    {"dense_T1030_rect_bf16", 1, 1030, 1, 1, 64, 64, {}, FATTN_BF16, false, FATTN_PATH_HISTORY_RECTANGULAR},
+    {"dense_T1025_K64_V128_f32_gate", 1, 1025, 1, 1, 64, 128, {}, FATTN_F32, true},
 };
 INSTANTIATE_TEST_SUITE_P(Cases, PathEmu, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case> &i) { return std::string(i.param.name); });
@@ -284,7 +277,7 @@ TEST(PathEmuLayout, VarlenPackWorkspace) {
 
 // T = 1: one key per query; o = v, and only dv has a non-zero reference.
 TEST(PathEmuEdge, SingleToken) {
-    Problem pr({"t1", 1, 1, 2, 1, 64, 64, true, FATTN_F32, {}});
+    Problem pr({"t1", 1, 1, 2, 1, 64, 64, {}, FATTN_F32, true});
     std::string err;
     ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
     for (size_t i = 0; i < 64; ++i) EXPECT_NEAR(load_f32(pr.bo.data(), FATTN_F32, int64_t(i)), pr.v[i], 2e-3 * (1 + std::fabs(pr.v[i])));
@@ -297,7 +290,7 @@ TEST(PathEmuEdge, SingleToken) {
 // untouched (still the poison).
 TEST(PathEmuHistory, ProducerWritesExactlyTheLayoutsCells) {
     for (fattn_path_history hl : {FATTN_PATH_HISTORY_PACKED, FATTN_PATH_HISTORY_RECTANGULAR}) {
-        Problem pr({"hist", 1, 1300, 2, 1, 32, 32, false, FATTN_BF16, {0, 600, 1300}, hl});
+        Problem pr({"hist", 1, 1300, 2, 1, 32, 32, {0, 600, 1300}, FATTN_BF16, false, hl});
         std::string err;
         std::vector<uint8_t> ws;
         ASSERT_EQ(pr.run(&err, false, &ws, "KHist"), FATTN_OK) << err;
@@ -307,7 +300,7 @@ TEST(PathEmuHistory, ProducerWritesExactlyTheLayoutsCells) {
         int64_t nan = 0;
         for (size_t i = 0; i < w.history_bytes / 2; ++i) nan += h[i] == 0xFFFF;
         // sequences of 600 and 700 tokens: 2 segments each, cells (L - 512) per sequence
-        const int64_t needed = (600 - 512) + (700 - 512), per = pr.c.HQ * pr.c.K;
+        const int64_t needed = (600 - 512) + (700 - 512), per = pr.c.Hq * pr.c.K;
         if (hl == FATTN_PATH_HISTORY_PACKED) {
             EXPECT_EQ(int64_t(w.history_bytes), needed * per * 2);
             EXPECT_EQ(nan, 0);
@@ -319,7 +312,7 @@ TEST(PathEmuHistory, ProducerWritesExactlyTheLayoutsCells) {
 
 // Bitwise: the same call twice, and with every block's threads run in reverse order.
 TEST(PathEmuDeterminism, BitwiseAcrossRunsAndThreadOrders) {
-    const Case c{"det", 1, 1100, 4, 2, 32, 32, true, FATTN_F16, {0, 300, 1100}};
+    const Case c{"det", 1, 1100, 4, 2, 32, 32, {0, 300, 1100}, FATTN_F16, true};
     Problem a(c), b(c), r(c);
     std::string err;
     ASSERT_EQ(a.run(&err), FATTN_OK) << err;
@@ -339,7 +332,7 @@ TEST(PathEmuDeterminism, BitwiseAcrossRunsAndThreadOrders) {
 
 // STRICT: a beta outside [0, 2] is refused before anything is written, naming the token.
 TEST(PathEmuCheck, StrictNamesTheToken) {
-    Problem pr({"chk", 1, 70, 1, 1, 16, 16, false, FATTN_F32, {}});
+    Problem pr({"chk", 1, 70, 1, 1, 16, 16, {}, FATTN_F32, false});
     pr.fb[size_t(37)] = 2.5f;
     std::string err;
     std::vector<uint8_t> ws(emu::path_workspace_bytes(pr.p, FATTN_DIR_FWD), 0xFF);
