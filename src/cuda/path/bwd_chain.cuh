@@ -174,6 +174,13 @@ template <typename Tin, int D> struct KChainA {
     }
 };
 
+// sum over k < 64 of x[k * stride] y[k * stride], k ascending
+PK_DEV float dot64(const float *x, const float *y, int stride) {
+    float s = 0.f;
+    for (int k = 0; k < kC; ++k) s += x[k * stride] * y[k * stride];
+    return s;
+}
+
 template <typename Tin, int D> struct KChainB {
     static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
@@ -234,12 +241,7 @@ template <typename Tin, int D> struct KChainB {
         for (int e = tid(); e < kC * kC; e += kThreads)
             if (e % kC > e / kC) E[(e / kC) * S64 + e % kC] = 0.f;
         sync();
-        if (tid() < kC) {
-            const int b = tid();
-            float s = 0.f;
-            for (int a = 0; a < kC; ++a) s += T0[a * S64 + b] * E[a * S64 + b];
-            db[b] += s;
-        }
+        if (tid() < kC) db[tid()] += dot64(T0 + tid(), E + tid(), S64);  // column sums of T0 .* dT
         sync();
         for (int e = tid(); e < kC * kC; e += kThreads) E[(e / kC) * S64 + e % kC] *= sb[e % kC];
         sync();
@@ -250,12 +252,7 @@ template <typename Tin, int D> struct KChainB {
         sync();
         cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { C[a * S64 + b] = v; });
         sync();
-        if (tid() < kC) {
-            const int a = tid();
-            float s = 0.f;
-            for (int b = 0; b < kC; ++b) s += F[a * S64 + b] * C[a * S64 + b];
-            db[a] += s;
-        }
+        if (tid() < kC) db[tid()] += dot64(F + tid() * S64, C + tid() * S64, 1);  // row sums of dM .* W W^T
         sync();
         for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] *= sb[e / kC];
         sync();

@@ -256,6 +256,20 @@ template <int N> PK_DEV void zero_acc(float (&c)[N][4]) {
     for (int j = 0; j < N; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.f;
 }
 
+// One k-step of a warp's 16 x 8N tile: acc += a (this warp's A fragment at k0) B[k0 .., n0 .. n0+8N),
+// two n-tiles per B fragment. BK: B is stored with rows = k (else rows = n).
+template <typename E, bool BK, int N>
+PK_DEV void mma_row(float (&acc)[N][4], const uint32_t (&a)[4], const E *B, int ldb, int k0, int n0) {
+    static_assert(N % 2 == 0, "two n-tiles per B fragment");
+    for (int j = 0; j < N / 2; ++j) {
+        uint32_t b[4];
+        if (BK) Frag<E>::b_krows(b, B, ldb, k0, n0 + 16 * j);
+        else Frag<E>::b_rows(b, B, ldb, n0 + 16 * j, k0);
+        mma<E>(acc[2 * j], a, b[0], b[1]);
+        mma<E>(acc[2 * j + 1], a, b[2], b[3]);
+    }
+}
+
 // acc[N][4] (16 x 8N) += A[m0 .. m0+16, 0 .. KD) B[0 .. KD, n0 .. n0+8N) from shared tiles.
 // AT: A is stored transposed (tile rows = k); BK: B is stored with rows = k (else rows = n).
 template <typename E, bool AT, bool BK, int N>
@@ -265,13 +279,7 @@ PK_DEV void warp_gemm(float (&acc)[N][4], const E *A, int lda, const E *B, int l
         uint32_t a[4];
         if (AT) Frag<E>::a_cols(a, A, lda, k0, m0);
         else Frag<E>::a_rows(a, A, lda, m0, k0);
-        for (int j = 0; j < N / 2; ++j) {
-            uint32_t b[4];
-            if (BK) Frag<E>::b_krows(b, B, ldb, k0, n0 + 16 * j);
-            else Frag<E>::b_rows(b, B, ldb, n0 + 16 * j, k0);
-            mma<E>(acc[2 * j], a, b[0], b[1]);
-            mma<E>(acc[2 * j + 1], a, b[2], b[3]);
-        }
+        mma_row<E, BK>(acc, a, B, ldb, k0, n0);
     }
 }
 
@@ -282,14 +290,7 @@ PK_DEV void warp_gemm_acc(float (&acc)[N][4], const float (&c)[NC][4], float sc,
     for (int kk = 0; kk < KD / Frag<E>::KS; ++kk) {
         uint32_t a[4];
         Frag<E>::a_acc(a, c, kk, sc);
-        const int k0 = kk * Frag<E>::KS;
-        for (int j = 0; j < N / 2; ++j) {
-            uint32_t b[4];
-            if (BK) Frag<E>::b_krows(b, B, ldb, k0, n0 + 16 * j);
-            else Frag<E>::b_rows(b, B, ldb, n0 + 16 * j, k0);
-            mma<E>(acc[2 * j], a, b[0], b[1]);
-            mma<E>(acc[2 * j + 1], a, b[2], b[3]);
-        }
+        mma_row<E, BK>(acc, a, B, ldb, kk * Frag<E>::KS, n0);
     }
 }
 
