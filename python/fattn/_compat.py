@@ -205,17 +205,22 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     return _fa2_result(out, return_attn_probs)
 
 
+def _unpack(t, n, fn: str, layout: str):
+    """The n tensors packed along dim 2 of a 5-dim t, as views (read in place); fn and layout
+    name the function and the shape it wants when t is not one."""
+    if t.dim() != 5 or t.shape[2] != n:
+        raise ValueError(f"fattn.{fn}: {layout}, got shape {tuple(t.shape)}")
+    return [t[:, :, i] for i in range(n)]
+
+
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                               window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                               deterministic=False, return_attn_probs=False):
     """FA2's flash_attn_qkvpacked_func: qkv [B, S, 3, H, D]; q, k, v are read in place.
     Returns as flash_attn_func (return_attn_probs=True: (out, softmax_lse [B, H, S], None))."""
-    if qkv.dim() != 5 or qkv.shape[2] != 3:
-        raise ValueError(f"fattn.flash_attn_qkvpacked_func: qkv must be [B, S, 3, H, D], got "
-                         f"shape {tuple(qkv.shape)}")
-    return flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale,
-                           causal, window_size, softcap, alibi_slopes, deterministic,
-                           return_attn_probs)
+    q, k, v = _unpack(qkv, 3, "flash_attn_qkvpacked_func", "qkv must be [B, S, 3, H, D]")
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -223,11 +228,9 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
                              deterministic=False, return_attn_probs=False):
     """FA2's flash_attn_kvpacked_func: q [B, Sq, Hq, D], kv [B, Sk, 2, Hk, D] read in place.
     Returns as flash_attn_func (return_attn_probs=True: (out, softmax_lse [B, Hq, Sq], None))."""
-    if kv.dim() != 5 or kv.shape[2] != 2:
-        raise ValueError(f"fattn.flash_attn_kvpacked_func: kv must be [B, Sk, 2, Hk, D], got "
-                         f"shape {tuple(kv.shape)}")
-    return flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal,
-                           window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+    k, v = _unpack(kv, 2, "flash_attn_kvpacked_func", "kv must be [B, Sk, 2, Hk, D]")
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

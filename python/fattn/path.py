@@ -112,19 +112,27 @@ _lib_def.define("path_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor w, T
                 "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
-def _path_fwd(q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode):
-    B, T, HQ, _ = q.shape
-    o = torch.empty(B, T, HQ, v.shape[-1], dtype=q.dtype, device=q.device)
-    lse = torch.empty(B, HQ, T, dtype=torch.float32, device=q.device)
+def _path_call(direction, q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode, outs):
+    """fattn_path_fwd (direction 0) or fattn_path_bwd (1) on q's device: the views of q, k, v, w,
+    beta and g, then those outs() makes, and a workspace of the size the library asks for."""
+    name = ("path_fwd", "path_bwd")[direction]
     cu = _host_cu(cu_seqlens)
     with device_guard(q.device):
         ctx = context(q.device)
         p = _params(scale, cu, history, check_mode)
         ins = [view(q, "q"), view(k, "k"), view(v, "v"), view(w, "w"), _v1(beta, "beta"), _v1(g, "g")]
-        ws = _workspace(ctx, p, ins, 0, q.device)
-        vs = ins + [view(o, "o"), lse_view(lse)]
-        check(ctx, _fn("fattn_path_fwd")(ctx, ctypes.byref(p), *[ctypes.byref(x) for x in vs],
-                                         ws.data_ptr(), ws.numel()), "path_fwd")
+        ws = _workspace(ctx, p, ins, direction, q.device)
+        vs = ins + outs()
+        check(ctx, _fn("fattn_" + name)(ctx, ctypes.byref(p), *[ctypes.byref(x) for x in vs],
+                                        ws.data_ptr(), ws.numel()), name)
+
+
+def _path_fwd(q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode):
+    B, T, HQ, _ = q.shape
+    o = torch.empty(B, T, HQ, v.shape[-1], dtype=q.dtype, device=q.device)
+    lse = torch.empty(B, HQ, T, dtype=torch.float32, device=q.device)
+    _path_call(0, q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode,
+               lambda: [view(o, "o"), lse_view(lse)])
     return o, lse
 
 
@@ -133,16 +141,10 @@ def _path_bwd(dout, q, k, v, w, beta, g, o, lse, cu_seqlens, scale, history, che
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dw, dbeta = torch.empty_like(w), torch.empty_like(beta)
     dg = torch.empty_like(g) if g is not None else torch.empty(0, dtype=torch.float32, device=q.device)
-    cu = _host_cu(cu_seqlens)
-    with device_guard(q.device):
-        ctx = context(q.device)
-        p = _params(scale, cu, history, check_mode)
-        ins = [view(q, "q"), view(k, "k"), view(v, "v"), view(w, "w"), _v1(beta, "beta"), _v1(g, "g")]
-        ws = _workspace(ctx, p, ins, 1, q.device)
-        vs = ins + [view(o, "o"), lse_view(lse), view(dout, "dout"), view(dq, "dq"), view(dk, "dk"),
-                    view(dv, "dv"), view(dw, "dw"), _v1(dbeta, "dbeta"), _v1(dg if g is not None else None, "dg")]
-        check(ctx, _fn("fattn_path_bwd")(ctx, ctypes.byref(p), *[ctypes.byref(x) for x in vs],
-                                         ws.data_ptr(), ws.numel()), "path_bwd")
+    _path_call(1, q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode,
+               lambda: [view(o, "o"), lse_view(lse), view(dout, "dout"), view(dq, "dq"), view(dk, "dk"),
+                        view(dv, "dv"), view(dw, "dw"), _v1(dbeta, "dbeta"),
+                        _v1(dg if g is not None else None, "dg")])
     return dq, dk, dv, dw, dbeta, dg
 
 
