@@ -18,7 +18,7 @@ namespace fattn::pathk {
 template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d) {
     const int64_t rows = d.B * d.T;
     l.template launch<KSegPrep<Tin, D>>(d.total_segs, d.h, d);
-    l.template launch<KDelta<Tin>>(ceil_div(rows * d.hq, KDelta<Tin>::kThreads), 1, d);
+    l.template launch<KDelta<Tin>>(ceil_div(rows * d.hq, KDelta<Tin>::kRows), 1, d);
     l.template launch<KHist<Tin, D>>(d.total_chunks, d.hq, d);
     l.template launch<KDkv<Tin, D>>(d.total_chunks, d.hq, d);
     l.template launch<KSegInter<Tin, D>>(d.total_segs * seg_inter_split(D), d.hq, d);

@@ -166,22 +166,22 @@ template <typename E> struct Frag;
 template <typename E> struct Frag16 {
     static constexpr int KS = 16;
     // A[m][k] = s[(r0 + m) * ST + k0 + k]
-    PK_DEV static void a_rows(uint32_t (&a)[4], const E *s, int ST, int r0, int k0) {
+    template <bool R = false> PK_DEV static void a_rows(uint32_t (&a)[4], const E *s, int ST, int r0, int k0) {
         const int l = lane_id();
         ldsm4(a, s + (r0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + k0 + (l >> 4) * 8);
     }
     // A[m][k] = s[(k0 + k) * ST + m0 + m]
-    PK_DEV static void a_cols(uint32_t (&a)[4], const E *s, int ST, int k0, int m0) {
+    template <bool R = false> PK_DEV static void a_cols(uint32_t (&a)[4], const E *s, int ST, int k0, int m0) {
         const int l = lane_id();
         ldsm4_t(a, s + (k0 + (l & 7) + (l >> 4) * 8) * ST + m0 + ((l >> 3) & 1) * 8);
     }
     // B[k][n] = s[(n0 + n) * ST + k0 + k]; b[0..1]: n-tile n0, b[2..3]: n0 + 8
-    PK_DEV static void b_rows(uint32_t (&b)[4], const E *s, int ST, int n0, int k0) {
+    template <bool R = false> PK_DEV static void b_rows(uint32_t (&b)[4], const E *s, int ST, int n0, int k0) {
         const int l = lane_id();
         ldsm4(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ST + k0 + ((l >> 3) & 1) * 8);
     }
     // B[k][n] = s[(k0 + k) * ST + n0 + n]
-    PK_DEV static void b_krows(uint32_t (&b)[4], const E *s, int ST, int k0, int n0) {
+    template <bool R = false> PK_DEV static void b_krows(uint32_t (&b)[4], const E *s, int ST, int k0, int n0) {
         const int l = lane_id();
         ldsm4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + n0 + (l >> 4) * 8);
     }
@@ -195,33 +195,49 @@ template <typename E> struct Frag16 {
 };
 template <> struct Frag<f16_t> : Frag16<f16_t> {};
 template <> struct Frag<bf16_t> : Frag16<bf16_t> {};
+// A tf32 operand from an f32 tile element: rounded here (cvt.rna), or, for tiles whose values are
+// already tf32 (R: 16-bit sources, or rounded when stored), the bits as they are (the tensor core
+// reads the top 19 bits, so both give the same product on such values).
+template <bool R> PK_DEV uint32_t tf32_op(float x) {
+    if (R) {
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        return u;
+    }
+    return to_tf32(x);
+}
+// A tile element stored rounded to tf32 (for tiles read only as tf32 operands)
+PK_DEV float tf32_round(float x) { return as_float(to_tf32(x)); }
+
 template <> struct Frag<float> {
     static constexpr int KS = 8;
-    PK_DEV static void a_rows(uint32_t (&a)[4], const float *s, int ST, int r0, int k0) {
+    template <bool R = false> PK_DEV static void a_rows(uint32_t (&a)[4], const float *s, int ST, int r0, int k0) {
         const int l = lane_id();
         ldsm4(a, s + (r0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + k0 + (l >> 4) * 4);
-        for (int i = 0; i < 4; ++i) a[i] = to_tf32(as_float(a[i]));
+        if (!R)
+            for (int i = 0; i < 4; ++i) a[i] = to_tf32(as_float(a[i]));
     }
-    PK_DEV static void a_cols(uint32_t (&a)[4], const float *s, int ST, int k0, int m0) {
+    template <bool R = false> PK_DEV static void a_cols(uint32_t (&a)[4], const float *s, int ST, int k0, int m0) {
         const int l = lane_id(), g = l >> 2, t = l & 3;
         const float *p = s + (k0 + t) * ST + m0 + g;
-        a[0] = to_tf32(p[0]);
-        a[1] = to_tf32(p[8]);
-        a[2] = to_tf32(p[4 * ST]);
-        a[3] = to_tf32(p[4 * ST + 8]);
+        a[0] = tf32_op<R>(p[0]);
+        a[1] = tf32_op<R>(p[8]);
+        a[2] = tf32_op<R>(p[4 * ST]);
+        a[3] = tf32_op<R>(p[4 * ST + 8]);
     }
-    PK_DEV static void b_rows(uint32_t (&b)[4], const float *s, int ST, int n0, int k0) {
+    template <bool R = false> PK_DEV static void b_rows(uint32_t (&b)[4], const float *s, int ST, int n0, int k0) {
         const int l = lane_id();
         ldsm4(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ST + k0 + ((l >> 3) & 1) * 4);
-        for (int i = 0; i < 4; ++i) b[i] = to_tf32(as_float(b[i]));
+        if (!R)
+            for (int i = 0; i < 4; ++i) b[i] = to_tf32(as_float(b[i]));
     }
-    PK_DEV static void b_krows(uint32_t (&b)[4], const float *s, int ST, int k0, int n0) {
+    template <bool R = false> PK_DEV static void b_krows(uint32_t (&b)[4], const float *s, int ST, int k0, int n0) {
         const int l = lane_id(), g = l >> 2, t = l & 3;
         const float *p = s + (k0 + t) * ST + n0 + g;
-        b[0] = to_tf32(p[0]);
-        b[1] = to_tf32(p[4 * ST]);
-        b[2] = to_tf32(p[8]);
-        b[3] = to_tf32(p[4 * ST + 8]);
+        b[0] = tf32_op<R>(p[0]);
+        b[1] = tf32_op<R>(p[4 * ST]);
+        b[2] = tf32_op<R>(p[8]);
+        b[3] = tf32_op<R>(p[4 * ST + 8]);
     }
     // Lane (g, t) needs columns t and t+4 of n-tile kk; the accumulators hold columns 2t', 2t'+1
     // at lane (g, t'): they come from lanes (g, t/2) and (g, t/2 + 2), element t & 1.
@@ -258,82 +274,105 @@ template <int N> PK_DEV void zero_acc(float (&c)[N][4]) {
 
 // One k-step of a warp's 16 x 8N tile: acc += a (this warp's A fragment at k0) B[k0 .., n0 .. n0+8N),
 // two n-tiles per B fragment. BK: B is stored with rows = k (else rows = n).
-template <typename E, bool BK, int N>
+template <typename E, bool BK, int N, bool RB = false>
 PK_DEV void mma_row(float (&acc)[N][4], const uint32_t (&a)[4], const E *B, int ldb, int k0, int n0) {
     static_assert(N % 2 == 0, "two n-tiles per B fragment");
     for (int j = 0; j < N / 2; ++j) {
         uint32_t b[4];
-        if (BK) Frag<E>::b_krows(b, B, ldb, k0, n0 + 16 * j);
-        else Frag<E>::b_rows(b, B, ldb, n0 + 16 * j, k0);
+        if (BK) Frag<E>::template b_krows<RB>(b, B, ldb, k0, n0 + 16 * j);
+        else Frag<E>::template b_rows<RB>(b, B, ldb, n0 + 16 * j, k0);
         mma<E>(acc[2 * j], a, b[0], b[1]);
         mma<E>(acc[2 * j + 1], a, b[2], b[3]);
     }
 }
 
+// Operand flags of the f32 GEMMs (ignored for 16-bit tiles): the A / B tile holds tf32 values
+// already (tf32_op), so its fragments skip the rounding.
+constexpr int kRA = 1, kRB = 2;
+
 // acc[N][4] (16 x 8N) += A[m0 .. m0+16, 0 .. KD) B[0 .. KD, n0 .. n0+8N) from shared tiles.
 // AT: A is stored transposed (tile rows = k); BK: B is stored with rows = k (else rows = n).
-template <typename E, bool AT, bool BK, int N>
+template <typename E, bool AT, bool BK, int N, int RND = 0>
 PK_DEV void warp_gemm(float (&acc)[N][4], const E *A, int lda, const E *B, int ldb, int m0, int n0, int KD) {
     static_assert(N % 2 == 0, "two n-tiles per B fragment");
     for (int k0 = 0; k0 < KD; k0 += Frag<E>::KS) {
         uint32_t a[4];
-        if (AT) Frag<E>::a_cols(a, A, lda, k0, m0);
-        else Frag<E>::a_rows(a, A, lda, m0, k0);
-        mma_row<E, BK>(acc, a, B, ldb, k0, n0);
+        if (AT) Frag<E>::template a_cols<(RND & kRA) != 0>(a, A, lda, k0, m0);
+        else Frag<E>::template a_rows<(RND & kRA) != 0>(a, A, lda, m0, k0);
+        mma_row<E, BK, N, (RND & kRB) != 0>(acc, a, B, ldb, k0, n0);
     }
 }
 
 // Same with A from accumulators (this warp's 16 rows of a register tile c, k = its columns).
-template <typename E, bool BK, int N, int NC>
+template <typename E, bool BK, int N, int NC, bool RB = false>
 PK_DEV void warp_gemm_acc(float (&acc)[N][4], const float (&c)[NC][4], float sc, const E *B, int ldb, int n0) {
     constexpr int KD = 8 * NC;
     for (int kk = 0; kk < KD / Frag<E>::KS; ++kk) {
         uint32_t a[4];
         Frag<E>::a_acc(a, c, kk, sc);
-        mma_row<E, BK>(acc, a, B, ldb, kk * Frag<E>::KS, n0);
+        mma_row<E, BK, N, RB>(acc, a, B, ldb, kk * Frag<E>::KS, n0);
     }
 }
 
 // Out (M x N) = op(A) op(B) over KD, tiles of 16 x (8 NB) dealt to the NW warps round robin;
 // epi(row, col, value) once per element. M % 16 == 0, N % (8 NB) == 0.
-template <typename E, bool AT, bool BK, int NB, int NW, class Epi>
+template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0, class Epi>
 PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, Epi &&epi) {
     const int tn = N / (8 * NB), tiles = (M / 16) * tn;
     for (int tile = warp_id(); tile < tiles; tile += NW) {
         const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;
         float acc[NB][4];
         zero_acc(acc);
-        warp_gemm<E, AT, BK, NB>(acc, A, lda, B, ldb, m0, n0, KD);
+        warp_gemm<E, AT, BK, NB, RND>(acc, A, lda, B, ldb, m0, n0, KD);
         for (int j = 0; j < NB; ++j)
             for (int i = 0; i < 4; ++i) epi(m0 + acc_row(i), n0 + acc_col(j, i), acc[j][i]);
     }
 }
 
-// G (M x N, row stride ldg, rows >= rows_valid untouched) += sign * op(A) op(B): each warp preloads
-// its output tile of G into the accumulators (sign * G; the loads are issued together, before the
-// products), accumulates, and stores sign * acc once. sign = -1 gives G -= A B. Replaces an
-// epilogue that reads and writes G element by element (a dependent L2 round trip each).
-template <typename E, bool AT, bool BK, int NB, int NW>
+// Two adjacent f32 (8-byte aligned) of global memory.
+struct F2 {
+    float x, y;
+};
+PK_DEV F2 ld_f2(const float *g) {
+#if defined(__CUDACC__)
+    const float2 v = *reinterpret_cast<const float2 *>(g);
+    return {v.x, v.y};
+#else
+    return {g[0], g[1]};
+#endif
+}
+PK_DEV void st_f2(float *g, float x, float y) {
+#if defined(__CUDACC__)
+    *reinterpret_cast<float2 *>(g) = make_float2(x, y);
+#else
+    g[0] = x, g[1] = y;
+#endif
+}
+
+// G (M x N, row stride ldg (even), rows >= rows_valid untouched) += sign * op(A) op(B): each warp
+// issues the loads of its output tile of G (pairs of columns, 8 bytes) before the products, which
+// start from zero, so the loads' latency overlaps the products; then G + sign * acc is stored once.
+// sign = -1 gives G -= A B. Replaces an epilogue that reads and writes G element by element (a
+// dependent L2 round trip each).
+template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0>
 PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, float *G, int64_t ldg,
                          float sign, int rows_valid) {
     const int tn = N / (8 * NB), tiles = (M / 16) * tn;
     for (int tile = warp_id(); tile < tiles; tile += NW) {
         const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;
-        float acc[NB][4];
+        F2 g[NB][2];
         for (int j = 0; j < NB; ++j)
             for (int h = 0; h < 2; ++h) {
                 const int r = m0 + acc_row(2 * h), c = n0 + acc_col(j, 0);
-                const bool ok = r < rows_valid;
-                acc[j][2 * h] = ok ? sign * G[r * ldg + c] : 0.f;
-                acc[j][2 * h + 1] = ok ? sign * G[r * ldg + c + 1] : 0.f;
+                g[j][h] = r < rows_valid ? ld_f2(G + r * ldg + c) : F2{0.f, 0.f};
             }
-        warp_gemm<E, AT, BK, NB>(acc, A, lda, B, ldb, m0, n0, KD);
+        float acc[NB][4];
+        zero_acc(acc);
+        warp_gemm<E, AT, BK, NB, RND>(acc, A, lda, B, ldb, m0, n0, KD);
         for (int j = 0; j < NB; ++j)
             for (int h = 0; h < 2; ++h) {
                 const int r = m0 + acc_row(2 * h), c = n0 + acc_col(j, 0);
-                if (r >= rows_valid) continue;
-                G[r * ldg + c] = sign * acc[j][2 * h];
-                G[r * ldg + c + 1] = sign * acc[j][2 * h + 1];
+                if (r < rows_valid) st_f2(G + r * ldg + c, g[j][h].x + sign * acc[j][2 * h], g[j][h].y + sign * acc[j][2 * h + 1]);
             }
     }
 }

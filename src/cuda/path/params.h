@@ -56,7 +56,7 @@ struct PathDev {
     float *dbeta; int64_t dbeta_sb, dbeta_ss, dbeta_sh;
     float *dg; int64_t dg_sb, dg_ss, dg_sh;
     // 16-byte cp.async is legal for this view (pointer and strides aligned, dims of 16 bytes)
-    int vec_q, vec_k, vec_v, vec_w, vec_do;
+    int vec_q, vec_k, vec_v, vec_w, vec_do, vec_o;
     // ---- workspace ----
     float *gsum;     // [rows, Hq] gate prefix sums (has_gate)
     void *uw;        // [rows, H, D] U in the walk type (f16 for 16-bit inputs, f32 for f32)

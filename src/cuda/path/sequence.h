@@ -65,6 +65,7 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     d.vec_k = aligned16(p.k, {p.k_sb, p.k_ss, p.k_sh}, es);
     d.vec_v = aligned16(p.v, {p.v_sb, p.v_ss, p.v_sh}, es);
     d.vec_w = aligned16(p.w, {p.w_sb, p.w_ss, p.w_sh}, 4);
+    d.vec_o = aligned16(p.o, {p.o_sb, p.o_ss, p.o_sh}, es);
     if (bwd) {
         d.dout = p.dout, d.do_sb = p.do_sb, d.do_ss = p.do_ss, d.do_sh = p.do_sh;
         d.dq = p.dq, d.dq_sb = p.dq_sb, d.dq_ss = p.dq_ss, d.dq_sh = p.dq_sh;

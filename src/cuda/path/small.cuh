@@ -70,18 +70,35 @@ struct KCheck {
     }
 };
 
-// delta[row, hq] = sum_v o * dout (f32, fixed order). grid: rows*Hq/128.
+// delta[row, hq] = sum_v o * dout (f32, fixed order): eight lanes per (row, query head), each
+// summing its own columns (16-byte loads where o and dout allow them), then a fixed shuffle tree.
+// grid: rows * Hq / kRows.
 template <typename Tin> struct KDelta {
-    static constexpr int kThreads = 128;
+    static constexpr int kThreads = 256, kLanes = 8, kRows = kThreads / kLanes;
     static constexpr size_t smem() { return 0; }
     PK_DEV static void run(const PathDev &p, char *) {
-        const int64_t i = int64_t(bid_x()) * kThreads + tid();
-        if (i >= p.B * p.T * p.hq) return;
-        const int64_t row = i / p.hq, hq = i % p.hq, b = row / p.T, t = row % p.T;
-        const int64_t oo = b * p.o_sb + t * p.o_ss + hq * p.o_sh, od = b * p.do_sb + t * p.do_ss + hq * p.do_sh;
+        constexpr int EPV = 16 / int(sizeof(Tin));
+        const int64_t i = int64_t(bid_x()) * kRows + tid() / kLanes;
+        const int sub = tid() % kLanes;
         float s = 0.f;
-        for (int d = 0; d < p.V; ++d) s += ld<Tin>(p.o, oo + d) * ld<Tin>(p.dout, od + d);
-        p.delta[i] = s;
+        if (i < p.B * p.T * p.hq) {
+            const int64_t row = i / p.hq, hq = i % p.hq, b = row / p.T, t = row % p.T;
+            const Tin *o = static_cast<const Tin *>(p.o) + b * p.o_sb + t * p.o_ss + hq * p.o_sh;
+            const Tin *d = static_cast<const Tin *>(p.dout) + b * p.do_sb + t * p.do_ss + hq * p.do_sh;
+            if (p.vec_o && p.vec_do && p.V % EPV == 0) {
+                for (int c = sub * EPV; c < p.V; c += kLanes * EPV) {
+                    const V16 x = ld16(o + c), y = ld16(d + c);
+                    const Tin *xe = reinterpret_cast<const Tin *>(&x), *ye = reinterpret_cast<const Tin *>(&y);
+                    for (int e = 0; e < EPV; ++e) s += to_f(xe[e]) * to_f(ye[e]);
+                }
+            } else {
+                for (int c = sub; c < p.V; c += kLanes) s += to_f(o[c]) * to_f(d[c]);
+            }
+        }
+        s += shfl_xor(s, 4);
+        s += shfl_xor(s, 2);
+        s += shfl_xor(s, 1);
+        if (sub == 0 && i < p.B * p.T * p.hq) p.delta[i] = s;
     }
 };
 
