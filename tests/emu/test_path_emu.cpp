@@ -168,6 +168,14 @@ TEST_P(PathEmu, MatchesOracle) {
     }
     RecordProperty("err_ratios", line);
     if (getenv("FATTN_PATH_VERBOSE")) printf("%s:%s\n", c.name, line.c_str());
+    // FATTN_PATH_DUMP=DIR: the outputs' bytes to DIR/<case>.bin, to compare two builds bit for bit
+    if (const char *dir = getenv("FATTN_PATH_DUMP")) {
+        if (FILE *f = fopen((std::string(dir) + "/" + c.name + ".bin").c_str(), "wb")) {
+            for (const std::vector<uint8_t> *b : {&pr.bo, &pr.bdq, &pr.bdk, &pr.bdv}) fwrite(b->data(), 1, b->size(), f);
+            for (const std::vector<float> *b : {&pr.lse, &pr.dw, &pr.db, &pr.dg}) fwrite(b->data(), 4, b->size(), f);
+            fclose(f);
+        }
+    }
 }
 
 const Case kCases[] = {
