@@ -121,8 +121,7 @@ PK_DEV void load_tile_cvt(Es *s, int ST, const Eg *g, int64_t gstride, int rows,
             for (int i = 0; i < 2; ++i) {
                 const int e = e0 + tid() + i * NT, r = e / per_row, c = (e % per_row) * EPV;
                 if (e >= n) break;
-                const Eg *x = reinterpret_cast<const Eg *>(&v[i]);
-                for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = from_f<Es>(to_f(x[k]));
+                for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = from_f<Es>(v16_elem<Eg>(v[i], k));
             }
         }
         return;

@@ -176,6 +176,12 @@ template <> PK_DEV void mma<float>(float (&c)[4], const uint32_t (&a)[4], uint32
 struct alignas(16) V16 {
     uint32_t w[4];
 };
+// Element e of a 16-byte vector holding elements of T, as f32 (memcpy: no type punning).
+template <typename T> PK_DEV float v16_elem(const V16 &v, int e) {
+    T x;
+    std::memcpy(&x, reinterpret_cast<const char *>(v.w) + e * int(sizeof(T)), sizeof(T));
+    return to_f(x);
+}
 PK_DEV V16 ld16(const void *g) {
 #if defined(__CUDACC__)
     const uint4 v = *static_cast<const uint4 *>(g);

@@ -88,8 +88,7 @@ template <typename Tin> struct KDelta {
             if (p.vec_o && p.vec_do && p.V % EPV == 0) {
                 for (int c = sub * EPV; c < p.V; c += kLanes * EPV) {
                     const V16 x = ld16(o + c), y = ld16(d + c);
-                    const Tin *xe = reinterpret_cast<const Tin *>(&x), *ye = reinterpret_cast<const Tin *>(&y);
-                    for (int e = 0; e < EPV; ++e) s += to_f(xe[e]) * to_f(ye[e]);
+                    for (int e = 0; e < EPV; ++e) s += v16_elem<Tin>(x, e) * v16_elem<Tin>(y, e);
                 }
             } else {
                 for (int c = sub; c < p.V; c += kLanes) s += to_f(o[c]) * to_f(d[c]);
