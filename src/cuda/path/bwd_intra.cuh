@@ -51,15 +51,18 @@ template <typename Tin, int D> struct KSegIntra {
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
         auto rows_of = [&](int64_t lc) { return int(sq.len - lc * kC < kC ? sq.len - lc * kC : kC); };
         auto ldW = [&](float *s, int64_t lc) { load_w_f32<kThreads>(s, SD, p, sq, lc * kC, h, D, rows_of(lc)); };
-        auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads>(s, SD, p, sq.row0 + lc * kC, h, D, rows_of(lc)); };
+        auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads, true>(s, SD, p, sq.row0 + lc * kC, h, D, rows_of(lc)); };
+        // Operand flags (common.cuh): U, dO, K~, V, the states X of the pair loop and the products
+        // read only as operands are stored as tf32 values; Q (16-bit inputs) is one already.
+        constexpr int kQ = sizeof(Tin) == 2 ? kRA : 0;
         for (int64_t i = 1; i < kNcs; ++i) {
             const int64_t ci = r * kNcs + i;
             if (ci >= nc) break;
             const int64_t c0 = ci * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
             sync();
-            load_tile_cvt<float, Tin, kThreads>(sDO, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                                p.do_ss, kC, D, nq, p.V, p.vec_do);
+            load_tile_cvt<float, Tin, kThreads, true>(sDO, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+                                                      p.do_ss, kC, D, nq, p.V, p.vec_do);
             load_ws_f32<D, kThreads>(sG, p.gam + (qrow * p.hq + hq) * D, hqd, nq);
             load_tile_cvt<float, Tin, kThreads>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
                                                 p.q_ss, kC, D, nq, p.K, p.vec_q);
@@ -74,9 +77,9 @@ template <typename Tin, int D> struct KSegIntra {
             }
             cp_landed();
             // Q~ = Q - LT(Q W^T) U
-            cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = b <= a ? v : 0.f; });
+            cta_gemm<float, false, false, 4, NW, kQ>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
             sync();
-            cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+            cta_gemm<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
             sync();
             // the states newest first: X(j) for j = i-1 .. 1 into p.qts, then X(0) stays in sX
             for (int64_t j = i - 1; j >= 1; --j) {
@@ -87,49 +90,52 @@ template <typename Tin, int D> struct KSegIntra {
                 ldW(sA, c2);
                 ldU(sB, c2);
                 cp_landed();
-                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = tf32_round(v); });
                 sync();
-                cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+                cta_gemm<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
             }
+            // X(0) from here on is read only as an operand
+            sync();
+            for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = tf32_round(sX[(e / D) * SD + e % D]);
             for (int64_t j = 0; j < i; ++j) {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 if (j > 0) {
                     sync();
-                    load_tile_cvt<float, Tw, kThreads>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
+                    load_tile_cvt<float, Tw, kThreads, true>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
                 }
                 if (r >= 1 || j >= 1) {  // gamma back through chunk cj
                     sync();
                     ldW(sA, cj);
                     ldU(sB, cj);
                     cp_landed();
-                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = tf32_round(v); });
                     sync();  // U read: M1 takes its place
-                    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = v; });
+                    cta_gemm<float, false, false, 4, NW, kRA>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = tf32_round(v); });
                     sync();
-                    cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, sG, SD, p.du + (krow * p.hq + hq) * D, hqd, -1.f, kC);
-                    cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, p.dwacc + (krow * p.hq + hq) * D, hqd, -1.f, kC);
+                    cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, M1, S64, sG, SD, p.du + (krow * p.hq + hq) * D, hqd, -1.f, kC);
+                    cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sX, SD, p.dwacc + (krow * p.hq + hq) * D, hqd, -1.f, kC);
                     sync();
-                    cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
+                    cta_gemm<float, false, true, NB, NW, kRA>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
                 }
                 // scores against chunk cj
                 sync();
-                load_tile_cvt<float, Tin, kThreads>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
-                load_tile_cvt<float, Tin, kThreads>(sB, SD,
-                                                    static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
-                                                    p.v_ss, kC, D, kC, p.V, p.vec_v);
+                load_tile_cvt<float, Tin, kThreads, true>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
+                load_tile_cvt<float, Tin, kThreads, true>(sB, SD,
+                                                          static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
+                                                          p.v_ss, kC, D, kC, p.V, p.vec_v);
                 for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 sync();
-                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+                cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
                 sync();  // V read: M1 (P) takes its place
-                cta_gemm<float, false, false, 4, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
+                cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
                     const float P = a < nq ? exp2_fast(p.sl2 * (v + gq[a] - gk[b]) - lse2[a]) : 0.f;
-                    M1[a * S64 + b] = P;
+                    M1[a * S64 + b] = tf32_round(P);
                     M2[a * S64 + b] = p.scale * P * (M2[a * S64 + b] - dl[a]);
                 });
                 sync();
-                cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
-                cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, sX, SD, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
-                cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, sDO, SD, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
+                cta_gemm<float, false, true, NB, NW, kRB>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
+                cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, sX, SD, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
+                cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, M1, S64, sDO, SD, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
                 if (tid() < kC) {
                     float s = 0.f;
                     for (int b = 0; b < kC; ++b) s += M2[tid() * S64 + b];

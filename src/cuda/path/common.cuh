@@ -81,6 +81,8 @@ template <typename T> PK_DEV float ld(const void *base, int64_t i) { return to_f
 template <typename T> PK_DEV void st(void *base, int64_t i, float x) { static_cast<T *>(base)[i] = from_f<T>(x); }
 
 // ---- global -> shared tile loads ----
+template <bool R> PK_DEV float rnd_if(float x) { return R ? tf32_round(x) : x; }
+
 // rows x width tile (row stride ST) from g (row stride gstride elements): rows >= rows_valid and
 // columns >= cols_valid are zero. vec: 16-byte cp.async (caller commits and waits; cols_valid a
 // multiple of 16 bytes); otherwise plain loads, done when the call returns.
@@ -105,8 +107,9 @@ PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int w
 }
 // Same with a conversion (plain loads, done when the call returns): Es <- Eg. vec (rows 16-byte
 // aligned, width and cols_valid whole 16-byte vectors): 16-byte loads, two per thread in flight
-// before the converted values are stored (an element-wise loop waits for each load).
-template <typename Es, typename Eg, int NT>
+// before the converted values are stored (an element-wise loop waits for each load). Rnd: f32
+// values are stored rounded to tf32 (a tile read only as tf32 operands; 16-bit values are tf32).
+template <typename Es, typename Eg, int NT, bool Rnd = false>
 PK_DEV void load_tile_cvt(Es *s, int ST, const Eg *g, int64_t gstride, int rows, int width, int rows_valid,
                           int cols_valid, bool vec) {
     constexpr int EPV = 16 / int(sizeof(Eg));
@@ -121,14 +124,14 @@ PK_DEV void load_tile_cvt(Es *s, int ST, const Eg *g, int64_t gstride, int rows,
             for (int i = 0; i < 2; ++i) {
                 const int e = e0 + tid() + i * NT, r = e / per_row, c = (e % per_row) * EPV;
                 if (e >= n) break;
-                for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = from_f<Es>(v16_elem<Eg>(v[i], k));
+                for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = from_f<Es>(rnd_if<Rnd && sizeof(Eg) == 4>(v16_elem<Eg>(v[i], k)));
             }
         }
         return;
     }
     for (int e = tid(); e < rows * width; e += NT) {
         const int r = e / width, c = e % width;
-        s[r * ST + c] = from_f<Es>((r < rows_valid && c < cols_valid) ? to_f(g[r * gstride + c]) : 0.f);
+        s[r * ST + c] = from_f<Es>((r < rows_valid && c < cols_valid) ? rnd_if<Rnd && sizeof(Eg) == 4>(to_f(g[r * gstride + c])) : 0.f);
     }
 }
 template <typename E, int NT> PK_DEV void zero_tile(E *s, int ST, int rows, int width) {
@@ -137,12 +140,14 @@ template <typename E, int NT> PK_DEV void zero_tile(E *s, int ST, int rows, int 
 
 // The 64 x width f32 tile of U rows [row, row + n) of kv head h: U is kept in the walk type (f16
 // for 16-bit inputs: the 10-bit mantissa the tf32 products it feeds use anyway; f32 otherwise).
-template <typename Tin, int NT>
+// Rnd: stored rounded to tf32 (a tile read only as tf32 operands; plain loads for f32).
+template <typename Tin, int NT, bool Rnd = false>
 PK_DEV void load_u_f32(float *s, int ST, const PathDev &p, int64_t row, int h, int width, int n) {
     using Tw = walk_t<Tin>;
     const Tw *g = static_cast<const Tw *>(p.uw) + (row * p.h + h) * width;
-    if (sizeof(Tw) == 4) load_tile<float, NT>(s, ST, reinterpret_cast<const float *>(g), int64_t(p.h) * width, 64, width, n, width, true);
-    else load_tile_cvt<float, Tw, NT>(s, ST, g, int64_t(p.h) * width, 64, width, n, width, true);
+    if constexpr (sizeof(Tw) == 4 && !Rnd)
+        load_tile<float, NT>(s, ST, reinterpret_cast<const float *>(g), int64_t(p.h) * width, 64, width, n, width, true);
+    else load_tile_cvt<float, Tw, NT, Rnd>(s, ST, g, int64_t(p.h) * width, 64, width, n, width, true);
 }
 
 // All of the issued cp.async copies landed and every thread's writes visible.
@@ -205,8 +210,6 @@ template <bool R> PK_DEV uint32_t tf32_op(float x) {
     }
     return to_tf32(x);
 }
-// A tile element stored rounded to tf32 (for tiles read only as tf32 operands)
-PK_DEV float tf32_round(float x) { return as_float(to_tf32(x)); }
 
 template <> struct Frag<float> {
     static constexpr int KS = 8;

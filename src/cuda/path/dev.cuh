@@ -85,6 +85,9 @@ PK_DEV uint32_t to_tf32(float x) {
 #endif
 }
 
+// x rounded to tf32 (as an f32): for tiles read only as tf32 operands, rounded once when stored.
+PK_DEV float tf32_round(float x) { return as_float(to_tf32(x)); }
+
 // ---- ids, barriers ----
 #if defined(__CUDACC__)
 PK_DEV int tid() { return int(threadIdx.x); }
