@@ -175,16 +175,18 @@ template <typename Tin, int D> struct KOwn {
         float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
         const int64_t hqd = int64_t(p.hq) * D;
         auto ldK = [&](float *s) {
-            load_tile_cvt<float, Tin, kThreads>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
-                                                p.k_ss, kC, D, n, p.K, false);
+            load_tile_cvt<float, Tin, kThreads, true>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
+                                                      p.k_ss, kC, D, n, p.K, false);
         };
+        // Operand flags (common.cuh): Q, K, V, dO, U, Dm and the products read only as operands
+        // (QW, dQW) are stored as tf32 values; P, dA and gamma are read element-wise too.
         // 1. QW = LT(Q W^T)
-        load_tile_cvt<float, Tin, kThreads>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
-                                            p.q_ss, kC, D, n, p.K, false);
+        load_tile_cvt<float, Tin, kThreads, true>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+                                                  p.q_ss, kC, D, n, p.K, false);
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
         auto ldDm = [&] {
-            load_tile_cvt<float, Tw, kThreads>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC, true);
+            load_tile_cvt<float, Tw, kThreads, true>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC, true);
         };
         for (int a = tid(); a < kC; a += kThreads) {
             const bool ok = a < n;
@@ -193,38 +195,38 @@ template <typename Tin, int D> struct KOwn {
             gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
         }
         cp_landed();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? v : 0.f; });
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+        cta_gemm<float, false, false, 4, NW, kRA>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
+        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
         sync();
         ldDm();
         sync();
         // 2. A = Q K^T - QW Dm, then P (causal, keys < n, rows < n)
-        cta_gemm<float, false, true, 4, NW>(kC, kC, kC, M1, S64, B2, S64, [&](int a, int b, float v) {
+        cta_gemm<float, false, true, 4, NW, kRA | kRB>(kC, kC, kC, M1, S64, B2, S64, [&](int a, int b, float v) {
             const float s = M2[a * S64 + b] - v;
             M2[a * S64 + b] = (b <= a && a < n) ? exp2_fast(p.sl2 * (s + gq[a] - gq[b]) - lse2[a]) : 0.f;
         });
         sync();
         // 3. dV += P^T dO;  dA = scale P (dO V^T - delta)
-        load_tile_cvt<float, Tin, kThreads>(B3, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                            p.do_ss, kC, D, n, p.V, false);
-        load_tile_cvt<float, Tin, kThreads>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
-                                            p.v_ss, kC, D, n, p.V, false);
+        load_tile_cvt<float, Tin, kThreads, true>(B3, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+                                                  p.do_ss, kC, D, n, p.V, false);
+        load_tile_cvt<float, Tin, kThreads, true>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
+                                                  p.v_ss, kC, D, n, p.V, false);
         sync();
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, B3, SD, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, B3, SD, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int b, float v) {
+        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, B3, SD, B2, SD, [&](int a, int b, float v) {
             M2[a * S64 + b] = p.scale * M2[a * S64 + b] * (v - dl[a]);
         });
         sync();
         // 4. gamma (p.gam is the dK_own buffer: read the chunk's gamma before writing its dK_own) and U
         load_ws_f32<D, kThreads>(B3, p.gam + (row * p.hq + hq) * D, hqd, n);
-        load_u_f32<Tin, kThreads>(B2, SD, p, row, h, D, n);
+        load_u_f32<Tin, kThreads, true>(B2, SD, p, row, h, D, n);
         cp_landed();
         // 5. dK_own = dA^T Q;  dD = -QW^T dA;  dG
-        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, B0, SD, [&](int b, int c, float v) {
+        cta_gemm<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, B0, SD, [&](int b, int c, float v) {
             if (b < n) p.dko[((row + b) * p.hq + hq) * D + c] = v;
         });
-        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
+        cta_gemm<float, true, true, 4, NW, kRA>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
             p.ddm[(gc * p.hq + hq) * kC * kC + c * kC + b] = -v;
         });
         if (tid() < n) {
@@ -236,25 +238,25 @@ template <typename Tin, int D> struct KOwn {
         }
         sync();
         // 6. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, B3, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, M1, S64, B3, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
+        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
         sync();
         ldDm();
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, M2, S64, B2, S64, [&](int a, int c, float v) {
-            M1[a * S64 + c] = c <= a ? M1[a * S64 + c] - v : 0.f;
+        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, kC, M2, S64, B2, S64, [&](int a, int c, float v) {
+            M1[a * S64 + c] = c <= a ? tf32_round(M1[a * S64 + c] - v) : 0.f;
         });
         sync();
         // 7. dW += dQW^T Q
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M1, S64, B0, SD, p.dwacc + (row * p.hq + hq) * D, hqd, 1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, M1, S64, B0, SD, p.dwacc + (row * p.hq + hq) * D, hqd, 1.f, n);
         sync();
         // 8. dq = gamma + dA K + dQW W
         ldK(B2);
         sync();
-        cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, B2, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });
+        cta_gemm<float, false, true, NB, NW, kRB>(kC, D, kC, M2, S64, B2, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });
         sync();
-        cta_gemm<float, false, true, NB, NW>(kC, D, kC, M1, S64, B1, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });
+        cta_gemm<float, false, true, NB, NW, kRA>(kC, D, kC, M1, S64, B1, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });
         sync();
         for (int e = tid(); e < n * D; e += kThreads) {
             const int a = e / D, c = e % D;
