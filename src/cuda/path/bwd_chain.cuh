@@ -204,38 +204,41 @@ template <typename Tin, int D> struct KChainB {
         float *sb = E + kC * S64, *db = sb + kC;
         const int64_t hqd = int64_t(p.hq) * D;
         auto at = [&](int a, int col) { return ((row + a) * p.hq + g0) * D + col; };
-        auto t_into = [&](float *s) {  // T = T0 diag(beta)
-            for (int e = tid(); e < kC * kC; e += kThreads) s[(e / kC) * S64 + e % kC] = T0[(e / kC) * S64 + e % kC] * sb[e % kC];
+        auto t_into = [&](float *s) {  // T = T0 diag(beta), as tf32 values (read only as an operand)
+            for (int e = tid(); e < kC * kC; e += kThreads) s[(e / kC) * S64 + e % kC] = tf32_round(T0[(e / kC) * S64 + e % kC] * sb[e % kC]);
         };
-        prep_load<Tin, D, kThreads>(p, sq, c0, n, h, BW, BK, sb);
+        // Operand flags (common.cuh): once M is formed (3xTF32 on the f32 W), W, K, T, WK, Dm, S7 and
+        // dT0 T0^T are tiles of tf32 values; T0, dK~, dD, dU, dT and dM are read element-wise too.
+        prep_load<Tin, D, kThreads, true>(p, sq, c0, n, h, BW, BK, sb);
         prep_t0<D, kThreads>(BW, sb, C, T0, E);
+        for (int e = tid(); e < kC * D; e += kThreads) BW[(e / D) * SD + e % D] = tf32_round(BW[(e / D) * SD + e % D]);
         t_into(F);
         if (tid() < kC) db[tid()] = 0.f;
         sync();
-        prep_wk_dm<D, NW>(BW, BK, F, C, E);  // C = WK, E = Dm = T WK
+        prep_wk_dm<D, NW, kRA | kRB, true>(BW, BK, F, C, E);  // C = WK, E = Dm = T WK
         // K~ chain (C = dK~, F = dD)
         load_ws_f32<D, kThreads>(C, dkt_of<D>(p, row) + g0 * D, hqd, n);
         for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] = p.ddm[(gc * p.hq + g0) * kC * kC + e];
         cp_landed();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
-        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, E, S64, C, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
+        cta_gemm<float, false, false, 4, NW, kRA>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
+        cta_gemm_rmw<float, false, true, NB, NW, kRA>(kC, D, kC, E, S64, C, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
         for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += C[(e / D) * SD + e % D];
         sync();
         // Dm chain (C = WK, E = dT = dD WK^T, then C = S7 = SL(T^T dD): T^T = diag(beta) T0^T)
-        prep_wk<D, NW>(BW, BK, C);
-        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, F, S64, C, S64, [&](int a, int c, float v) { E[a * S64 + c] = v; });
+        prep_wk<D, NW, kRA | kRB>(BW, BK, C);
+        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, kC, F, S64, C, S64, [&](int a, int c, float v) { E[a * S64 + c] = v; });
         sync();
-        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, F, S64, [&](int c, int b, float v) { C[c * S64 + b] = c > b ? sb[c] * v : 0.f; });
+        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, F, S64, [&](int c, int b, float v) { C[c * S64 + b] = c > b ? tf32_round(sb[c] * v) : 0.f; });
         sync();
-        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, C, S64, BK, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, C, S64, BW, SD, p.dko + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, C, S64, BK, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, C, S64, BW, SD, p.dko + at(0, 0), hqd, 1.f, n);
         sync();
         // U chain (F = dU, C = T)
         load_ws_f32<D, kThreads>(F, p.du + (row * p.hq + g0) * D, hqd, n);
         t_into(C);
         cp_landed();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, F, SD, BW, SD, [&](int a, int c, float v) { E[a * S64 + c] += v; });
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, C, S64, F, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, D, F, SD, BW, SD, [&](int a, int c, float v) { E[a * S64 + c] += v; });
+        cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, C, S64, F, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // T = T0 diag(b): dT lower, dbeta, dT0
         for (int e = tid(); e < kC * kC; e += kThreads)
@@ -246,19 +249,19 @@ template <typename Tin, int D> struct KChainB {
         for (int e = tid(); e < kC * kC; e += kThreads) E[(e / kC) * S64 + e % kC] *= sb[e % kC];
         sync();
         // dM = SL(-T0^T (dT0 T0^T))  (C = dT0 T0^T, F = dM, then C = W W^T)
-        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, E, S64, T0, S64, [&](int a, int c, float v) { C[a * S64 + c] = v; });
+        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, E, S64, T0, S64, [&](int a, int c, float v) { C[a * S64 + c] = tf32_round(v); });
         sync();
-        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, C, S64, [&](int a, int b, float v) { F[a * S64 + b] = a > b ? -v : 0.f; });
+        cta_gemm<float, true, true, 4, NW, kRB>(kC, kC, kC, T0, S64, C, S64, [&](int a, int b, float v) { F[a * S64 + b] = a > b ? -v : 0.f; });
         sync();
-        cta_gemm<float, false, false, 4, NW>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { C[a * S64 + b] = v; });
+        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { C[a * S64 + b] = v; });
         sync();
         if (tid() < kC) db[tid()] += dot64(F + tid() * S64, C + tid() * S64, 1);  // row sums of dM .* W W^T
         sync();
         for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] *= sb[e / kC];
         sync();
-        cta_gemm_rmw<float, false, true, NB, NW>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, false, true, NB, NW, kRB>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
-        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // outputs
         for (int e = tid(); e < n * D; e += kThreads) {

@@ -12,14 +12,15 @@
 
 namespace fattn::pathk {
 
-// Load W (f32 view), K (input dtype, converted) and beta of chunk c (tokens c0 .. c0+n) of kv head h.
-template <typename Tin, int D, int NT>
+// Load W (f32 view), K (input dtype, converted; RndK: stored as tf32 values) and beta of chunk c
+// (tokens c0 .. c0+n) of kv head h.
+template <typename Tin, int D, int NT, bool RndK = false>
 PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, int h, float *sW, float *sK,
                       float *sb) {
     constexpr int SD = F32Tiles<D>::SD;
     const int64_t t0 = sq.begin + c0;
     load_w_f32<NT>(sW, SD, p, sq, c0, h, D, n);
-    load_tile_cvt<float, Tin, NT>(sK, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
+    load_tile_cvt<float, Tin, NT, RndK>(sK, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
                                   p.k_ss, kC, D, n, p.K, p.vec_k);
     for (int a = tid(); a < kC; a += NT) sb[a] = a < n ? p.beta[sq.b * p.beta_sb + (t0 + a) * p.beta_ss + h * p.beta_sh] : 0.f;
     cp_landed();
@@ -77,18 +78,22 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, flo
     }
 }
 
-// sWK <- SL(W K^T), then sDm <- T WK (T = T0 diag(beta)). Needs sW, sK, sT; the prep kernel and
-// the chain kernel both compute Dm this one way, so the backward's recompute rounds as the prep.
-template <int D, int NW> PK_DEV void prep_wk(const float *sW, const float *sK, float *sWK) {
+// sWK <- SL(W K^T) (stored as tf32 values: read only as an operand), then sDm <- T WK (T = T0
+// diag(beta), a tile of tf32 values). Needs sW, sK, sT; the prep kernel and the chain kernel both
+// compute Dm this one way, so the backward's recompute rounds as the prep. RND: the operand flags
+// of W and K (common.cuh); RndDm: Dm stored as tf32 values (the chain kernel's).
+template <int D, int NW, int RND = 0> PK_DEV void prep_wk(const float *sW, const float *sK, float *sWK) {
     constexpr int SD = F32Tiles<D>::SD, S64 = F32Tiles<D>::S64;
-    cta_gemm<float, false, false, 4, NW>(kC, kC, D, sW, SD, sK, SD, [&](int d, int b, float v) { sWK[d * S64 + b] = d > b ? v : 0.f; });
+    cta_gemm<float, false, false, 4, NW, RND>(kC, kC, D, sW, SD, sK, SD,
+                                              [&](int d, int b, float v) { sWK[d * S64 + b] = d > b ? tf32_round(v) : 0.f; });
     sync();
 }
-template <int D, int NW>
+template <int D, int NW, int RND = 0, bool RndDm = false>
 PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float *sWK, float *sDm) {
     constexpr int S64 = F32Tiles<D>::S64;
-    prep_wk<D, NW>(sW, sK, sWK);
-    cta_gemm<float, false, true, 4, NW>(kC, kC, kC, sT, S64, sWK, S64, [&](int a, int b, float v) { sDm[a * S64 + b] = v; });
+    prep_wk<D, NW, RND>(sW, sK, sWK);
+    cta_gemm<float, false, true, 4, NW, kRA | kRB>(kC, kC, kC, sT, S64, sWK, S64,
+                                                   [&](int a, int b, float v) { sDm[a * S64 + b] = rnd_if<RndDm>(v); });
     sync();
 }
 
@@ -111,17 +116,19 @@ template <typename Tin, int D> struct KPrep {
         float *sT0 = sM + kC * S64, *sDm = sT0 + kC * S64, *sb = sDm + kC * S64;
         prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sK, sb);
         prep_t0<D, kThreads>(sW, sb, sM, sT0, sDm);  // sDm: scratch until Dm
-        for (int e = tid(); e < kC * kC; e += kThreads) sM[(e / kC) * S64 + e % kC] = sT0[(e / kC) * S64 + e % kC] * sb[e % kC];
+        // T = T0 diag(beta) as tf32 values (read only as an operand); K is one for 16-bit inputs
+        for (int e = tid(); e < kC * kC; e += kThreads) sM[(e / kC) * S64 + e % kC] = tf32_round(sT0[(e / kC) * S64 + e % kC] * sb[e % kC]);
         sync();
+        constexpr int kK = sizeof(Tin) == 2 ? kRB : 0;
         const int64_t row = sq.row0 + c0;
         auto at = [&](int a, int col) { return ((row + a) * p.h + h) * D + col; };
         // U = T W; W in the walk type; then WK = SL(W K^T) into sT0 (T0 is no longer needed)
-        cta_gemm<float, false, true, D / 16, NW>(kC, D, kC, sM, S64, sW, SD, [&](int a, int col, float v) {
+        cta_gemm<float, false, true, D / 16, NW, kRA>(kC, D, kC, sM, S64, sW, SD, [&](int a, int col, float v) {
             if (a < n) st<Tw>(p.uw, at(a, col), v);  // rows past the sequence belong to the next one
         });
         for (int e = tid(); e < n * D; e += kThreads) st<Tw>(p.ww, at(e / D, e % D), sW[(e / D) * SD + e % D]);
         sync();
-        prep_wk_dm<D, NW>(sW, sK, sM, sT0, sDm);  // Dm = T WK
+        prep_wk_dm<D, NW, kK>(sW, sK, sM, sT0, sDm);  // Dm = T WK
         for (int e = tid(); e < kC * kC; e += kThreads)
             st<Tw>(p.dmat, (gc * p.h + h) * kC * kC + e, sDm[(e / kC) * S64 + e % kC]);
         // K~ = K - Dm^T W
