@@ -211,7 +211,7 @@ std::vector<Region> bwd_regions(const PathBwdParams &p, const pathk::GpuWs &w, c
         {"dmat", w.dmat, chunks * H * 64 * 64 * wsz, false}, {"delta", w.delta, rows * HQ * 4, false},
         {"dkh", w.dkh, rows * rb, false}, {"dvacc", w.dvacc, rows * rb, false}, {"du", w.du, rows * rb, false},
         {"dwacc", w.dwacc, rows * rb, false}, {"dko", w.dko, rows * rb, false}, {"dgs", w.dgs, rows * HQ * 4, false},
-        {"dep", w.dep, size_t(w.pairs) * size_t(pathk::seg_inter_split(w.D)) * HQ * D * D * 4, false},
+        {"dep", w.dep, size_t(w.pairs) * size_t(w.seg_split) * HQ * D * D * 4, false},
         {"ddm", w.ddm, chunks * HQ * 64 * 64 * 4, true},
         {"qts", w.qts, std::max(segs * HQ * 6 * 64 * D, segs * H * 6 * D * D) * wsz, true},
         {"dkt", w.dkt, size_t(w.dkt_split) * rb, true}, {"dkt_hi", w.dkt_hi, (rows - size_t(w.dkt_split)) * rb, true},

@@ -21,7 +21,7 @@ template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d
     l.template launch<KDelta<Tin>>(ceil_div(rows * d.hq, KDelta<Tin>::kRows), 1, d);
     l.template launch<KHist<Tin, D>>(d.total_chunks, d.hq, d);
     l.template launch<KDkv<Tin, D>>(d.total_chunks, d.hq, d);
-    l.template launch<KSegInter<Tin, D>>(d.total_segs * seg_inter_split(D), d.hq, d);
+    l.template launch<KSegInter<Tin, D>>(d.total_segs * d.seg_split, d.hq, d);
     // dU, dW, dK~ are first added to by KSegIntra; dK~'s leading rows (and dD, the seg-intra
     // states) take the span of W, K^, E and the history, which KSegInter has read for the last time
     const size_t row_bytes = size_t(d.hq) * D * sizeof(float);

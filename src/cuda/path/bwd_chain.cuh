@@ -106,7 +106,7 @@ template <typename Tin, int D> struct KChainA {
             else load_tile_cvt<float, Tw, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
         };
         // R = -(sum over query segments rt > r, seg-inter's splits and the group of dE(rt, r)); 0 for r = 0
-        constexpr int kSplit = seg_inter_split(D);
+        const int kSplit = p.seg_split;
         for (int e = tid(); e < D * D; e += kThreads) {
             float s = 0.f;
             if (r >= 1)

@@ -73,11 +73,10 @@ template <typename Tin, int D> struct KHist {
             const int a = r0 + acc_row(2 * hh);
             if (a >= n) continue;
             const int64_t off = (hist_cell(p, sq, c0 + a, r) * p.hq + hq) * p.K;
-            for (int j = 0; j < NX; ++j)
-                for (int e = 0; e < 2; ++e) {
-                    const int col = acc_col(j, e);
-                    if (col < p.K) st<Tin>(p.hist, off + col, X[j][2 * hh + e]);
-                }
+            for (int j = 0; j < NX; ++j) {  // column pairs (K is even): one 4-byte (f32: 8-byte) store each
+                const int col = acc_col(j, 0);
+                if (col < p.K) st_pair<Tin>(p.hist, off + col, X[j][2 * hh], X[j][2 * hh + 1]);
+            }
         }
     }
     PK_DEV static void run(const PathDev &p, char *smem) {

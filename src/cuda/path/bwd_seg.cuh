@@ -32,10 +32,11 @@ template <typename Tin, int D> struct KSegInter {
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t smem() { return QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
     static constexpr int NB = D / 16;
-    // the segment's query blocks [ib0, ib0 + NIB) are this CTA's (split sp of seg_inter_split)
-    static constexpr int kSplit = seg_inter_split(D), NIB = kS / BM / kSplit;
+    static_assert(kS / BM == seg_inter_blocks(D), "query blocks per segment");
 
     PK_DEV static void run(const PathDev &p, char *smem) {
+        // the segment's query blocks [ib0, ib0 + NIB) are this CTA's (split sp of p.seg_split)
+        const int kSplit = p.seg_split, NIB = kS / BM / kSplit;
         const GridItem it = heavy_first(p.total_segs * kSplit, p.hq, true);
         const int64_t gs = it.x / kSplit;
         const int sp = int(it.x % kSplit), ib0 = sp * NIB;

@@ -79,6 +79,23 @@ template <int D> PK_DEV float *dkt_of(const PathDev &p, int64_t row) {
 }
 template <typename T> PK_DEV float ld(const void *base, int64_t i) { return to_f(static_cast<const T *>(base)[i]); }
 template <typename T> PK_DEV void st(void *base, int64_t i, float x) { static_cast<T *>(base)[i] = from_f<T>(x); }
+// Elements i and i + 1 in one store (i even, base aligned to two elements).
+template <typename T> PK_DEV void st_pair(void *base, int64_t i, float x, float y) {
+    if constexpr (sizeof(T) == 4) {
+#if defined(__CUDACC__)
+        reinterpret_cast<float2 *>(static_cast<float *>(base) + i)[0] = make_float2(x, y);
+#else
+        static_cast<float *>(base)[i] = x, static_cast<float *>(base)[i + 1] = y;
+#endif
+    } else {
+        const uint32_t w = pack2<T>(x, y);
+#if defined(__CUDACC__)
+        *reinterpret_cast<uint32_t *>(static_cast<T *>(base) + i) = w;
+#else
+        std::memcpy(static_cast<T *>(base) + i, &w, 4);
+#endif
+    }
+}
 
 // ---- global -> shared tile loads ----
 template <bool R> PK_DEV float rnd_if(float x) { return R ? tf32_round(x) : x; }
@@ -356,9 +373,12 @@ PK_DEV void st_f2(float *g, float x, float y) {
 // start from zero, so the loads' latency overlaps the products; then G + sign * acc is stored once.
 // sign = -1 gives G -= A B. Replaces an epilogue that reads and writes G element by element (a
 // dependent L2 round trip each).
-template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0>
+// Warp tiles of 16 x 8 NH, NH = NB / 2 (at least 2): the prefetched G and the accumulators both
+// stay in registers beside the caller's state.
+template <typename E, bool AT, bool BK, int NB0, int NW, int RND = 0>
 PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, float *G, int64_t ldg,
                          float sign, int rows_valid) {
+    constexpr int NB = NB0 > 2 ? NB0 / 2 : NB0;
     const int tn = N / (8 * NB), tiles = (M / 16) * tn;
     for (int tile = warp_id(); tile < tiles; tile += NW) {
         const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;

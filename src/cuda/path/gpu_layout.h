@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 
 #include "core/path_params.h"
@@ -21,6 +22,7 @@ inline int gpu_dim(int64_t K, int64_t V) {
 
 struct GpuWs {
     int D = 0;
+    int seg_split = 1;  // KSegInter's CTAs per (segment, query head)
     int64_t pairs = 0;  // dE partials (query segment, key segment) over all sequences
     // byte offsets from the 128-aligned base (0 = absent)
     size_t cu = 0, chunk_base = 0, seg_base = 0, hist_base = 0, pair_base = 0, bad = 0;
@@ -33,6 +35,15 @@ struct GpuWs {
 };
 
 constexpr size_t kGpuWsAlign = 128;
+
+// KSegInter's CTAs per (segment, query head): at D 128 (one CTA of four warps per SM) a segment's
+// query blocks go to two CTAs (the longest segment's CTA was the kernel's time).
+inline int seg_split_of(int D) {
+    int s = D > 64 ? 2 : 1;
+    if (const char *e = std::getenv("FATTN_PATH_SEG_SPLIT")) s = std::atoi(e);  // EXPERIMENT
+    const int nb = seg_inter_blocks(D);
+    return s >= 1 && nb % s == 0 ? s : 1;
+}
 
 // The largest row <= cap at which a chunk starts, or `rows` when cap >= rows: the kernels address
 // dK~ a chunk at a time, so the row where its buffer changes place must not cut a chunk.
@@ -51,6 +62,7 @@ inline int64_t chunk_start_at_most(const PathFwdParams &p, int64_t rows, int64_t
 inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_dir dir) {
     GpuWs w;
     w.D = gpu_dim(p.dk, p.dv);
+    w.seg_split = seg_split_of(w.D);
     const int64_t D = w.D, H = p.h, HQ = p.hq, rows = lay.rows, chunks = lay.total_chunks, segs = lay.segments;
     const int64_t es = int64_t(fattn_dtype_size(p.dtype)), wsz = p.dtype == FATTN_F32 ? 4 : 2, f = 4;
     if (p.cu_seqlens) {
@@ -93,7 +105,7 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         for (size_t *b : {&w.dkh, &w.dvacc, &w.du, &w.dwacc, &w.dko}) *b = take(sat_mul(size_t(rows), row_bytes));
         w.gam = w.dko;  // gamma (read last by KOwn) and dK_own (first written by KOwn, after it read gamma)
         w.dgs = take(sat_prod({rows, HQ, f}));
-        w.dep = take(sat_prod({w.pairs, int64_t(seg_inter_split(w.D)), HQ, D, D, f}));
+        w.dep = take(sat_prod({w.pairs, int64_t(w.seg_split), HQ, D, D, f}));
         // Written only after KSegInter, so they take the dead span [ww, span_end) where they fit,
         // in this order, else space of their own: the own-chunk partials dD (first written by
         // KOwn), the seg-intra states (KSegIntra) and, in their place once seg-intra is done,

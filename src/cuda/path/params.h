@@ -15,10 +15,10 @@ namespace fattn::pathk {
 
 constexpr int kC = int(kPathChunk);               // chunk (UT transform)
 constexpr int kNcs = int(kPathChunksPerSegment);  // chunks per segment
-// KSegInter's CTAs per (segment, query head): at D 128 a segment's query blocks go to two CTAs
-// (one CTA of four warps per SM there: the longest segment's CTA was the kernel's time), each
-// with its own dE partial, summed in split order by KChainA
-constexpr int seg_inter_split(int D) { return D > 64 ? 2 : 1; }
+// KSegInter's query blocks per segment (128 queries at D <= 64, 64 at D 128): a segment's blocks
+// may go to several CTAs (seg_split, gpu_layout.h), each with its own dE partial, summed in split
+// order by KChainA
+constexpr int seg_inter_blocks(int D) { return D <= 64 ? int(kPathSegment) / 128 : int(kPathSegment) / 64; }
 constexpr int kS = int(kPathSegment);             // segment (history granularity)
 
 struct PathDev {
@@ -73,7 +73,8 @@ struct PathDev {
     int64_t dkt_split;          // dkt, the rest at dkt_hi (dkt_of() in common.cuh; gpu_layout.h says why)
     float *ddm;      // [chunks, Hq, 64, 64]
     float *dgs;      // [rows, Hq]
-    float *dep;      // [pairs, split, Hq, D, D] (split = seg_inter_split(D))
+    float *dep;      // [pairs, seg_split, Hq, D, D]
+    int seg_split;   // KSegInter's CTAs per (segment, query head) (gpu_layout.h)
     float *gam;      // [rows, Hq, D] dLoss/dQ~ (query side), read last by KOwn: the same buffer as dko
     void *qts;       // [segments, Hq, 6, 64, D] walk type: seg_intra's walked states X(1 .. 6) of the chunk in work
     void *pch;       // [segments, H, 6, D, D] walk type: chain-A's suffix products (the space of qts, after seg-intra)

@@ -88,6 +88,7 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     d.dwacc = static_cast<float *>(at(w.dwacc)), d.dko = static_cast<float *>(at(w.dko));
     d.ddm = static_cast<float *>(at(w.ddm)), d.dgs = static_cast<float *>(at(w.dgs));
     d.dep = static_cast<float *>(at(w.dep)), d.gam = static_cast<float *>(at(w.gam));
+    d.seg_split = w.seg_split;
     d.qts = at(w.qts), d.pch = at(w.pch);
     d.bad = static_cast<unsigned long long *>(at(w.bad));
     return d;
