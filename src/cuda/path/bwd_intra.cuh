@@ -176,13 +176,13 @@ template <typename Tin, int D> struct KOwn {
         const int64_t hqd = int64_t(p.hq) * D;
         auto ldK = [&](float *s) {
             load_tile_cvt<float, Tin, kThreads, true>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
-                                                      p.k_ss, kC, D, n, p.K, false);
+                                                      p.k_ss, kC, D, n, p.K, p.vec_k);
         };
         // Operand flags (common.cuh): Q, K, V, dO, U, Dm and the products read only as operands
         // (QW, dQW) are stored as tf32 values; P, dA and gamma are read element-wise too.
         // 1. QW = LT(Q W^T)
         load_tile_cvt<float, Tin, kThreads, true>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
-                                                  p.q_ss, kC, D, n, p.K, false);
+                                                  p.q_ss, kC, D, n, p.K, p.vec_q);
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
         auto ldDm = [&] {
@@ -208,9 +208,9 @@ template <typename Tin, int D> struct KOwn {
         sync();
         // 3. dV += P^T dO;  dA = scale P (dO V^T - delta)
         load_tile_cvt<float, Tin, kThreads, true>(B3, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                                  p.do_ss, kC, D, n, p.V, false);
+                                                  p.do_ss, kC, D, n, p.V, p.vec_do);
         load_tile_cvt<float, Tin, kThreads, true>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
-                                                  p.v_ss, kC, D, n, p.V, false);
+                                                  p.v_ss, kC, D, n, p.V, p.vec_v);
         sync();
         cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, B3, SD, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
         sync();
