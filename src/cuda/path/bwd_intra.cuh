@@ -99,6 +99,12 @@ template <typename Tin, int D> struct KSegIntra {
             for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = tf32_round(sX[(e / D) * SD + e % D]);
             for (int64_t j = 0; j < i; ++j) {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
+                // the scores' K~ and V tiles load while the states and gamma's step run
+                const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
+                const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
+                TileRegs<Tin, D, kThreads> rk, rv;
+                rk.issue(gkt, hd, kC, D);
+                if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
                 if (j > 0) {
                     sync();
                     load_tile_cvt<float, Tw, kThreads, true>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
@@ -119,10 +125,9 @@ template <typename Tin, int D> struct KSegIntra {
                 }
                 // scores against chunk cj
                 sync();
-                load_tile_cvt<float, Tin, kThreads, true>(sA, SD, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
-                load_tile_cvt<float, Tin, kThreads, true>(sB, SD,
-                                                          static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
-                                                          p.v_ss, kC, D, kC, p.V, p.vec_v);
+                rk.template put<true>(sA, SD);
+                if (p.vec_v) rv.template put<true>(sB, SD);
+                else load_tile_cvt<float, Tin, kThreads, true>(sB, SD, gv, p.v_ss, kC, D, kC, p.V, false);
                 for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 sync();
                 cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });

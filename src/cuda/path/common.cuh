@@ -151,6 +151,27 @@ PK_DEV void load_tile_cvt(Es *s, int ST, const Eg *g, int64_t gstride, int rows,
         s[r * ST + c] = from_f<Es>((r < rows_valid && c < cols_valid) ? rnd_if<Rnd && sizeof(Eg) == 4>(to_f(g[r * gstride + c])) : 0.f);
     }
 }
+// A 64 x W tile held in registers as 16-byte vectors between issue() (the loads start) and put()
+// (converted to f32 and stored; Rnd: as tf32 values): a tile needed later is loaded while other
+// work runs. The source rows and cols_valid are whole 16-byte vectors.
+template <typename Eg, int W, int NT> struct TileRegs {
+    static constexpr int EPV = 16 / int(sizeof(Eg)), PER_ROW = W / EPV, N = 64 * PER_ROW, PER_T = (N + NT - 1) / NT;
+    V16 v[PER_T];
+    PK_DEV void issue(const Eg *g, int64_t gstride, int rows_valid, int cols_valid) {
+        for (int i = 0; i < PER_T; ++i) {
+            const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
+            v[i] = e < N && r < rows_valid && c < cols_valid ? ld16(g + r * gstride + c) : V16{};
+        }
+    }
+    template <bool Rnd> PK_DEV void put(float *s, int ST) const {
+        for (int i = 0; i < PER_T; ++i) {
+            const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
+            if (e < N)
+                for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = rnd_if<Rnd && sizeof(Eg) == 4>(v16_elem<Eg>(v[i], k));
+        }
+    }
+};
+
 template <typename E, int NT> PK_DEV void zero_tile(E *s, int ST, int rows, int width) {
     for (int e = tid(); e < rows * width; e += NT) s[(e / width) * ST + e % width] = from_f<E>(0.f);
 }
