@@ -218,7 +218,7 @@ template <typename Tin, int D> struct KChainB {
         prep_wk_dm<D, NW, kRA | kRB, true>(BW, BK, F, C, E);  // C = WK, E = Dm = T WK
         // K~ chain (C = dK~, F = dD)
         load_ws_f32<D, kThreads>(C, dkt_of<D>(p, row) + g0 * D, hqd, n);
-        for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] = p.ddm[(gc * p.hq + g0) * kC * kC + e];
+        load_tile<float, kThreads>(F, S64, p.ddm + (gc * p.hq + g0) * kC * kC, kC, kC, kC, kC, kC, true);
         cp_landed();
         cta_gemm<float, false, false, 4, NW, kRA>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
         cta_gemm_rmw<float, false, true, NB, NW, kRA>(kC, D, kC, E, S64, C, SD, p.dwacc + at(0, 0), hqd, -1.f, n);

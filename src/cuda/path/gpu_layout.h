@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 
 #include "core/path_params.h"
@@ -37,12 +36,13 @@ struct GpuWs {
 constexpr size_t kGpuWsAlign = 128;
 
 // KSegInter's CTAs per (segment, query head): at D 128 (one CTA of four warps per SM) a segment's
-// query blocks go to two CTAs (the longest segment's CTA was the kernel's time).
+// query blocks go to two CTAs (the longest segment's CTA was the kernel's time). H200, 2026-12-04,
+// `fattn-bench path --backend cuda --reps 10`: D 128 split 2 / 4 / 8 fwd+bwd 6.79 / 7.12 / 7.75 ms;
+// D 64 split 1 / 2 / 4 at T4096 H32 5.37 / 5.39 / 5.49 ms, at the varlen pack 9.15 / 9.07 / 9.23
+// (docs/EXPERIMENTS.md).
 inline int seg_split_of(int D) {
-    int s = D > 64 ? 2 : 1;
-    if (const char *e = std::getenv("FATTN_PATH_SEG_SPLIT")) s = std::atoi(e);  // EXPERIMENT
-    const int nb = seg_inter_blocks(D);
-    return s >= 1 && nb % s == 0 ? s : 1;
+    const int s = D > 64 ? 2 : 1;
+    return seg_inter_blocks(D) % s == 0 ? s : 1;
 }
 
 // The largest row <= cap at which a chunk starts, or `rows` when cap >= rows: the kernels address
