@@ -11,7 +11,8 @@ Shapes as FLA's parallel_path_attn: q [B, T, Hq, K], k/w [B, T, H, K], v [B, T, 
 beta [B, T, H] float32, g [B, T, Hq] float32 (log forget gate, prefix-summed inside) or None.
 q/k/v: float32 (TF32 tensor cores on CUDA), float16 or bfloat16; all tensors on one device.
 cu_seqlens: int32 or int64 tensor [N+1] on any device (B must be 1; it is read on the host, so a
-CUDA tensor costs one copy). The output has q's dtype; gradients flow to q, k, v, w, beta and g.
+CUDA tensor costs one copy per forward, which waits for the stream: the backward reuses the
+forward's host copy). The output has q's dtype; gradients flow to q, k, v, w, beta and g.
 check="strict" (default) rejects |w_t| != 1 or beta outside [0, 2] naming the token (on CUDA the
 check synchronizes the stream once per call); "none" skips it. Deterministic: the same inputs
 give the same bits. Registered as the torch ops fattn::path_fwd / fattn::path_bwd with fake
@@ -105,18 +106,21 @@ def _workspace(ctx, p, ins, direction, device) -> torch.Tensor:
 
 # ---- the ops: fattn::path_fwd, fattn::path_bwd (a gate-less call passes g as an empty tensor) ----
 _lib_def = torch.library.Library("fattn", "FRAGMENT")
+# path_fwd's third output is cu_seqlens as the library reads it (int32, host; empty when dense),
+# saved for the backward so that it does not copy a CUDA cu_seqlens again (a copy that waits for
+# the stream, with the backward's launches behind it)
 _lib_def.define("path_fwd(Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, Tensor? cu_seqlens, "
-                "float scale, int history, int check) -> (Tensor, Tensor)")
+                "float scale, int history, int check) -> (Tensor, Tensor, Tensor)")
 _lib_def.define("path_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor w, Tensor beta, Tensor? g, "
                 "Tensor o, Tensor lse, Tensor? cu_seqlens, float scale, int history, int check) "
                 "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
 
 
-def _path_call(direction, q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode, outs):
+def _path_call(direction, q, k, v, w, beta, g, cu, scale, history, check_mode, outs):
     """fattn_path_fwd (direction 0) or fattn_path_bwd (1) on q's device: the views of q, k, v, w,
-    beta and g, then those outs() makes, and a workspace of the size the library asks for."""
+    beta and g, then those outs() makes, and a workspace of the size the library asks for. cu:
+    _host_cu's result."""
     name = ("path_fwd", "path_bwd")[direction]
-    cu = _host_cu(cu_seqlens)
     with device_guard(q.device):
         ctx = context(q.device)
         p = _params(scale, cu, history, check_mode)
@@ -131,9 +135,11 @@ def _path_fwd(q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode):
     B, T, HQ, _ = q.shape
     o = torch.empty(B, T, HQ, v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(B, HQ, T, dtype=torch.float32, device=q.device)
-    _path_call(0, q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode,
-               lambda: [view(o, "o"), lse_view(lse)])
-    return o, lse
+    cu = _host_cu(cu_seqlens)
+    _path_call(0, q, k, v, w, beta, g, cu, scale, history, check_mode, lambda: [view(o, "o"), lse_view(lse)])
+    # a tensor of its own (an op's output never aliases its input)
+    cu_host = cu.clone() if cu is not None else torch.empty(0, dtype=torch.int32)
+    return o, lse, cu_host
 
 
 def _path_bwd(dout, q, k, v, w, beta, g, o, lse, cu_seqlens, scale, history, check_mode):
@@ -141,7 +147,7 @@ def _path_bwd(dout, q, k, v, w, beta, g, o, lse, cu_seqlens, scale, history, che
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dw, dbeta = torch.empty_like(w), torch.empty_like(beta)
     dg = torch.empty_like(g) if g is not None else torch.empty(0, dtype=torch.float32, device=q.device)
-    _path_call(1, q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode,
+    _path_call(1, q, k, v, w, beta, g, _host_cu(cu_seqlens), scale, history, check_mode,
                lambda: [view(o, "o"), lse_view(lse), view(dout, "dout"), view(dq, "dq"), view(dk, "dk"),
                         view(dv, "dv"), view(dw, "dw"), _v1(dbeta, "dbeta"),
                         _v1(dg if g is not None else None, "dg")])
@@ -156,7 +162,9 @@ for _key in ("CPU", "CUDA"):
 @torch.library.register_fake("fattn::path_fwd")
 def _path_fwd_fake(q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode):
     B, T, HQ, _ = q.shape
-    return q.new_empty(B, T, HQ, v.shape[-1]), q.new_empty(B, HQ, T, dtype=torch.float32)
+    n = cu_seqlens.numel() if cu_seqlens is not None else 0
+    return (q.new_empty(B, T, HQ, v.shape[-1]), q.new_empty(B, HQ, T, dtype=torch.float32),
+            torch.empty(n, dtype=torch.int32, device="cpu"))
 
 
 @torch.library.register_fake("fattn::path_bwd")
@@ -167,13 +175,13 @@ def _path_bwd_fake(dout, q, k, v, w, beta, g, o, lse, cu_seqlens, scale, history
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, w, beta, g, cu, scale, history, check_mode = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, w, beta, g, o, lse, cu)
+    q, k, v, w, beta, g, _, scale, history, check_mode = inputs
+    o, lse, cu_host = output
+    ctx.save_for_backward(q, k, v, w, beta, g, o, lse, cu_host if cu_host.numel() else None)
     ctx.meta = (scale, history, check_mode)
 
 
-def _backward(ctx, do, dlse):
+def _backward(ctx, do, dlse, dcu):
     q, k, v, w, beta, g, o, lse, cu = ctx.saved_tensors
     scale, history, check_mode = ctx.meta
     dq, dk, dv, dw, dbeta, dg = torch.ops.fattn.path_bwd(do, q, k, v, w, beta, g, o, lse, cu, scale, history,
@@ -188,7 +196,7 @@ def path_attention(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None, histor
                    check="strict"):
     """PaTH attention output o [B, T, Hq, V] (see the module docstring)."""
     s = 0.0 if scale is None else float(scale)  # 0: the library's K^-0.5
-    o, _ = torch.ops.fattn.path_fwd(q, k, v, w, beta, g, cu_seqlens, s, _HISTORY[history], _CHECK[check])
+    o, _, _ = torch.ops.fattn.path_fwd(q, k, v, w, beta, g, cu_seqlens, s, _HISTORY[history], _CHECK[check])
     return o
 
 

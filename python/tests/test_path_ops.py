@@ -29,6 +29,27 @@ def test_opcheck(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_varlen(device):
+    # the forward's third output: cu_seqlens as the library reads it (int32, host), a tensor of
+    # its own, which the backward reuses instead of copying a CUDA cu_seqlens again
+    q, k, v, w, beta, g = make(device)
+    args = [t.requires_grad_(True) for t in (q, k, v, w, beta, g)]
+    cu = torch.tensor([0, 30, 70], dtype=torch.int32, device=device)
+    torch.library.opcheck(torch.ops.fattn.path_fwd.default, (*args, cu, 0.0, 0, 0),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    o, lse, cu_host = torch.ops.fattn.path_fwd(*args, cu, 0.0, 0, 0)
+    assert cu_host.device.type == "cpu" and cu_host.dtype == torch.int32 and cu_host.tolist() == [0, 30, 70]
+    assert cu_host.data_ptr() != cu.data_ptr()
+    # the backward with the host copy gives the gradients the CUDA / CPU tensor gives a fresh call
+    do = torch.randn_like(o)
+    grads = torch.autograd.grad(o, args, do)
+    ref = [t.detach().clone().requires_grad_(True) for t in args]
+    o2 = fp.path_attention(*ref, cu_seqlens=cu.to(torch.int64))
+    for a, b in zip(grads, torch.autograd.grad(o2, ref, do)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compile_fullgraph_matches_eager(device):
     q, k, v, w, beta, g = make(device)
 
