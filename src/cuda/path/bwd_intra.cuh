@@ -21,6 +21,11 @@
 
 #include "cuda/path/common.cuh"
 
+// The scores of seg-intra's pairs in the input dtype for 16-bit inputs (KSegIntra::kS16).
+#ifndef FATTN_PATH_SCORE16
+#define FATTN_PATH_SCORE16 0
+#endif
+
 namespace fattn::pathk {
 
 // 64 x D f32 tile <- rows of a [rows, ., D]-strided f32 workspace buffer (rows >= n are 0).
@@ -33,19 +38,110 @@ template <typename Tin, int D> struct KSegIntra {
     static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    // kS16: the scores of a pair (S, dP, then gamma += dS K~, dK~ += dS^T X, dV += P^T dO) in the
+    // input dtype, as seg-inter and dK/dV compute the same products (16-bit inputs, with
+    // FATTN_PATH_SCORE16); else on tf32 over f32 tiles
+    static constexpr bool kS16 = FATTN_PATH_SCORE16 && sizeof(Tin) == 2;
+    static constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
+    static constexpr size_t TI = tile_bytes<Tin>(kC, D), T64 = tile_bytes<Tin>(kC, kC);
     // sB (U or V) shares its space with M1, a 64 x 64 product formed once sB is read: six tiles,
-    // so two CTAs share an SM at D <= 64 and every segment of a T 4096 H 32 run is resident at once
+    // so two CTAs share an SM at D <= 64 and every segment of a T 4096 H 32 run is resident at once.
+    // kS16: dO in Tin, and the gamma step's W, U / M1, M2 (region R) give their space to the
+    // scores' K~, V, X, P, dS (Tin) and the dG partial sums
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
-    static constexpr size_t smem() { return 4 * FT::BIG + UB + FT::SMALL + 6 * kC * 4; }
+    static constexpr size_t RG = FT::BIG + UB + FT::SMALL, RS = 3 * TI + 2 * T64 + 6 * kC * 4;
+    static constexpr size_t DOB = kS16 ? TI : FT::BIG;
+    static constexpr size_t smem() { return DOB + 2 * FT::BIG + (RG > RS || !kS16 ? RG : RS) + 6 * kC * 4; }
+
+    // The scores of pair (query chunk, key chunk krow) in the input dtype (kS16; the gamma step is
+    // done, R is free): K~, V (cp.async) and X (from sX) into Tin tiles,
+    // then each warp its 16 x 32 block of S = X K~^T and dP = dO V^T in registers, P and dS into
+    // Tin tiles and the f32 partial row / column sums of dS into rsum / csum (fixed order); then
+    // gamma += dS K~, dK~ += dS^T X, dV += P^T dO and the dG sums.
+    PK_DEV static void scores16(const PathDev &p, const Tin *gkt, const Tin *gv, char *smem, int nq, int64_t krow, int hq,
+                                int64_t hqd) {
+        const float *sX = reinterpret_cast<const float *>(smem + DOB + FT::BIG);
+        float *sG = reinterpret_cast<float *>(smem + DOB);
+        char *R = smem + DOB + 2 * FT::BIG;
+        const Tin *dO16 = reinterpret_cast<const Tin *>(smem);
+        Tin *k16 = reinterpret_cast<Tin *>(R), *v16 = reinterpret_cast<Tin *>(R + TI), *x16 = reinterpret_cast<Tin *>(R + 2 * TI),
+            *p16 = reinterpret_cast<Tin *>(R + 3 * TI), *ds16 = reinterpret_cast<Tin *>(R + 3 * TI + T64);
+        float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + 2 * kC;  // [2][64], [4][64]
+        float *lse2 = reinterpret_cast<float *>(R + (RG > RS ? RG : RS)), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
+              *dgr = gk + kC;
+        load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
+        load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
+        cp_commit();
+        for (int e = tid(); e < kC * D / 2; e += kThreads) {
+            const int a = e / (D / 2), c = 2 * (e % (D / 2));
+            st_pair<Tin>(x16, a * STi + c, sX[a * SD + c], sX[a * SD + c + 1]);
+        }
+        for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+        cp_wait<0>();
+        sync();
+        {
+            // this warp's 16 x 32 block in two 16 x 16 halves (fewer accumulators live at once)
+            const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
+            float rs[2] = {0.f, 0.f};
+            for (int half = 0; half < 2; ++half) {
+                const int nh = n0 + 16 * half;
+                float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+                zero_acc(S);
+                zero_acc(dP);
+                warp_gemm<Tin, false, false, 2>(S, x16, STi, k16, STi, m0, nh, D);
+                warp_gemm<Tin, false, false, 2>(dP, dO16, STi, v16, STi, m0, nh, D);
+                for (int j = 0; j < 2; ++j)
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int a = m0 + acc_row(2 * hh), b = nh + acc_col(j, 0);
+                        float P[2], ds[2];
+                        for (int e = 0; e < 2; ++e) {
+                            P[e] = a < nq ? exp2_fast(p.sl2 * (S[j][2 * hh + e] + gq[a] - gk[b + e]) - lse2[a]) : 0.f;
+                            ds[e] = p.scale * P[e] * (dP[j][2 * hh + e] - dl[a]);
+                            rs[hh] += ds[e];
+                            cs[j][e] += ds[e];
+                        }
+                        st_pair<Tin>(p16, a * ST64 + b, P[0], P[1]);
+                        st_pair<Tin>(ds16, a * ST64 + b, ds[0], ds[1]);
+                    }
+                // column partials over the warp's 16 rows (its 8 row lanes), each written once
+                for (int j = 0; j < 2; ++j)
+                    for (int e = 0; e < 2; ++e) {
+                        float x = cs[j][e];
+                        x += shfl_xor(x, 4);
+                        x += shfl_xor(x, 8);
+                        x += shfl_xor(x, 16);
+                        if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(j, e)] = x;
+                    }
+            }
+            // row partials over the warp's 32 columns (the quad's lanes)
+            for (int hh = 0; hh < 2; ++hh) {
+                const float x = quad_sum(rs[hh]);
+                if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
+            }
+        }
+        sync();
+        cta_gemm<Tin, false, true, NB, NW>(kC, D, kC, ds16, ST64, k16, STi, [&](int a, int c, float v) { sG[a * SD + c] += v; });
+        cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, ds16, ST64, x16, STi, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
+        cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, p16, ST64, dO16, STi, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
+        if (tid() < kC) {
+            dgr[tid()] += rsum[tid()] + rsum[kC + tid()];
+        } else if (tid() < 2 * kC) {
+            const int b = tid() - kC;
+            p.dgs[(krow + b) * p.hq + hq] -= ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b];
+        }
+    }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
         const int hq = bid_y(), h = hq / p.grp;
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC);
-        float *sDO = reinterpret_cast<float *>(smem), *sG = sDO + kC * SD, *sX = sG + kC * SD, *sA = sX + kC * SD,
-              *sB = sA + kC * SD, *M1 = sB, *M2 = reinterpret_cast<float *>(smem + 4 * FT::BIG + UB);
-        float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC, *dgr = gk + kC;
+        float *sDO = reinterpret_cast<float *>(smem), *sG = reinterpret_cast<float *>(smem + DOB), *sX = sG + kC * SD;
+        char *R = smem + DOB + 2 * FT::BIG;
+        float *sA = reinterpret_cast<float *>(R), *sB = sA + kC * SD, *M1 = sB, *M2 = reinterpret_cast<float *>(R + FT::BIG + UB);
+        float *lse2 = reinterpret_cast<float *>(R + (RG > RS || !kS16 ? RG : RS)), *dl = lse2 + kC, *gq = dl + kC,
+              *gk = gq + kC, *dgr = gk + kC;
+        Tin *dO16 = reinterpret_cast<Tin *>(smem);  // kS16: dO in sDO's place (scores16 has the other tiles)
         Tw *qts = static_cast<Tw *>(p.qts) + (gs * p.hq + hq) * (kNcs - 2) * kC * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
@@ -61,8 +157,9 @@ template <typename Tin, int D> struct KSegIntra {
             const int64_t c0 = ci * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
             sync();
-            load_tile_cvt<float, Tin, kThreads, true>(sDO, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                                      p.do_ss, kC, D, nq, p.V, p.vec_do);
+            const Tin *gdo = static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh;
+            if constexpr (kS16) load_tile<Tin, kThreads>(dO16, STi, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
+            else load_tile_cvt<float, Tin, kThreads, true>(sDO, SD, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
             load_ws_f32<D, kThreads>(sG, p.gam + (qrow * p.hq + hq) * D, hqd, nq);
             load_tile_cvt<float, Tin, kThreads>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
                                                 p.q_ss, kC, D, nq, p.K, p.vec_q);
@@ -103,8 +200,10 @@ template <typename Tin, int D> struct KSegIntra {
                 const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
                 const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
                 TileRegs<Tin, D, kThreads> rk, rv;
-                rk.issue(gkt, hd, kC, D);
-                if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
+                if constexpr (!kS16) {
+                    rk.issue(gkt, hd, kC, D);
+                    if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
+                }
                 if (j > 0) {
                     sync();
                     load_tile_cvt<float, Tw, kThreads, true>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
@@ -125,6 +224,10 @@ template <typename Tin, int D> struct KSegIntra {
                 }
                 // scores against chunk cj
                 sync();
+                if constexpr (kS16) {
+                    scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
+                    continue;
+                }
                 rk.template put<true>(sA, SD);
                 if (p.vec_v) rv.template put<true>(sB, SD);
                 else load_tile_cvt<float, Tin, kThreads, true>(sB, SD, gv, p.v_ss, kC, D, kC, p.V, false);

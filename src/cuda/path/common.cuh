@@ -163,6 +163,13 @@ template <typename Eg, int W, int NT> struct TileRegs {
             v[i] = e < N && r < rows_valid && c < cols_valid ? ld16(g + r * gstride + c) : V16{};
         }
     }
+    // the vectors as loaded (a tile of Eg; ST * sizeof(Eg) a multiple of 16)
+    PK_DEV void put_raw(Eg *s, int ST) const {
+        for (int i = 0; i < PER_T; ++i) {
+            const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
+            if (e < N) st16(s + r * ST + c, v[i]);
+        }
+    }
     template <bool Rnd> PK_DEV void put(float *s, int ST) const {
         for (int i = 0; i < PER_T; ++i) {
             const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
