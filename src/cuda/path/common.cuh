@@ -334,8 +334,12 @@ PK_DEV void mma_row(float (&acc)[N][4], const uint32_t (&a)[4], const E *B, int 
 }
 
 // Operand flags of the f32 GEMMs (ignored for 16-bit tiles): the A / B tile holds tf32 values
-// already (tf32_op), so its fragments skip the rounding.
-constexpr int kRA = 1, kRB = 2;
+// already (tf32_op), so its fragments skip the rounding. -DFATTN_PATH_TF32_FLAGS=0 ignores them
+// (every fragment rounds: the same products, for an A/B of the instruction counts).
+#ifndef FATTN_PATH_TF32_FLAGS
+#define FATTN_PATH_TF32_FLAGS 1
+#endif
+constexpr int kRA = FATTN_PATH_TF32_FLAGS ? 1 : 0, kRB = FATTN_PATH_TF32_FLAGS ? 2 : 0;
 
 // acc[N][4] (16 x 8N) += A[m0 .. m0+16, 0 .. KD) B[0 .. KD, n0 .. n0+8N) from shared tiles.
 // AT: A is stored transposed (tile rows = k); BK: B is stored with rows = k (else rows = n).
@@ -402,11 +406,14 @@ PK_DEV void st_f2(float *g, float x, float y) {
 // sign = -1 gives G -= A B. Replaces an epilogue that reads and writes G element by element (a
 // dependent L2 round trip each).
 // Warp tiles of 16 x 8 NH, NH = NB / 2 (at least 2): the prefetched G and the accumulators both
-// stay in registers beside the caller's state.
+// stay in registers beside the caller's state (-DFATTN_PATH_RMW_HALF=0: 16 x 8 NB, for an A/B).
+#ifndef FATTN_PATH_RMW_HALF
+#define FATTN_PATH_RMW_HALF 1
+#endif
 template <typename E, bool AT, bool BK, int NB0, int NW, int RND = 0>
 PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, float *G, int64_t ldg,
                          float sign, int rows_valid) {
-    constexpr int NB = NB0 > 2 ? NB0 / 2 : NB0;
+    constexpr int NB = FATTN_PATH_RMW_HALF && NB0 > 2 ? NB0 / 2 : NB0;
     const int tn = N / (8 * NB), tiles = (M / 16) * tn;
     for (int tile = warp_id(); tile < tiles; tile += NW) {
         const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# path-ab.sh OUTDIR NAME=CMAKE_ARGS ... — A/B of PaTH CUDA kernel variants on the GPU machine: each
+# variant's fattn-bench is built into build-ab-NAME (sm_90a, all cores), then the cases run
+# alternated over the variants (two rounds: `fattn-bench path --backend cuda --gate 0 --reps 10
+# --check none` + the case's options), then the per-kernel times of each variant at T4096 H32 D64
+# and T4096 H16 D128 (scripts/ncu-times.sh). A variant's CMAKE_ARGS are passed to cmake as they are,
+# e.g.
+#   scripts/path-ab.sh $OUT base= s16=-DFATTN_PATH_SCORE16=ON \
+#       "noflags=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_FLAGS=0" "fullrmw=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_RMW_HALF=0"
+# Writes OUTDIR/ab.txt (the table) and OUTDIR/ab-times.txt; each build takes ~70 s with 16 cores.
+set -u
+OUT=${1:?usage: scripts/path-ab.sh OUTDIR NAME=CMAKE_ARGS ...}
+shift
+export PATH=/usr/local/cuda/bin:$PATH
+GEN=()
+command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+names=()
+for v in "$@"; do
+    name=${v%%=*}
+    args=${v#*=}
+    dir=build-ab-$name
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    if cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a \
+        -DFATTN_BUILD_TESTS=OFF $args >"$OUT/build-$name.log" 2>&1 &&
+        cmake --build "$dir" -j "$(nproc)" --target fattn-bench >>"$OUT/build-$name.log" 2>&1; then
+        names+=("$name")
+        echo "built $name ($args) in $(( $(date +%s) - t0 )) s"
+    else
+        echo "build of $name FAILED:"; tail -n 15 "$OUT/build-$name.log"
+    fi
+done
+cases=("--T 4096 --hq 32 --h 32" "--T 8192 --hq 32 --h 32" "--T 4096 --hq 32 --h 8"
+       "--cu 0,512,2048,4096,8192 --hq 32 --h 32" "--T 4096 --hq 16 --h 16 --k 128 --v 128"
+       "--T 4096 --hq 32 --h 32 --dtype f32")
+{
+    printf '%-44s' "case (fwd / fwd+bwd ms)"
+    for n in "${names[@]}"; do printf ' %22s' "$n"; done
+    echo
+    for round in 1 2; do
+        for c in "${cases[@]}"; do
+            printf '%-44s' "$c"
+            for n in "${names[@]}"; do
+                # shellcheck disable=SC2086
+                r=$(build-ab-$n/fattn-bench path --backend cuda --gate 0 --reps 10 --check none $c 2>&1 | awk '/^packed/ {print $2 " / " $3}')
+                printf ' %22s' "${r:-error}"
+            done
+            echo
+        done
+    done
+} | tee "$OUT/ab.txt"
+for n in "${names[@]}"; do
+    for c in "--T 4096 --hq 32 --h 32" "--T 4096 --hq 16 --h 16 --k 128 --v 128"; do
+        echo "## $n $c"
+        # shellcheck disable=SC2086
+        BUILD_DIR=build-ab-$n bash scripts/ncu-times.sh --gate 0 $c
+    done
+done >"$OUT/ab-times.txt" 2>&1
+echo "per-kernel times: $OUT/ab-times.txt"
