@@ -6,8 +6,9 @@
 #                             scheduler and warp-state sections and their rule notes
 #   OUTDIR/NAME-stalls.csv    per kernel: time at the card's clocks, registers, issued IPC and the
 #                             average warp stall cycles per issued instruction, by reason
-#   OUTDIR/NAME-sass.csv.gz   (NCU_SASS=regex of a kernel name) that kernel's SASS with per-
-#                             instruction stall samples
+#   OUTDIR/NAME-sass.csv.gz   (NCU_SASS=1) every profiled kernel's SASS with per-instruction
+#                             metrics (the source page; a kernel filter on the import printed
+#                             nothing on 2026-12-04)
 # Needs BUILD_DIR (default build-gpu) with fattn-bench built. NCU_SET (default "full") picks the
 # section set.
 set -u
@@ -25,5 +26,5 @@ ncu -i "$REP.ncu-rep" --page raw --csv --metrics \
     'gpu__time_duration.sum,launch__registers_per_thread,smsp__inst_executed.sum,sm__inst_executed.avg.per_cycle_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     >"$OUT/$NAME-stalls.csv" 2>&1
 if [ -n "${NCU_SASS:-}" ]; then
-    ncu -i "$REP.ncu-rep" --page source --csv --print-source sass -k "regex:$NCU_SASS" 2>&1 | gzip -c >"$OUT/$NAME-sass.csv.gz"
+    ncu -i "$REP.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip -c >"$OUT/$NAME-sass.csv.gz"
 fi
