@@ -14,15 +14,8 @@
 #                                                              -> OUTDIR/bench_path.log
 # Last line: a one-line summary. Exit 0 when both passed, 1 otherwise.
 set -u
-OUT="${1:?usage: scripts/gpu-check-path.sh OUTDIR}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
-cd "$(dirname "$0")/.."
-ROOT="$(pwd)"
-PY="${PYTHON:-python3}"
 DEADLINE="${GPU_CHECK_PATH_BUDGET:-390}"
-T0=$(date +%s)
-left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
+. "$(dirname "$0")/gpu-check-common.sh"
 tests="not run"; bench="not run"; rc=1
 SITE=/tmp/fattn-fla-site
 if ls .whl/fla_core-*.whl >/dev/null 2>&1; then

@@ -24,21 +24,14 @@
 # reports that PARTIAL, not PASS: a run of 2026-12-02 printed ALL PASS over two timed-out parts);
 # 1 when the build or pytest failed.
 set -u
-OUT="${1:?usage: scripts/gpu-check-torch.sh OUTDIR}"
-mkdir -p "$OUT"
-OUT="$(cd "$OUT" && pwd)"
-cd "$(dirname "$0")/.."
-ROOT="$(pwd)"
-PY="${PYTHON:-python3}"
-JOBS="${JOBS:-$(nproc 2>/dev/null || echo 8)}"
 DEADLINE="${GPU_CHECK_TORCH_BUDGET:-240}"
+. "$(dirname "$0")/gpu-check-common.sh"
+JOBS="${JOBS:-$(nproc 2>/dev/null || echo 8)}"
 PYTEST_K="${PYTEST_K:-not cpu}"
 export PATH="/usr/local/cuda/bin:$PATH"
 # libfattn links cuBLAS dynamically: torch's copy is normally loaded already when fattn loads;
 # the toolkit's is the fallback.
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-T0=$(date +%s)
-elapsed() { echo $(( $(date +%s) - T0 )); }
 # slice WANT: WANT seconds, or what is left before the deadline (at least 5)
 slice() { local left=$(( DEADLINE - $(elapsed) )); [ "$left" -lt "$1" ] && echo $(( left > 5 ? left : 5 )) || echo "$1"; }
 

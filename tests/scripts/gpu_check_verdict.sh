@@ -39,7 +39,7 @@ expect 1 FAIL FAILURES
 T=$(mktemp -d)
 trap 'rm -rf "$W" "$T"' EXIT
 mkdir -p "$T/scripts"
-cp "$SRC/scripts/gpu-check-torch.sh" "$T/scripts/"
+cp "$SRC/scripts/gpu-check-torch.sh" "$SRC/scripts/gpu-check-common.sh" "$T/scripts/"
 : > "$T/libfattn.so"
 cat > "$T/python" <<'PY'
 #!/usr/bin/env bash
