@@ -258,33 +258,34 @@ template <bool R> PK_DEV uint32_t tf32_op(float x) {
 
 template <> struct Frag<float> {
     static constexpr int KS = 8;
+    // ldmatrix of f32 pairs as tf32 operands (rounded unless R)
+    template <bool R> PK_DEV static void ldsm_tf32(uint32_t (&x)[4], const float *row) {
+        ldsm4(x, row);
+        if (!R)
+            for (int i = 0; i < 4; ++i) x[i] = to_tf32(as_float(x[i]));
+    }
+    // the k-major (transposed) loads: p[0], then p[o1], p[o2], p[o3]
+    template <bool R> PK_DEV static void ld4_tf32(uint32_t (&x)[4], const float *p, int o1, int o2, int o3) {
+        x[0] = tf32_op<R>(p[0]);
+        x[1] = tf32_op<R>(p[o1]);
+        x[2] = tf32_op<R>(p[o2]);
+        x[3] = tf32_op<R>(p[o3]);
+    }
     template <bool R = false> PK_DEV static void a_rows(uint32_t (&a)[4], const float *s, int ST, int r0, int k0) {
         const int l = lane_id();
-        ldsm4(a, s + (r0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + k0 + (l >> 4) * 4);
-        if (!R)
-            for (int i = 0; i < 4; ++i) a[i] = to_tf32(as_float(a[i]));
+        ldsm_tf32<R>(a, s + (r0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + k0 + (l >> 4) * 4);
     }
     template <bool R = false> PK_DEV static void a_cols(uint32_t (&a)[4], const float *s, int ST, int k0, int m0) {
-        const int l = lane_id(), g = l >> 2, t = l & 3;
-        const float *p = s + (k0 + t) * ST + m0 + g;
-        a[0] = tf32_op<R>(p[0]);
-        a[1] = tf32_op<R>(p[8]);
-        a[2] = tf32_op<R>(p[4 * ST]);
-        a[3] = tf32_op<R>(p[4 * ST + 8]);
+        const int l = lane_id();
+        ld4_tf32<R>(a, s + (k0 + (l & 3)) * ST + m0 + (l >> 2), 8, 4 * ST, 4 * ST + 8);
     }
     template <bool R = false> PK_DEV static void b_rows(uint32_t (&b)[4], const float *s, int ST, int n0, int k0) {
         const int l = lane_id();
-        ldsm4(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ST + k0 + ((l >> 3) & 1) * 4);
-        if (!R)
-            for (int i = 0; i < 4; ++i) b[i] = to_tf32(as_float(b[i]));
+        ldsm_tf32<R>(b, s + (n0 + (l & 7) + (l >> 4) * 8) * ST + k0 + ((l >> 3) & 1) * 4);
     }
     template <bool R = false> PK_DEV static void b_krows(uint32_t (&b)[4], const float *s, int ST, int k0, int n0) {
-        const int l = lane_id(), g = l >> 2, t = l & 3;
-        const float *p = s + (k0 + t) * ST + n0 + g;
-        b[0] = tf32_op<R>(p[0]);
-        b[1] = tf32_op<R>(p[4 * ST]);
-        b[2] = tf32_op<R>(p[8]);
-        b[3] = tf32_op<R>(p[4 * ST + 8]);
+        const int l = lane_id();
+        ld4_tf32<R>(b, s + (k0 + (l & 3)) * ST + n0 + (l >> 2), 4 * ST, 8, 4 * ST + 8);
     }
     // Lane (g, t) needs columns t and t+4 of n-tile kk; the accumulators hold columns 2t', 2t'+1
     // at lane (g, t'): they come from lanes (g, t/2) and (g, t/2 + 2), element t & 1.
