@@ -14,6 +14,12 @@
 #include "cuda/path/dev.cuh"
 #include "cuda/path/params.h"
 
+// tf32 products with A from accumulators (warp_gemm_acc): 1 = the k order permuted so the
+// accumulators are the A fragments (Frag<float>::a_acc), 0 = shuffled into the fragment layout.
+#ifndef FATTN_PATH_TF32_PERMK
+#define FATTN_PATH_TF32_PERMK 0
+#endif
+
 namespace fattn::pathk {
 
 // Walk products (forward, history): f16 for 16-bit inputs (FLA's choice: |entries| <= 1), tf32 for f32.
@@ -234,6 +240,13 @@ template <typename E> struct Frag16 {
         const int l = lane_id();
         ldsm4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + n0 + (l >> 4) * 8);
     }
+    // 16-bit fragments from accumulators need no k permutation (a_acc is the identity map)
+    template <bool R = false> PK_DEV static void b_rows_pk(uint32_t (&b)[4], const E *s, int ST, int n0, int k0) {
+        b_rows<R>(b, s, ST, n0, k0);
+    }
+    template <bool R = false> PK_DEV static void b_krows_pk(uint32_t (&b)[4], const E *s, int ST, int k0, int n0) {
+        b_krows<R>(b, s, ST, k0, n0);
+    }
     // A fragment of k-slice kk (16 columns) of accumulators c (n-tiles 2kk, 2kk+1), times sc.
     template <int N> PK_DEV static void a_acc(uint32_t (&a)[4], const float (&c)[N][4], int kk, float sc) {
         a[0] = pack2<E>(sc * c[2 * kk][0], sc * c[2 * kk][1]);
@@ -287,6 +300,18 @@ template <> struct Frag<float> {
         const int l = lane_id();
         ld4_tf32<R>(b, s + (k0 + (l & 3)) * ST + n0 + (l >> 2), 4 * ST, 8, 4 * ST + 8);
     }
+#if FATTN_PATH_TF32_PERMK
+    // A from accumulators with the k order permuted within each 8-column slice: fragment column t
+    // is the accumulators' column 2t and t + 4 their 2t + 1, so each lane's own accumulators are
+    // its fragment (no shuffles); the B fragments of such a product (b_rows_pk, b_krows_pk) read
+    // their k rows in the same order. The sum over k is the same, in another order inside an mma.
+    template <int N> PK_DEV static void a_acc(uint32_t (&a)[4], const float (&c)[N][4], int kk, float sc) {
+        a[0] = to_tf32(sc * c[kk][0]);
+        a[1] = to_tf32(sc * c[kk][2]);
+        a[2] = to_tf32(sc * c[kk][1]);
+        a[3] = to_tf32(sc * c[kk][3]);
+    }
+#else
     // Lane (g, t) needs columns t and t+4 of n-tile kk; the accumulators hold columns 2t', 2t'+1
     // at lane (g, t'): they come from lanes (g, t/2) and (g, t/2 + 2), element t & 1.
     template <int N> PK_DEV static void a_acc(uint32_t (&a)[4], const float (&c)[N][4], int kk, float sc) {
@@ -301,6 +326,20 @@ template <> struct Frag<float> {
         y0 = shfl(c[kk][2], src2), y1 = shfl(c[kk][3], src2);
         a[2] = to_tf32(sc * (odd ? x1 : x0));
         a[3] = to_tf32(sc * (odd ? y1 : y0));
+    }
+#endif
+    // B[k][n] = s[(n0 + n) * ST + k0 + k] with k permuted as a_acc: lane (g, t) takes k 2t, 2t + 1
+    // of n-tiles n0 (b[0..1]) and n0 + 8 (b[2..3])
+    template <bool R = false> PK_DEV static void b_rows_pk(uint32_t (&b)[4], const float *s, int ST, int n0, int k0) {
+        const int l = lane_id();
+        const float *p = s + (n0 + (l >> 2)) * ST + k0 + 2 * (l & 3);
+        ld4_tf32<R>(b, p, 1, 8 * ST, 8 * ST + 1);
+    }
+    // B[k][n] = s[(k0 + k) * ST + n0 + n], k permuted as a_acc
+    template <bool R = false> PK_DEV static void b_krows_pk(uint32_t (&b)[4], const float *s, int ST, int k0, int n0) {
+        const int l = lane_id();
+        const float *p = s + (k0 + 2 * (l & 3)) * ST + n0 + (l >> 2);
+        ld4_tf32<R>(b, p, ST, 8, ST + 8);
     }
 };
 
@@ -322,13 +361,19 @@ template <int N> PK_DEV void zero_acc(float (&c)[N][4]) {
 
 // One k-step of a warp's 16 x 8N tile: acc += a (this warp's A fragment at k0) B[k0 .., n0 .. n0+8N),
 // two n-tiles per B fragment. BK: B is stored with rows = k (else rows = n).
-template <typename E, bool BK, int N, bool RB = false>
+template <typename E, bool BK, int N, bool RB = false, bool PK = false>
 PK_DEV void mma_row(float (&acc)[N][4], const uint32_t (&a)[4], const E *B, int ldb, int k0, int n0) {
     static_assert(N % 2 == 0, "two n-tiles per B fragment");
     for (int j = 0; j < N / 2; ++j) {
         uint32_t b[4];
-        if (BK) Frag<E>::template b_krows<RB>(b, B, ldb, k0, n0 + 16 * j);
-        else Frag<E>::template b_rows<RB>(b, B, ldb, n0 + 16 * j, k0);
+        if (PK && FATTN_PATH_TF32_PERMK) {  // A from accumulators (Frag<E>::a_acc's k order)
+            if (BK) Frag<E>::template b_krows_pk<RB>(b, B, ldb, k0, n0 + 16 * j);
+            else Frag<E>::template b_rows_pk<RB>(b, B, ldb, n0 + 16 * j, k0);
+        } else if (BK) {
+            Frag<E>::template b_krows<RB>(b, B, ldb, k0, n0 + 16 * j);
+        } else {
+            Frag<E>::template b_rows<RB>(b, B, ldb, n0 + 16 * j, k0);
+        }
         mma<E>(acc[2 * j], a, b[0], b[1]);
         mma<E>(acc[2 * j + 1], a, b[2], b[3]);
     }
@@ -362,7 +407,7 @@ PK_DEV void warp_gemm_acc(float (&acc)[N][4], const float (&c)[NC][4], float sc,
     for (int kk = 0; kk < KD / Frag<E>::KS; ++kk) {
         uint32_t a[4];
         Frag<E>::a_acc(a, c, kk, sc);
-        mma_row<E, BK, N, RB>(acc, a, B, ldb, kk * Frag<E>::KS, n0);
+        mma_row<E, BK, N, RB, true>(acc, a, B, ldb, kk * Frag<E>::KS, n0);
     }
 }
 
