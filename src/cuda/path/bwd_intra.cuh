@@ -50,8 +50,10 @@ template <typename Tin, int D> struct KSegIntra {
     // scores' K~, V, X, P, dS (Tin) and the dG partial sums
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
     static constexpr size_t RG = FT::BIG + UB + FT::SMALL, RS = 3 * TI + 2 * T64 + 6 * kC * 4;
-    static constexpr size_t DOB = kS16 ? TI : FT::BIG;
-    static constexpr size_t smem() { return DOB + 2 * FT::BIG + (RG > RS || !kS16 ? RG : RS) + 6 * kC * 4; }
+    // layout: dO (sDO / dO16) | sG | sX | R (RZ bytes) | lse2, dl, gq, gk, dgr (64 floats each)
+    static constexpr size_t DOB = kS16 ? TI : FT::BIG, OFF_R = DOB + 2 * FT::BIG;
+    static constexpr size_t RZ = kS16 && RS > RG ? RS : RG, OFF_SMALL = OFF_R + RZ;
+    static constexpr size_t smem() { return OFF_SMALL + 5 * kC * 4; }
 
     // The scores of pair (query chunk, key chunk krow) in the input dtype (kS16; the gamma step is
     // done, R is free): K~, V (cp.async) and X (from sX) into Tin tiles,
@@ -62,12 +64,12 @@ template <typename Tin, int D> struct KSegIntra {
                                 int64_t hqd) {
         const float *sX = reinterpret_cast<const float *>(smem + DOB + FT::BIG);
         float *sG = reinterpret_cast<float *>(smem + DOB);
-        char *R = smem + DOB + 2 * FT::BIG;
+        char *R = smem + OFF_R;
         const Tin *dO16 = reinterpret_cast<const Tin *>(smem);
         Tin *k16 = reinterpret_cast<Tin *>(R), *v16 = reinterpret_cast<Tin *>(R + TI), *x16 = reinterpret_cast<Tin *>(R + 2 * TI),
             *p16 = reinterpret_cast<Tin *>(R + 3 * TI), *ds16 = reinterpret_cast<Tin *>(R + 3 * TI + T64);
         float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + 2 * kC;  // [2][64], [4][64]
-        float *lse2 = reinterpret_cast<float *>(R + (RG > RS ? RG : RS)), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
+        float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
               *dgr = gk + kC;
         load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
         load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
@@ -131,17 +133,52 @@ template <typename Tin, int D> struct KSegIntra {
         }
     }
 
+    // The same in tf32 over f32 tiles (K~ into sA, V into sB, then dP and P / dS into M2 / M1).
+    PK_DEV static void scores_tf32(const PathDev &p, const TileRegs<Tin, D, kThreads> &rk, const TileRegs<Tin, D, kThreads> &rv,
+                                   const Tin *gv, char *smem, int nq, int64_t krow, int hq, int64_t hqd) {
+        float *sDO = reinterpret_cast<float *>(smem), *sG = reinterpret_cast<float *>(smem + DOB), *sX = sG + kC * SD;
+        float *sA = reinterpret_cast<float *>(smem + OFF_R), *sB = sA + kC * SD, *M1 = sB;
+        float *M2 = reinterpret_cast<float *>(smem + OFF_R + FT::BIG + UB);
+        float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
+              *dgr = gk + kC;
+        rk.template put<true>(sA, SD);
+        if (p.vec_v) rv.template put<true>(sB, SD);
+        else load_tile_cvt<float, Tin, kThreads, true>(sB, SD, gv, p.v_ss, kC, D, kC, p.V, false);
+        for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+        sync();
+        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+        sync();  // V read: M1 (P) takes its place
+        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
+            const float P = a < nq ? exp2_fast(p.sl2 * (v + gq[a] - gk[b]) - lse2[a]) : 0.f;
+            M1[a * S64 + b] = tf32_round(P);
+            M2[a * S64 + b] = p.scale * P * (M2[a * S64 + b] - dl[a]);
+        });
+        sync();
+        cta_gemm<float, false, true, NB, NW, kRB>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
+        cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, sX, SD, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
+        cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, M1, S64, sDO, SD, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
+        if (tid() < kC) {
+            float s = 0.f;
+            for (int b = 0; b < kC; ++b) s += M2[tid() * S64 + b];
+            dgr[tid()] += s;
+        } else if (tid() < 2 * kC) {
+            const int b = tid() - kC;
+            float s = 0.f;
+            for (int a = 0; a < kC; ++a) s += M2[a * S64 + b];
+            p.dgs[(krow + b) * p.hq + hq] -= s;
+        }
+    }
+
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
         const int hq = bid_y(), h = hq / p.grp;
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC);
         float *sDO = reinterpret_cast<float *>(smem), *sG = reinterpret_cast<float *>(smem + DOB), *sX = sG + kC * SD;
-        char *R = smem + DOB + 2 * FT::BIG;
+        char *R = smem + OFF_R;
         float *sA = reinterpret_cast<float *>(R), *sB = sA + kC * SD, *M1 = sB, *M2 = reinterpret_cast<float *>(R + FT::BIG + UB);
-        float *lse2 = reinterpret_cast<float *>(R + (RG > RS || !kS16 ? RG : RS)), *dl = lse2 + kC, *gq = dl + kC,
-              *gk = gq + kC, *dgr = gk + kC;
-        Tin *dO16 = reinterpret_cast<Tin *>(smem);  // kS16: dO in sDO's place (scores16 has the other tiles)
+        float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *dgr = gq + 2 * kC;
+        Tin *dO16 = reinterpret_cast<Tin *>(smem);  // kS16: dO in sDO's place (the score functions have the other tiles)
         Tw *qts = static_cast<Tw *>(p.qts) + (gs * p.hq + hq) * (kNcs - 2) * kC * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
@@ -224,36 +261,8 @@ template <typename Tin, int D> struct KSegIntra {
                 }
                 // scores against chunk cj
                 sync();
-                if constexpr (kS16) {
-                    scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
-                    continue;
-                }
-                rk.template put<true>(sA, SD);
-                if (p.vec_v) rv.template put<true>(sB, SD);
-                else load_tile_cvt<float, Tin, kThreads, true>(sB, SD, gv, p.v_ss, kC, D, kC, p.V, false);
-                for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
-                sync();
-                cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
-                sync();  // V read: M1 (P) takes its place
-                cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) {
-                    const float P = a < nq ? exp2_fast(p.sl2 * (v + gq[a] - gk[b]) - lse2[a]) : 0.f;
-                    M1[a * S64 + b] = tf32_round(P);
-                    M2[a * S64 + b] = p.scale * P * (M2[a * S64 + b] - dl[a]);
-                });
-                sync();
-                cta_gemm<float, false, true, NB, NW, kRB>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] += v; });
-                cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, sX, SD, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
-                cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, M1, S64, sDO, SD, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
-                if (tid() < kC) {
-                    float s = 0.f;
-                    for (int b = 0; b < kC; ++b) s += M2[tid() * S64 + b];
-                    dgr[tid()] += s;
-                } else if (tid() < 2 * kC) {
-                    const int b = tid() - kC;
-                    float s = 0.f;
-                    for (int a = 0; a < kC; ++a) s += M2[a * S64 + b];
-                    p.dgs[(krow + b) * p.hq + hq] -= s;
-                }
+                if constexpr (kS16) scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
+                else scores_tf32(p, rk, rv, gv, smem, nq, krow, hq, hqd);
             }
             sync();
             for (int e = tid(); e < nq * D; e += kThreads) p.gam[((qrow + e / D) * p.hq + hq) * D + e % D] = sG[(e / D) * SD + e % D];

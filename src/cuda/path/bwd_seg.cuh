@@ -32,7 +32,6 @@ template <typename Tin, int D> struct KSegInter {
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t smem() { return QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
     static constexpr int NB = D / 16;
-    static_assert(kS / BM == seg_inter_blocks(D), "query blocks per segment");
 
     PK_DEV static void run(const PathDev &p, char *smem) {
         // the segment's query blocks [ib0, ib0 + NIB) are this CTA's (split sp of p.seg_split)

@@ -85,14 +85,30 @@ template <int D> PK_DEV float *dkt_of(const PathDev &p, int64_t row) {
 }
 template <typename T> PK_DEV float ld(const void *base, int64_t i) { return to_f(static_cast<const T *>(base)[i]); }
 template <typename T> PK_DEV void st(void *base, int64_t i, float x) { static_cast<T *>(base)[i] = from_f<T>(x); }
+// Two adjacent f32 (8-byte aligned).
+struct F2 {
+    float x, y;
+};
+PK_DEV F2 ld_f2(const float *g) {
+#if defined(__CUDACC__)
+    const float2 v = *reinterpret_cast<const float2 *>(g);
+    return {v.x, v.y};
+#else
+    return {g[0], g[1]};
+#endif
+}
+PK_DEV void st_f2(float *g, float x, float y) {
+#if defined(__CUDACC__)
+    *reinterpret_cast<float2 *>(g) = make_float2(x, y);
+#else
+    g[0] = x, g[1] = y;
+#endif
+}
+
 // Elements i and i + 1 in one store (i even, base aligned to two elements).
 template <typename T> PK_DEV void st_pair(void *base, int64_t i, float x, float y) {
     if constexpr (sizeof(T) == 4) {
-#if defined(__CUDACC__)
-        reinterpret_cast<float2 *>(static_cast<float *>(base) + i)[0] = make_float2(x, y);
-#else
-        static_cast<float *>(base)[i] = x, static_cast<float *>(base)[i + 1] = y;
-#endif
+        st_f2(static_cast<float *>(base) + i, x, y);
     } else {
         const uint32_t w = pack2<T>(x, y);
 #if defined(__CUDACC__)
@@ -169,13 +185,6 @@ template <typename Eg, int W, int NT> struct TileRegs {
             v[i] = e < N && r < rows_valid && c < cols_valid ? ld16(g + r * gstride + c) : V16{};
         }
     }
-    // the vectors as loaded (a tile of Eg; ST * sizeof(Eg) a multiple of 16)
-    PK_DEV void put_raw(Eg *s, int ST) const {
-        for (int i = 0; i < PER_T; ++i) {
-            const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
-            if (e < N) st16(s + r * ST + c, v[i]);
-        }
-    }
     template <bool Rnd> PK_DEV void put(float *s, int ST) const {
         for (int i = 0; i < PER_T; ++i) {
             const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
@@ -239,13 +248,6 @@ template <typename E> struct Frag16 {
     template <bool R = false> PK_DEV static void b_krows(uint32_t (&b)[4], const E *s, int ST, int k0, int n0) {
         const int l = lane_id();
         ldsm4_t(b, s + (k0 + (l & 7) + ((l >> 3) & 1) * 8) * ST + n0 + (l >> 4) * 8);
-    }
-    // 16-bit fragments from accumulators need no k permutation (a_acc is the identity map)
-    template <bool R = false> PK_DEV static void b_rows_pk(uint32_t (&b)[4], const E *s, int ST, int n0, int k0) {
-        b_rows<R>(b, s, ST, n0, k0);
-    }
-    template <bool R = false> PK_DEV static void b_krows_pk(uint32_t (&b)[4], const E *s, int ST, int k0, int n0) {
-        b_krows<R>(b, s, ST, k0, n0);
     }
     // A fragment of k-slice kk (16 columns) of accumulators c (n-tiles 2kk, 2kk+1), times sc.
     template <int N> PK_DEV static void a_acc(uint32_t (&a)[4], const float (&c)[N][4], int kk, float sc) {
@@ -366,7 +368,7 @@ PK_DEV void mma_row(float (&acc)[N][4], const uint32_t (&a)[4], const E *B, int 
     static_assert(N % 2 == 0, "two n-tiles per B fragment");
     for (int j = 0; j < N / 2; ++j) {
         uint32_t b[4];
-        if (PK && FATTN_PATH_TF32_PERMK) {  // A from accumulators (Frag<E>::a_acc's k order)
+        if constexpr (PK && FATTN_PATH_TF32_PERMK && sizeof(E) == 4) {  // A from accumulators in Frag<float>::a_acc's k order
             if (BK) Frag<E>::template b_krows_pk<RB>(b, B, ldb, k0, n0 + 16 * j);
             else Frag<E>::template b_rows_pk<RB>(b, B, ldb, n0 + 16 * j, k0);
         } else if (BK) {
@@ -424,26 +426,6 @@ PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int 
         for (int j = 0; j < NB; ++j)
             for (int i = 0; i < 4; ++i) epi(m0 + acc_row(i), n0 + acc_col(j, i), acc[j][i]);
     }
-}
-
-// Two adjacent f32 (8-byte aligned) of global memory.
-struct F2 {
-    float x, y;
-};
-PK_DEV F2 ld_f2(const float *g) {
-#if defined(__CUDACC__)
-    const float2 v = *reinterpret_cast<const float2 *>(g);
-    return {v.x, v.y};
-#else
-    return {g[0], g[1]};
-#endif
-}
-PK_DEV void st_f2(float *g, float x, float y) {
-#if defined(__CUDACC__)
-    *reinterpret_cast<float2 *>(g) = make_float2(x, y);
-#else
-    g[0] = x, g[1] = y;
-#endif
 }
 
 // G (M x N, row stride ldg (even), rows >= rows_valid untouched) += sign * op(A) op(B): each warp

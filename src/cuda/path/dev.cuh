@@ -196,14 +196,6 @@ PK_DEV V16 ld16(const void *g) {
 #endif
 }
 
-PK_DEV void st16(void *s, const V16 &v) {
-#if defined(__CUDACC__)
-    *static_cast<uint4 *>(s) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
-#else
-    std::memcpy(s, &v, 16);
-#endif
-}
-
 // ---- cp.async (16 bytes, zero fill beyond src_bytes) ----
 PK_DEV void cp16(void *smem, const void *gmem, int src_bytes) {
 #if defined(__CUDACC__)

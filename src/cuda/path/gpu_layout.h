@@ -40,10 +40,8 @@ constexpr size_t kGpuWsAlign = 128;
 // `fattn-bench path --backend cuda --reps 10`: D 128 split 2 / 4 / 8 fwd+bwd 6.79 / 7.12 / 7.75 ms;
 // D 64 split 1 / 2 / 4 at T4096 H32 5.37 / 5.39 / 5.49 ms, at the varlen pack 9.15 / 9.07 / 9.23
 // (docs/EXPERIMENTS.md).
-inline int seg_split_of(int D) {
-    const int s = D > 64 ? 2 : 1;
-    return seg_inter_blocks(D) % s == 0 ? s : 1;
-}
+// (It divides the segment's 4 query blocks at D <= 64, 8 at D 128.)
+inline int seg_split_of(int D) { return D > 64 ? 2 : 1; }
 
 // The largest row <= cap at which a chunk starts, or `rows` when cap >= rows: the kernels address
 // dK~ a chunk at a time, so the row where its buffer changes place must not cut a chunk.

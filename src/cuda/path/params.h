@@ -15,10 +15,8 @@ namespace fattn::pathk {
 
 constexpr int kC = int(kPathChunk);               // chunk (UT transform)
 constexpr int kNcs = int(kPathChunksPerSegment);  // chunks per segment
-// KSegInter's query blocks per segment (128 queries at D <= 64, 64 at D 128): a segment's blocks
-// may go to several CTAs (seg_split, gpu_layout.h), each with its own dE partial, summed in split
-// order by KChainA
-constexpr int seg_inter_blocks(int D) { return D <= 64 ? int(kPathSegment) / 128 : int(kPathSegment) / 64; }
+// KSegInter's query blocks of a segment may go to several CTAs (PathDev::seg_split, chosen in
+// gpu_layout.h), each with its own dE partial, summed in split order by KChainA.
 constexpr int kS = int(kPathSegment);             // segment (history granularity)
 
 struct PathDev {
