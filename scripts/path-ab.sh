@@ -5,8 +5,8 @@
 # --check none` + the case's options), then the per-kernel times of each variant at T4096 H32 D64
 # and T4096 H16 D128 (scripts/ncu-times.sh). A variant's CMAKE_ARGS are passed to cmake as they are,
 # e.g.
-#   scripts/path-ab.sh $OUT base= s16=-DFATTN_PATH_SCORE16=ON "permk=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_PERMK=1" \
-#       "noflags=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_FLAGS=0" "fullrmw=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_RMW_HALF=0"
+#   scripts/path-ab.sh $OUT base= s32=-DFATTN_PATH_SCORE16=OFF "permk=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_PERMK=1" \
+#       "noflags=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_FLAGS=0"
 # Writes OUTDIR/ab.txt (the table) and OUTDIR/ab-times.txt; each build takes ~70 s with 16 cores.
 set -u
 OUT=${1:?usage: scripts/path-ab.sh OUTDIR NAME=CMAKE_ARGS ...}

@@ -60,6 +60,8 @@ template <typename Tin, int D> struct KChainA {
     static constexpr int kThreads = 256, NW = 8;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    // cta_gemm_rmw's warp tiles at half width: the suffix products' state leaves it few registers
+    static constexpr int NBH = NB > 2 ? NB / 2 : NB;
     static constexpr size_t RB = tile_bytes<float>(D, D);
     static constexpr size_t smem() { return RB + 4 * FT::BIG + FT::SMALL; }
     // the suffix products kept in p.pch (6 of them: P_6 is one walk step, P_7 = I)
@@ -138,7 +140,7 @@ template <typename Tin, int D> struct KChainA {
             // dU_c -= W^_c R ; XU = U_c R^T (t2 = U_c, t3 = XU)
             ldU(t2, c);
             cp_landed();
-            cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t1, SD, R, SD, p.du + (krow * p.hq + g0) * D, hqd, -1.f, kC);
+            cta_gemm_rmw<float, false, true, NBH, NW>(kC, D, D, t1, SD, R, SD, p.du + (krow * p.hq + g0) * D, hqd, -1.f, kC);
             cta_gemm<float, false, false, NB, NW>(kC, D, D, t2, SD, R, SD, [&](int b, int d, float v) { t3[b * SD + d] = v; });
             sync();
             // R <- R - XU^T W_c + dK^_c^T K~_c (t2 = dK^_c, t1 = K~_c)
@@ -153,8 +155,8 @@ template <typename Tin, int D> struct KChainA {
             if (c < kSlots) {
                 ldP(t0, c);
                 cp_landed();
-                cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t3, SD, t0, SD, p.dwacc + (krow * p.hq + g0) * D, hqd, -1.f, kC);
-                cta_gemm_rmw<float, false, true, NB, NW>(kC, D, D, t2, SD, t0, SD, dkt_of<D>(p, krow) + g0 * D, hqd, 1.f, kC);
+                cta_gemm_rmw<float, false, true, NBH, NW>(kC, D, D, t3, SD, t0, SD, p.dwacc + (krow * p.hq + g0) * D, hqd, -1.f, kC);
+                cta_gemm_rmw<float, false, true, NBH, NW>(kC, D, D, t2, SD, t0, SD, dkt_of<D>(p, krow) + g0 * D, hqd, 1.f, kC);
             } else {
                 if (c == kNcs - 2) {
                     ldW(t0, kNcs - 1);

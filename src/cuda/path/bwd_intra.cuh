@@ -23,7 +23,7 @@
 
 // The scores of seg-intra's pairs in the input dtype for 16-bit inputs (KSegIntra::kS16).
 #ifndef FATTN_PATH_SCORE16
-#define FATTN_PATH_SCORE16 0
+#define FATTN_PATH_SCORE16 1
 #endif
 
 namespace fattn::pathk {

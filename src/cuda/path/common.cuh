@@ -433,15 +433,12 @@ PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int 
 // start from zero, so the loads' latency overlaps the products; then G + sign * acc is stored once.
 // sign = -1 gives G -= A B. Replaces an epilogue that reads and writes G element by element (a
 // dependent L2 round trip each).
-// Warp tiles of 16 x 8 NH, NH = NB / 2 (at least 2): the prefetched G and the accumulators both
-// stay in registers beside the caller's state (-DFATTN_PATH_RMW_HALF=0: 16 x 8 NB, for an A/B).
-#ifndef FATTN_PATH_RMW_HALF
-#define FATTN_PATH_RMW_HALF 1
-#endif
-template <typename E, bool AT, bool BK, int NB0, int NW, int RND = 0>
+// Warp tiles of 16 x 8 NB: a caller short of registers passes half its usual NB, so the
+// prefetched G and the accumulators both stay in registers beside its state (chain-A; at the
+// other call sites the full width measured as fast or faster: docs/EXPERIMENTS.md).
+template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0>
 PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, float *G, int64_t ldg,
                          float sign, int rows_valid) {
-    constexpr int NB = FATTN_PATH_RMW_HALF && NB0 > 2 ? NB0 / 2 : NB0;
     const int tn = N / (8 * NB), tiles = (M / 16) * tn;
     for (int tile = warp_id(); tile < tiles; tile += NW) {
         const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;
