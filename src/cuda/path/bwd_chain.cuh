@@ -25,6 +25,15 @@
 
 namespace fattn::pathk {
 
+// Warps per CTA of the chain kernels. At D 128 one CTA fills an SM's shared memory (and chain-A
+// has fewer segments than SMs), so they take sixteen warps on warp tiles of half the width: each
+// SM has twice the independent products in flight. Eight at D <= 64, where two CTAs share an SM.
+// -DFATTN_PATH_WIDE128=0: eight everywhere, for an A/B.
+#ifndef FATTN_PATH_WIDE128
+#define FATTN_PATH_WIDE128 1
+#endif
+constexpr int chain_warps(int D) { return FATTN_PATH_WIDE128 && D >= 128 ? 16 : 8; }
+
 template <int D> struct KGroupSum {
     static constexpr int kThreads = 128;
     static constexpr size_t smem() { return 0; }
@@ -57,11 +66,12 @@ template <int D> struct KGroupSum {
 
 template <typename Tin, int D> struct KChainA {
     using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 256, NW = 8;
+    static constexpr int NW = chain_warps(D), kThreads = 32 * NW;
     using FT = F32Tiles<D>;
-    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
-    // cta_gemm_rmw's warp tiles at half width: the suffix products' state leaves it few registers
-    static constexpr int NBH = NB > 2 ? NB / 2 : NB;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
+    // cta_gemm_rmw's warp tiles at half width (of eight warps' tiles): the suffix products' state
+    // leaves it few registers
+    static constexpr int NBH = FT::NB > 2 ? FT::NB / 2 : FT::NB;
     static constexpr size_t RB = tile_bytes<float>(D, D);
     static constexpr size_t smem() { return RB + 4 * FT::BIG + FT::SMALL; }
     // the suffix products kept in p.pch (6 of them: P_6 is one walk step, P_7 = I)
@@ -85,7 +95,7 @@ template <typename Tin, int D> struct KChainA {
             for (int b0 = 0; b0 < m; b0 += kC) {
                 const int mb = m - b0 < kC ? m - b0 : kC;
                 float *xb = x + b0 * SD;
-                cta_gemm<float, false, false, 4, NW>(mb, kC, D, xb, SD, sw, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
+                cta_gemm<float, false, false, NB64, NW>(mb, kC, D, xb, SD, sw, SD, [&](int a, int b, float v) { T[a * S64 + b] = v; });
                 sync();
                 cta_gemm<float, false, true, NB, NW>(mb, D, kC, T, S64, su, SD, [&](int a, int col, float v) { xb[a * SD + col] -= v; });
                 sync();
@@ -184,9 +194,9 @@ PK_DEV float dot64(const float *x, const float *y, int stride) {
 }
 
 template <typename Tin, int D> struct KChainB {
-    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
+    static constexpr int NW = chain_warps(D), kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
-    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
     // Six tiles, two CTAs per SM at D <= 64: W, K, T0 and three that take the chain's products in
     // turn (WK is formed twice, T twice, rather than kept):
     //   C: M, WK | dK~ | WK, S7 = SL(T^T dD) | T | S7      E: scratch, Dm | dT
@@ -222,15 +232,15 @@ template <typename Tin, int D> struct KChainB {
         load_ws_f32<D, kThreads>(C, dkt_of<D>(p, row) + g0 * D, hqd, n);
         load_tile<float, kThreads>(F, S64, p.ddm + (gc * p.hq + g0) * kC * kC, kC, kC, kC, kC, kC, true);
         cp_landed();
-        cta_gemm<float, false, false, 4, NW, kRA>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
+        cta_gemm<float, false, false, NB64, NW, kRA>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
         cta_gemm_rmw<float, false, true, NB, NW, kRA>(kC, D, kC, E, S64, C, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
         for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += C[(e / D) * SD + e % D];
         sync();
         // Dm chain (C = WK, E = dT = dD WK^T, then C = S7 = SL(T^T dD): T^T = diag(beta) T0^T)
         prep_wk<D, NW, kRA | kRB>(BW, BK, C);
-        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, kC, F, S64, C, S64, [&](int a, int c, float v) { E[a * S64 + c] = v; });
+        cta_gemm<float, false, false, NB64, NW, kRB>(kC, kC, kC, F, S64, C, S64, [&](int a, int c, float v) { E[a * S64 + c] = v; });
         sync();
-        cta_gemm<float, true, true, 4, NW>(kC, kC, kC, T0, S64, F, S64, [&](int c, int b, float v) { C[c * S64 + b] = c > b ? tf32_round(sb[c] * v) : 0.f; });
+        cta_gemm<float, true, true, NB64, NW>(kC, kC, kC, T0, S64, F, S64, [&](int c, int b, float v) { C[c * S64 + b] = c > b ? tf32_round(sb[c] * v) : 0.f; });
         sync();
         cta_gemm_rmw<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, C, S64, BK, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, C, S64, BW, SD, p.dko + at(0, 0), hqd, 1.f, n);
@@ -239,7 +249,7 @@ template <typename Tin, int D> struct KChainB {
         load_ws_f32<D, kThreads>(F, p.du + (row * p.hq + g0) * D, hqd, n);
         t_into(C);
         cp_landed();
-        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, D, F, SD, BW, SD, [&](int a, int c, float v) { E[a * S64 + c] += v; });
+        cta_gemm<float, false, false, NB64, NW, kRB>(kC, kC, D, F, SD, BW, SD, [&](int a, int c, float v) { E[a * S64 + c] += v; });
         cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, C, S64, F, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // T = T0 diag(b): dT lower, dbeta, dT0
@@ -251,11 +261,11 @@ template <typename Tin, int D> struct KChainB {
         for (int e = tid(); e < kC * kC; e += kThreads) E[(e / kC) * S64 + e % kC] *= sb[e % kC];
         sync();
         // dM = SL(-T0^T (dT0 T0^T))  (C = dT0 T0^T, F = dM, then C = W W^T)
-        cta_gemm<float, false, false, 4, NW>(kC, kC, kC, E, S64, T0, S64, [&](int a, int c, float v) { C[a * S64 + c] = tf32_round(v); });
+        cta_gemm<float, false, false, NB64, NW>(kC, kC, kC, E, S64, T0, S64, [&](int a, int c, float v) { C[a * S64 + c] = tf32_round(v); });
         sync();
-        cta_gemm<float, true, true, 4, NW, kRB>(kC, kC, kC, T0, S64, C, S64, [&](int a, int b, float v) { F[a * S64 + b] = a > b ? -v : 0.f; });
+        cta_gemm<float, true, true, NB64, NW, kRB>(kC, kC, kC, T0, S64, C, S64, [&](int a, int b, float v) { F[a * S64 + b] = a > b ? -v : 0.f; });
         sync();
-        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { C[a * S64 + b] = v; });
+        cta_gemm<float, false, false, NB64, NW, kRA | kRB>(kC, kC, D, BW, SD, BW, SD, [&](int a, int b, float v) { C[a * S64 + b] = v; });
         sync();
         if (tid() < kC) db[tid()] += dot64(F + tid() * S64, C + tid() * S64, 1);  // row sums of dM .* W W^T
         sync();
