@@ -25,15 +25,6 @@
 
 namespace fattn::pathk {
 
-// Warps per CTA of the chain kernels. At D 128 one CTA fills an SM's shared memory (and chain-A
-// has fewer segments than SMs), so they take sixteen warps on warp tiles of half the width: each
-// SM has twice the independent products in flight. Eight at D <= 64, where two CTAs share an SM.
-// -DFATTN_PATH_WIDE128=0: eight everywhere, for an A/B.
-#ifndef FATTN_PATH_WIDE128
-#define FATTN_PATH_WIDE128 1
-#endif
-constexpr int chain_warps(int D) { return FATTN_PATH_WIDE128 && D >= 128 ? 16 : 8; }
-
 template <int D> struct KGroupSum {
     static constexpr int kThreads = 128;
     static constexpr size_t smem() { return 0; }
@@ -66,7 +57,7 @@ template <int D> struct KGroupSum {
 
 template <typename Tin, int D> struct KChainA {
     using Tw = walk_t<Tin>;
-    static constexpr int NW = chain_warps(D), kThreads = 32 * NW;
+    static constexpr int NW = wide_warps(D), kThreads = 32 * NW;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
     // cta_gemm_rmw's warp tiles at half width (of eight warps' tiles): the suffix products' state
@@ -194,7 +185,7 @@ PK_DEV float dot64(const float *x, const float *y, int stride) {
 }
 
 template <typename Tin, int D> struct KChainB {
-    static constexpr int NW = chain_warps(D), kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
+    static constexpr int NW = wide_warps(D), kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
     // Six tiles, two CTAs per SM at D <= 64: W, K, T0 and three that take the chain's products in

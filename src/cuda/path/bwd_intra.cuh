@@ -273,9 +273,9 @@ template <typename Tin, int D> struct KSegIntra {
 
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
+    static constexpr int NW = wide_warps(D), kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D>;
-    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
     // B2 holds K, Dm, V, U, Dm, K in turn (Dm loaded twice rather than kept): six tiles, two CTAs
     // per SM at D <= 64
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
@@ -312,13 +312,13 @@ template <typename Tin, int D> struct KOwn {
             gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
         }
         cp_landed();
-        cta_gemm<float, false, false, 4, NW, kRA>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
-        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+        cta_gemm<float, false, false, NB64, NW, kRA>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
+        cta_gemm<float, false, false, NB64, NW, kRA | kRB>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
         sync();
         ldDm();
         sync();
         // 2. A = Q K^T - QW Dm, then P (causal, keys < n, rows < n)
-        cta_gemm<float, false, true, 4, NW, kRA | kRB>(kC, kC, kC, M1, S64, B2, S64, [&](int a, int b, float v) {
+        cta_gemm<float, false, true, NB64, NW, kRA | kRB>(kC, kC, kC, M1, S64, B2, S64, [&](int a, int b, float v) {
             const float s = M2[a * S64 + b] - v;
             M2[a * S64 + b] = (b <= a && a < n) ? exp2_fast(p.sl2 * (s + gq[a] - gq[b]) - lse2[a]) : 0.f;
         });
@@ -331,7 +331,7 @@ template <typename Tin, int D> struct KOwn {
         sync();
         cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, B3, SD, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
         sync();
-        cta_gemm<float, false, false, 4, NW, kRA | kRB>(kC, kC, D, B3, SD, B2, SD, [&](int a, int b, float v) {
+        cta_gemm<float, false, false, NB64, NW, kRA | kRB>(kC, kC, D, B3, SD, B2, SD, [&](int a, int b, float v) {
             M2[a * S64 + b] = p.scale * M2[a * S64 + b] * (v - dl[a]);
         });
         sync();
@@ -343,7 +343,7 @@ template <typename Tin, int D> struct KOwn {
         cta_gemm<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, B0, SD, [&](int b, int c, float v) {
             if (b < n) p.dko[((row + b) * p.hq + hq) * D + c] = v;
         });
-        cta_gemm<float, true, true, 4, NW, kRA>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
+        cta_gemm<float, true, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
             p.ddm[(gc * p.hq + hq) * kC * kC + c * kC + b] = -v;
         });
         if (tid() < n) {
@@ -357,11 +357,11 @@ template <typename Tin, int D> struct KOwn {
         // 6. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
         cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, M1, S64, B3, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
         sync();
-        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
+        cta_gemm<float, false, false, NB64, NW, kRB>(kC, kC, D, B3, SD, B2, SD, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
         sync();
         ldDm();
         sync();
-        cta_gemm<float, false, false, 4, NW, kRB>(kC, kC, kC, M2, S64, B2, S64, [&](int a, int c, float v) {
+        cta_gemm<float, false, false, NB64, NW, kRB>(kC, kC, kC, M2, S64, B2, S64, [&](int a, int c, float v) {
             M1[a * S64 + c] = c <= a ? tf32_round(M1[a * S64 + c] - v) : 0.f;
         });
         sync();

@@ -428,6 +428,15 @@ PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int 
     }
 }
 
+// Warps per CTA of the tile-algebra kernels that take it (own, chain-A, chain-B). At D 128 one
+// CTA fills an SM's shared memory (and chain-A has fewer segments than SMs), so they take sixteen
+// warps on warp tiles of half the width: each SM has twice the independent products in flight.
+// Eight at D <= 64, where two CTAs share an SM. -DFATTN_PATH_WIDE128=0: eight everywhere, for an A/B.
+#ifndef FATTN_PATH_WIDE128
+#define FATTN_PATH_WIDE128 1
+#endif
+constexpr int wide_warps(int D) { return FATTN_PATH_WIDE128 && D >= 128 ? 16 : 8; }
+
 // G (M x N, row stride ldg (even), rows >= rows_valid untouched) += sign * op(A) op(B): each warp
 // issues the loads of its output tile of G (pairs of columns, 8 bytes) before the products, which
 // start from zero, so the loads' latency overlaps the products; then G + sign * acc is stored once.
