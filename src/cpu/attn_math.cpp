@@ -63,9 +63,7 @@ constexpr int kVW = 4, kMR = 4, kNV = 2;
 #define FATTN_ISA_MIN _mm_min_ps
 #define FATTN_ISA_VEC __m128
 #endif
-#include "cpu/attn_math_isa.h"
-#undef FATTN_ISA_MIN
-#undef FATTN_ISA_VEC
+#include "cpu/attn_math_isa.h"  // undefines FATTN_ISA_MIN / FATTN_ISA_VEC
 }  // namespace isa_base
 
 #ifdef FATTN_X86_DISPATCH
@@ -80,9 +78,7 @@ constexpr const char *kIsaName = "avx2";
 constexpr int kVW = 8, kMR = 6, kNV = 2;
 #define FATTN_ISA_MIN _mm256_min_ps
 #define FATTN_ISA_VEC __m256
-#include "cpu/attn_math_isa.h"
-#undef FATTN_ISA_MIN
-#undef FATTN_ISA_VEC
+#include "cpu/attn_math_isa.h"  // undefines FATTN_ISA_MIN / FATTN_ISA_VEC
 }  // namespace isa_avx2
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -97,9 +93,7 @@ constexpr const char *kIsaName = "avx512";
 constexpr int kVW = 16, kMR = 4, kNV = 4;
 #define FATTN_ISA_MIN(a, b) _mm512_maskz_min_ps(0xFFFF, a, b)  // _mm512_min_ps warns in GCC 12 (its undefined src)
 #define FATTN_ISA_VEC __m512
-#include "cpu/attn_math_isa.h"
-#undef FATTN_ISA_MIN
-#undef FATTN_ISA_VEC
+#include "cpu/attn_math_isa.h"  // undefines FATTN_ISA_MIN / FATTN_ISA_VEC
 }  // namespace isa_avx512
 #if defined(__clang__)
 #pragma clang attribute pop

@@ -305,3 +305,7 @@ void col_scale(float *x, int64_t ld_, int nj, int n, const float *a) {
 constexpr int kKBlock = 16384 / (kNV * kVW * 4);
 const MathKernels kKernels = {kIsaName, kKBlock, gemm_nn, gemm_tn, gemm_nn_max, exp_shift, scale_row, dsoftmax_row,
                               col_max, col_exp_sum, col_scale};
+
+// the including ISA block's parameters end here (the next block defines its own)
+#undef FATTN_ISA_MIN
+#undef FATTN_ISA_VEC

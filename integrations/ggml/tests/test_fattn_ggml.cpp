@@ -77,9 +77,11 @@ struct Cfg {
     int threads = 2;
     uint64_t seed = 1;
     Cfg() = default;
-    // The defaults with Sq queries, Skv keys, Hq query and Hkv kv heads, batch B, q, k, v of type t.
-    Cfg(int sq, int skv, int hq, int hkv, int b, ggml_type t = GGML_TYPE_F32)
-        : Sq(sq), Skv(skv), Hq(hq), Hkv(hkv), B(b), dtype(t) {}
+    // The defaults with Sq queries, Skv keys, Hq query and Hkv kv heads, batch B, q, k, v of type t,
+    // mask m and causal mode cz.
+    Cfg(int sq, int skv, int hq, int hkv, int b, ggml_type t = GGML_TYPE_F32, MaskKind m = MASK_NONE,
+        fattn_causal cz = FATTN_CAUSAL_NONE)
+        : Sq(sq), Skv(skv), Hq(hq), Hkv(hkv), B(b), causal(cz), dtype(t), mask(m) {}
     float eff_scale() const { return scale != 0.0f ? scale : 1.0f / std::sqrt(float(D)); }
     int mask_rows() const { return mask == MASK_F32_PADDED ? Sq + 5 : Sq; }
     int mask_heads() const { return mask == MASK_F16_PER_HEAD ? Hq : 1; }
@@ -612,8 +614,7 @@ void case_causal_top_left() {
 }
 
 void case_causal_bottom_right() {
-    Cfg c(16, 40, 4, 4, 2);
-    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    Cfg c(16, 40, 4, 4, 2, GGML_TYPE_F32, MASK_NONE, FATTN_CAUSAL_BOTTOM_RIGHT);
     compare_arms(c);
 }
 
@@ -644,16 +645,14 @@ void case_mask_rows_padded() {
 
 void case_gqa() {
     for (int B : {1, 2}) {
-        Cfg c(24, 24, 6, 2, B);
-        c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+        Cfg c(24, 24, 6, 2, B, GGML_TYPE_F32, MASK_NONE, FATTN_CAUSAL_BOTTOM_RIGHT);
         compare_arms(c);
     }
 }
 
 void case_mqa() {
     for (int B : {1, 3}) {
-        Cfg c(24, 24, 4, 1, B);
-        c.mask = MASK_F32_BCAST;
+        Cfg c(24, 24, 4, 1, B, GGML_TYPE_F32, MASK_F32_BCAST);
         compare_arms(c);
     }
 }
@@ -696,9 +695,7 @@ void case_shared_qk() {
 // the same rounded inputs (bounds: the file's header). Then q, k, v as strided 16-bit views of
 // one fused QKV tensor, read in place.
 void dtype_case(ggml_type t) {
-    Cfg c(20, 28, 4, 2, 1, t);
-    c.mask = MASK_F32_BCAST;
-    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    Cfg c(20, 28, 4, 2, 1, t, MASK_F32_BCAST, FATTN_CAUSAL_BOTTOM_RIGHT);
     compare_arms(c);
     // q, k, v: permuted (strided) 16-bit views of [D, H, S, B] tensors, read in place
     Cfg f(20, 20, 4, 4, 2, t);
@@ -732,8 +729,7 @@ void case_window() {
     b.causal = FATTN_CAUSAL_TOP_LEFT;
     b.window_left = 6;
     compare_arms(b);
-    Cfg c(16, 40, 4, 4, 2);
-    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    Cfg c(16, 40, 4, 4, 2, GGML_TYPE_F32, MASK_NONE, FATTN_CAUSAL_BOTTOM_RIGHT);
     c.window_left = 9;
     c.window_right = 0;
     c.window_align = FATTN_ALIGN_BOTTOM_RIGHT;
@@ -795,9 +791,7 @@ void case_varlen() {
 
 // Bitwise the same result for 1, 2, 3 and 4 ggml threads, and on repeat.
 void threads_case(ggml_type t) {
-    Cfg c(40, 56, 4, 2, 2, t);
-    c.mask = MASK_F32_BCAST;
-    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    Cfg c(40, 56, 4, 2, 2, t, MASK_F32_BCAST, FATTN_CAUSAL_BOTTOM_RIGHT);
     const Inputs in = make_inputs(c);
     Graph g;
     if (!built(g, c)) return;
@@ -820,8 +814,7 @@ void case_threads_bitwise() {
 
 // fattn_ggml_attn_back by hand (dO a strided view) gives the hook's gradients bit for bit.
 void explicit_back_case(ggml_type t) {
-    Cfg c(24, 24, 4, 2, 2, t);
-    c.causal = FATTN_CAUSAL_TOP_LEFT;
+    Cfg c(24, 24, 4, 2, 2, t, MASK_NONE, FATTN_CAUSAL_TOP_LEFT);
     const Inputs in = make_inputs(c);
     Graph hook;
     Result rh;
@@ -877,9 +870,7 @@ void case_explicit_back() {
 }
 
 void case_lse() {
-    Cfg c(12, 20, 4, 2, 2);
-    c.mask = MASK_F32_BCAST;
-    c.causal = FATTN_CAUSAL_BOTTOM_RIGHT;
+    Cfg c(12, 20, 4, 2, 2, GGML_TYPE_F32, MASK_F32_BCAST, FATTN_CAUSAL_BOTTOM_RIGHT);
     const Inputs in = make_inputs(c);
     const Outputs ref = reference(c, in);
     Graph g;
@@ -1096,9 +1087,7 @@ void case_memory() {
 // The op under ggml's graph allocator (memory reuse between nodes) and the CPU backend, as
 // ggml-opt runs it: the same bits as the context-allocated graph.
 void gallocr_case(ggml_type t) {
-    Cfg c(24, 24, 4, 2, 2, t);
-    c.mask = MASK_F16_PER_HEAD;
-    c.causal = FATTN_CAUSAL_TOP_LEFT;
+    Cfg c(24, 24, 4, 2, 2, t, MASK_F16_PER_HEAD, FATTN_CAUSAL_TOP_LEFT);
     const Inputs in = make_inputs(c);
     Graph ref;
     Result rr;
