@@ -317,10 +317,8 @@ def view(t: Optional[torch.Tensor], name: str = "tensor") -> Tensor:
     v = Tensor()
     v.data = t.data_ptr() or None
     v.dtype = dtype_code(t, name)
-    strides = t.stride() if t.numel() else _dense_strides(t.shape)
-    for i in range(4):
-        v.ne[i] = t.shape[i]
-        v.nb[i] = strides[i]
+    v.ne[:] = t.shape
+    v.nb[:] = t.stride() if t.numel() else _dense_strides(t.shape)
     return v
 
 

@@ -16,7 +16,8 @@ forward's host copy). The output has q's dtype; gradients flow to q, k, v, w, be
 check="strict" (default) rejects |w_t| != 1 or beta outside [0, 2] naming the token (on CUDA the
 check synchronizes the stream once per call); "none" skips it. Deterministic: the same inputs
 give the same bits. Registered as the torch ops fattn::path_fwd / fattn::path_bwd with fake
-kernels (torch.compile) and an autograd formula; workspaces come from torch's allocator.
+kernels (torch.compile) and an autograd formula; an eager call on plain tensors runs the same
+kernels without the dispatcher (_PathFn). Workspaces come from torch's allocator.
 """
 import ctypes
 from typing import Optional
@@ -24,6 +25,7 @@ from typing import Optional
 import torch
 
 from ._lib import Tensor, check, context, device_guard, lib, lse_view, view
+from ._ops import eager_plain
 
 __all__ = ["path_attention", "parallel_path_attn", "path_memory"]
 
@@ -192,12 +194,42 @@ def _backward(ctx, do, dlse, dcu):
 torch.library.register_autograd("fattn::path_fwd", _backward, setup_context=_setup_context)
 
 
+class _PathFn(torch.autograd.Function):
+    """The eager form of fattn::path_fwd's autograd formula (fattn::path_bwd), for plain tensors
+    (eager_plain): the backend kernels called directly, without register_autograd's wrapper and
+    two dispatcher round trips per direction. The same kernels in the same order as the op: the
+    same bits."""
+
+    # The three scalars travel as one tuple (autograd.Function.apply costs per argument)
+    @staticmethod
+    def forward(ctx, scalars, q, k, v, w, beta, g, cu_seqlens):
+        o, lse, cu_host = _path_fwd(q, k, v, w, beta, g, cu_seqlens, *scalars)
+        ctx.save_for_backward(q, k, v, w, beta, g, o, lse, cu_host if cu_host.numel() else None)
+        ctx.scalars = scalars
+        ctx.mark_non_differentiable(lse, cu_host)
+        return o, lse, cu_host
+
+    @staticmethod
+    def backward(ctx, do, _dlse, _dcu):
+        q, k, v, w, beta, g, o, lse, cu = ctx.saved_tensors
+        args = (do, q, k, v, w, beta, g, o, lse, cu) + ctx.scalars
+        if not do.requires_grad and eager_plain(q.device.type, (do, q)):
+            dq, dk, dv, dw, dbeta, dg = _path_bwd(*args)
+        else:
+            dq, dk, dv, dw, dbeta, dg = torch.ops.fattn.path_bwd(*args)
+        return None, dq, dk, dv, dw, dbeta, (dg if g is not None else None), None
+
+
 def path_attention(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None, history="packed",
                    check="strict"):
     """PaTH attention output o [B, T, Hq, V] (see the module docstring)."""
-    s = 0.0 if scale is None else float(scale)  # 0: the library's K^-0.5
-    o, _, _ = torch.ops.fattn.path_fwd(q, k, v, w, beta, g, cu_seqlens, s, _HISTORY[history], _CHECK[check])
-    return o
+    scalars = (0.0 if scale is None else float(scale), _HISTORY[history], _CHECK[check])  # scale 0: K^-0.5
+    ts = (q, k, v, w, beta, g, cu_seqlens)
+    if q.device.type in ("cpu", "cuda") and eager_plain(q.device.type, ts):
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts[:6]):
+            return _PathFn.apply(scalars, *ts)[0]
+        return _path_fwd(*ts, *scalars)[0]
+    return torch.ops.fattn.path_fwd(*ts, *scalars)[0]
 
 
 def parallel_path_attn(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None, use_cache=False):
