@@ -5,7 +5,12 @@ allocated above the inputs during fwd+bwd (torch.cuda.max_memory_allocated), and
 bytes (fattn: its memory model; FLA: its torch.zeros(B, T, NB, HQ, K) of q's dtype). Prints
 one row per case and fattn / FLA ratios.
 
-    python3 bench/bench_path.py [--reps 10] [--cases all|quick|4,5] [--no-fla] [--gate]
+    python3 bench/bench_path.py [--reps 10] [--cases all|quick|4,5] [--no-fla] [--gate] [--profile]
+
+--profile: for each case and arm, five fwd+bwd under torch.profiler besides the timing: the sum of
+the GPU kernels' durations per fwd+bwd against the event-timed median (the difference is the time
+the GPU waited), and the CPU-side calls that wait for the stream (synchronizes, device-to-host
+copies) per fwd+bwd.
 """
 import argparse
 import math
@@ -77,6 +82,30 @@ def measure(call, args, reps):
     return tf, tfb, peak
 
 
+def profile(call, args, ev_ms):
+    """Kernel time per fwd+bwd vs the event-timed median, and the host's waiting calls."""
+    from torch.profiler import ProfilerActivity
+    q, k, v, w, beta, g, do = args
+    ins = [t for t in (q, k, v, w, beta, g) if t is not None]
+    n = 5
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            o = call(q, k, v, w, beta, g)
+            torch.autograd.grad(o, ins, do)
+        torch.cuda.synchronize()
+    kern_us = waits = 0
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memcpy") \
+                and not e.name.startswith("Memset"):
+            kern_us += e.time_range.elapsed_us()
+        elif e.device_type == torch.autograd.DeviceType.CPU and (
+                "Synchronize" in e.name or e.name in ("cudaMemcpy", "aten::item", "aten::_local_scalar_dense")
+                or ("cudaMemcpyAsync" in e.name and "DtoH" in e.name)):
+            waits += 1
+    k_ms = kern_us / n / 1e3
+    return f"kernels {k_ms:.3f} ms of {ev_ms:.3f} (GPU waiting {ev_ms - k_ms:.3f}), waiting host calls {waits / n:.1f}"
+
+
 def fla_call():
     from fla.ops.path_attn.parallel import parallel_path_attn
 
@@ -92,6 +121,7 @@ def main():
     ap.add_argument("--no-fla", action="store_true")
     ap.add_argument("--gate", action="store_true")
     ap.add_argument("--check", default="none", help="fattn's w/beta check (strict synchronizes)")
+    ap.add_argument("--profile", action="store_true", help="kernel time vs event time per arm (torch.profiler)")
     a = ap.parse_args()
     fla = None if a.no_fla else fla_call()
     MiB = 2 ** 20
@@ -108,6 +138,8 @@ def main():
         r = measure(ours, args, a.reps)
         results[(name, "fattn")] = r
         print(f"{name:38s} {'fattn':6s} {r[0]:8.3f} {r[1]:8.3f} {r[2] / MiB:9.1f} {hist_ours / MiB:9.1f}", flush=True)
+        if a.profile:
+            print(f"{'':38s} {'fattn':6s} {profile(ours, args, r[1])}", flush=True)
         if fla is not None and dtype != torch.float32:
             nb = max(math.ceil((cu[i + 1] - cu[i]) / 512) for i in range(len(cu) - 1)) if cu else math.ceil(T / 512)
             hist_fla = B * T * nb * HQ * D * args[0].element_size()
@@ -115,6 +147,8 @@ def main():
             f = measure(fl, args, a.reps)
             results[(name, "FLA")] = f
             print(f"{name:38s} {'FLA':6s} {f[0]:8.3f} {f[1]:8.3f} {f[2] / MiB:9.1f} {hist_fla / MiB:9.1f}")
+            if a.profile:
+                print(f"{'':38s} {'FLA':6s} {profile(fl, args, f[1])}", flush=True)
             print(f"{'':38s} {'ratio':6s} {r[0] / f[0]:8.2f} {r[1] / f[1]:8.2f} {r[2] / f[2]:9.2f} {hist_ours / hist_fla:9.3f}",
                   flush=True)
         del args
