@@ -135,7 +135,7 @@ if want parity; then
         # The --large cases (S >= 16k, a tensor over 2^31 elements) in a step of their own, so a
         # slow host-side setup cannot take the main parity verdict down with it.
         n0=$(wc -l <"$OUT/parity.log")
-        run_step large 100 "$OUT/parity.log" "$FT" test --backend cuda --large -p large
+        run_step large 180 "$OUT/parity.log" "$FT" test --backend cuda --large -p large
         # Its own verdict only (a timed-out run prints none: never show parity's line for it).
         lv=$(tail -n +"$((n0 + 1))" "$OUT/parity.log" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n1)
         lok=$(tail -n +"$((n0 + 1))" "$OUT/parity.log" | grep -c '^  OK ')

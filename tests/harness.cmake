@@ -8,7 +8,11 @@ if(TARGET fattn-test)
   add_test(NAME fattn-test-cpu COMMAND fattn-test test --backend cpu)
   add_test(NAME fattn-test-grad COMMAND fattn-test grad)
   add_test(NAME fattn-test-determinism COMMAND fattn-test determinism --backend cpu)
-  set_tests_properties(fattn-test-cpu fattn-test-grad fattn-test-determinism PROPERTIES
+  # The PaTH --large case's harness (generator, per-batch slices, judge) on 2 batches instead of
+  # 2048: the case itself is CUDA-sized (gpu-check runs it)
+  add_test(NAME fattn-test-path-large-dry COMMAND fattn-test test --backend cpu -p path/large)
+  set_tests_properties(fattn-test-path-large-dry PROPERTIES ENVIRONMENT FATTN_TEST_PATH_LARGE_B=2)
+  set_tests_properties(fattn-test-cpu fattn-test-grad fattn-test-determinism fattn-test-path-large-dry PROPERTIES
     LABELS "harness" TIMEOUT 900)
   add_test(NAME fattn-test-cpu-quick COMMAND fattn-test test --backend cpu --quick)
   add_test(NAME fattn-test-grad-quick COMMAND fattn-test grad --quick)
