@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 
 from ._lib import Tensor, check, context, device_guard, lib, lse_view, view
-from ._ops import eager_plain
+from ._ops import eager_plain, shim_error
 
 __all__ = ["path_attention", "parallel_path_attn", "path_memory"]
 
@@ -156,9 +156,13 @@ def _path_bwd(dout, q, k, v, w, beta, g, o, lse, cu_seqlens, scale, history, che
     return dq, dk, dv, dw, dbeta, dg
 
 
-for _key in ("CPU", "CUDA"):
-    _lib_def.impl("path_fwd", _path_fwd, _key)
-    _lib_def.impl("path_bwd", _path_bwd, _key)
+# The compiled module (python/csrc/path_ops.cpp, loaded by _ops.py with the softmax ops) brings
+# the CPU, CUDA and Autograd kernels of both ops; without it they are this file's.
+_SHIM = torch._C._dispatch_has_kernel_for_dispatch_key("fattn::path_fwd", "CPU")
+if not _SHIM:
+    for _key in ("CPU", "CUDA"):
+        _lib_def.impl("path_fwd", _path_fwd, _key)
+        _lib_def.impl("path_bwd", _path_bwd, _key)
 
 
 @torch.library.register_fake("fattn::path_fwd")
@@ -191,7 +195,8 @@ def _backward(ctx, do, dlse, dcu):
     return dq, dk, dv, dw, dbeta, (dg if g is not None else None), None, None, None, None
 
 
-torch.library.register_autograd("fattn::path_fwd", _backward, setup_context=_setup_context)
+if not _SHIM:
+    torch.library.register_autograd("fattn::path_fwd", _backward, setup_context=_setup_context)
 
 
 class _PathFn(torch.autograd.Function):
@@ -225,6 +230,11 @@ def path_attention(q, k, v, w, beta, g=None, scale=None, cu_seqlens=None, histor
     """PaTH attention output o [B, T, Hq, V] (see the module docstring)."""
     scalars = (0.0 if scale is None else float(scale), _HISTORY[history], _CHECK[check])  # scale 0: K^-0.5
     ts = (q, k, v, w, beta, g, cu_seqlens)
+    if _SHIM:
+        try:
+            return torch.ops.fattn.path_fwd(*ts, *scalars)[0]
+        except RuntimeError as e:
+            raise shim_error(e) from None
     if q.device.type in ("cpu", "cuda") and eager_plain(q.device.type, ts):
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts[:6]):
             return _PathFn.apply(scalars, *ts)[0]
