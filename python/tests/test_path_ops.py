@@ -126,3 +126,32 @@ def test_cuda_bitwise_and_strict_message():
     beta_bad[0, 17, 1] = 2.5
     with pytest.raises(Exception, match=r"beta: 2\.500000 at \(b 0, t 17, h 1\)"):
         fp.path_attention(q, k, v, w, beta_bad, g)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_host_paths_agree(device):
+    # the compiled kernels (python/csrc/path_ops.cpp) and path.py's ctypes kernels in one process:
+    # the same bits forward and backward, dense and varlen, and the same error text
+    if not fp._SHIM:
+        pytest.skip("the compiled module is not loaded (FATTN_TORCH_SHIM=0 or not built)")
+    q, k, v, w, beta, g = make(device)
+    for cu in (None, torch.tensor([0, 30, 70], dtype=torch.int64, device=device)):
+        a = torch.ops.fattn.path_fwd(q, k, v, w, beta, g, cu, 0.0, 0, 0)
+        b = fp._path_fwd(q, k, v, w, beta, g, cu, 0.0, 0, 0)
+        for x, y in zip(a, b):
+            assert x.device == y.device and torch.equal(x, y)
+        do = torch.randn_like(a[0])
+        cu_host = a[2] if a[2].numel() else None
+        ga = torch.ops.fattn.path_bwd(do, q, k, v, w, beta, g, a[0], a[1], cu_host, 0.0, 0, 0)
+        gb = fp._path_bwd(do, q, k, v, w, beta, g, b[0], b[1], cu_host, 0.0, 0, 0)
+        for x, y in zip(ga, gb):
+            assert torch.equal(x, y)
+    bad = beta.clone()
+    bad[0, 17, 0] = 2.5
+    errs = []
+    for call in (lambda: fp.path_attention(q, k, v, w, bad, g),
+                 lambda: fp._path_fwd(q, k, v, w, bad, g, None, 0.0, 0, 0)):
+        with pytest.raises(Exception) as e:
+            call()
+        errs.append((type(e.value).__name__, str(e.value)))
+    assert errs[0] == errs[1] and "beta" in errs[0][1]
