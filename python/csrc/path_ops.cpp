@@ -55,12 +55,25 @@ PathIns ins_of(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &
     return {view(q, "q"), view(k, "k"), view(v, "v"), view(w, "w"), view1(&beta, "beta"), view1(opt(g), "g")};
 }
 
-Tensor path_workspace(fattn_ctx_t *ctx, const fattn_path_params &p, const PathIns &in, fattn_dir dir,
-                      const at::Device &dev) {
+// What a call of either direction sets up: the context of q's device (under the caller's device
+// guard), cu_seqlens on the host, the params, and the direction's workspace.
+struct PathCall {
+    fattn_ctx_t *ctx;
+    Tensor cu, ws;
+    fattn_path_params p;
+};
+
+PathCall path_call(const Tensor &q, const PathIns &in, const OptT &cu_seqlens, double scale, int64_t history,
+                   int64_t check_mode, fattn_dir dir) {
+    PathCall c;
+    c.ctx = context(q.device());
+    c.cu = host_cu(cu_seqlens);
+    c.p = params(scale, c.cu, history, check_mode);
     fattn_path_workspace_info wi{};
-    check(ctx, fattn_path_workspace_size(ctx, &p, &in.q, &in.k, &in.v, &in.w, &in.beta, &in.g, dir, &wi),
+    check(c.ctx, fattn_path_workspace_size(c.ctx, &c.p, &in.q, &in.k, &in.v, &in.w, &in.beta, &in.g, dir, &wi),
           "path_workspace_size");
-    return at::empty({std::max<int64_t>(int64_t(wi.total_bytes), 1)}, at::TensorOptions().dtype(at::kByte).device(dev));
+    c.ws = at::empty({std::max<int64_t>(int64_t(wi.total_bytes), 1)}, q.options().dtype(at::kByte));
+    return c;
 }
 
 std::tuple<Tensor, Tensor, Tensor> path_fwd(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &w,
@@ -68,17 +81,15 @@ std::tuple<Tensor, Tensor, Tensor> path_fwd(const Tensor &q, const Tensor &k, co
                                             int64_t history, int64_t check_mode) {
     const PathIns in = ins_of(q, k, v, w, beta, g);
     const c10::OptionalDeviceGuard guard(q.is_cuda() ? std::optional<at::Device>(q.device()) : std::nullopt);
-    fattn_ctx_t *ctx = context(q.device());
-    const Tensor cu = host_cu(cu_seqlens);
-    const fattn_path_params p = params(scale, cu, history, check_mode);
-    Tensor ws = path_workspace(ctx, p, in, FATTN_DIR_FWD, q.device());
+    const PathCall c = path_call(q, in, cu_seqlens, scale, history, check_mode, FATTN_DIR_FWD);
     Tensor o = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
     Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
     const fattn_tensor ov = view(o, "o"), lv = lse_view(lse);
-    check(ctx, fattn_path_fwd(ctx, &p, &in.q, &in.k, &in.v, &in.w, &in.beta, &in.g, &ov, &lv, ws.data_ptr(), size_t(ws.numel())),
+    check(c.ctx, fattn_path_fwd(c.ctx, &c.p, &in.q, &in.k, &in.v, &in.w, &in.beta, &in.g, &ov, &lv, c.ws.data_ptr(),
+                                size_t(c.ws.numel())),
           "path_fwd");
     // a tensor of its own (an op's output never aliases its input)
-    return {o, lse, cu.defined() ? cu.clone() : at::empty({0}, at::TensorOptions().dtype(at::kInt))};
+    return {o, lse, c.cu.defined() ? c.cu.clone() : at::empty({0}, at::TensorOptions().dtype(at::kInt))};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>
@@ -89,18 +100,15 @@ path_bwd(const Tensor &dout_in, const Tensor &q, const Tensor &k, const Tensor &
     same_device(q, {{"dout", &dout_in}, {"o", &o}, {"lse", &lse}});
     const Tensor dout = dout_in.to(q.scalar_type()).contiguous();
     const c10::OptionalDeviceGuard guard(q.is_cuda() ? std::optional<at::Device>(q.device()) : std::nullopt);
-    fattn_ctx_t *ctx = context(q.device());
-    const Tensor cu = host_cu(cu_seqlens);
-    const fattn_path_params p = params(scale, cu, history, check_mode);
-    Tensor ws = path_workspace(ctx, p, in, FATTN_DIR_BWD, q.device());
+    const PathCall c = path_call(q, in, cu_seqlens, scale, history, check_mode, FATTN_DIR_BWD);
     Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v), dw = at::empty_like(w),
            dbeta = at::empty_like(beta);
     Tensor dg = opt(g) ? at::empty_like(*g) : at::empty({0}, q.options().dtype(at::kFloat));
     const fattn_tensor ov = view(o, "o"), lv = lse_view(lse), dov = view(dout, "dout"), dqv = view(dq, "dq"),
                        dkv = view(dk, "dk"), dvv = view(dv, "dv"), dwv = view(dw, "dw"), dbv = view1(&dbeta, "dbeta"),
                        dgv = view1(opt(g) ? &dg : nullptr, "dg");
-    check(ctx, fattn_path_bwd(ctx, &p, &in.q, &in.k, &in.v, &in.w, &in.beta, &in.g, &ov, &lv, &dov, &dqv, &dkv, &dvv,
-                              &dwv, &dbv, &dgv, ws.data_ptr(), size_t(ws.numel())),
+    check(c.ctx, fattn_path_bwd(c.ctx, &c.p, &in.q, &in.k, &in.v, &in.w, &in.beta, &in.g, &ov, &lv, &dov, &dqv, &dkv,
+                                &dvv, &dwv, &dbv, &dgv, c.ws.data_ptr(), size_t(c.ws.numel())),
           "path_bwd");
     return {dq, dk, dv, dw, dbeta, dg};
 }
@@ -109,14 +117,8 @@ path_bwd(const Tensor &dout_in, const Tensor &q, const Tensor &k, const Tensor &
 using FwdSig = decltype(path_fwd);
 using BwdSig = decltype(path_bwd);
 
-const c10::TypedOperatorHandle<FwdSig> &fwd_op() {
-    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fattn::path_fwd", "").typed<FwdSig>();
-    return op;
-}
-const c10::TypedOperatorHandle<BwdSig> &bwd_op() {
-    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fattn::path_bwd", "").typed<BwdSig>();
-    return op;
-}
+const c10::TypedOperatorHandle<FwdSig> &fwd_op() { return typed_op<FwdSig>("fattn::path_fwd"); }
+const c10::TypedOperatorHandle<BwdSig> &bwd_op() { return typed_op<BwdSig>("fattn::path_bwd"); }
 
 // fattn::path_fwd's autograd formula is fattn::path_bwd (path.py's _backward): gradients to q, k,
 // v, w, beta and g; none through lse and the host cu_seqlens; no double backward.
@@ -130,13 +132,10 @@ struct PathBackward : torch::autograd::Node {
         const auto self = shared_from_this();
         const Tensor o_ = o.unpack(self);
         Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(o_);
-        auto opt_of = [](const torch::autograd::SavedVariable &sv) {
-            Tensor t = sv.unpack();
-            return t.defined() ? OptT(t) : OptT();
-        };
         at::AutoDispatchBelowADInplaceOrView below;
-        auto [dq, dk, dv, dw, db, dg] = bwd_op().call(dout, q.unpack(), k.unpack(), v.unpack(), w.unpack(), beta.unpack(),
-                                                      opt_of(g), o_, lse.unpack(), opt_of(cu), scale, history, check_mode);
+        auto [dq, dk, dv, dw, db, dg] = bwd_op().call(dout, q.unpack(), k.unpack(), v.unpack(), w.unpack(),
+                                                      beta.unpack(), unpack_opt(g), o_, lse.unpack(), unpack_opt(cu),
+                                                      scale, history, check_mode);
         return {dq, dk, dv, dw, db, has_g ? dg : Tensor()};
     }
     std::string name() const override { return "fattn::PathBackward"; }

@@ -6,6 +6,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -197,5 +198,20 @@ inline Tensor workspace(size_t n, const at::Device &dev) {
 }
 
 inline void *data_or_null(const Tensor &t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+// ------------------------------------------------------------------------------- autograd
+// The typed dispatcher handle of the op with signature Sig, looked up at its first use (the
+// schemas are defined by the Python package after this module loads). One handle per signature
+// type: every op of the module has its own.
+template <class Sig> const c10::TypedOperatorHandle<Sig> &typed_op(const char *name) {
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+    return op;
+}
+
+// A saved optional input, as the op takes it.
+inline OptT unpack_opt(const torch::autograd::SavedVariable &sv) {
+    Tensor t = sv.unpack();
+    return t.defined() ? OptT(t) : OptT();
+}
 
 }  // namespace fattn_shim

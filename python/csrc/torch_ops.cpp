@@ -135,14 +135,8 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor &dout_in, const Tensor 
 using FwdSig = decltype(attn_fwd);
 using BwdSig = decltype(attn_bwd);
 
-const c10::TypedOperatorHandle<FwdSig> &fwd_op() {
-    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fattn::attn_fwd", "").typed<FwdSig>();
-    return op;
-}
-const c10::TypedOperatorHandle<BwdSig> &bwd_op() {
-    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("fattn::attn_bwd", "").typed<BwdSig>();
-    return op;
-}
+const c10::TypedOperatorHandle<FwdSig> &fwd_op() { return typed_op<FwdSig>("fattn::attn_fwd"); }
+const c10::TypedOperatorHandle<BwdSig> &bwd_op() { return typed_op<BwdSig>("fattn::attn_bwd"); }
 
 // fattn::attn_fwd's autograd formula is fattn::attn_bwd. No gradient to bias or through lse and
 // saved (they get no history: non-differentiable); the gradients carry no graph (no double
@@ -157,13 +151,9 @@ struct AttnBackward : torch::autograd::Node {
         const auto self = shared_from_this();
         const Tensor o_ = o.unpack(self);
         Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(o_);
-        auto opt_of = [](const torch::autograd::SavedVariable &sv) {
-            Tensor t = sv.unpack();
-            return t.defined() ? OptT(t) : OptT();
-        };
         at::AutoDispatchBelowADInplaceOrView below;
         auto [dq, dk, dv] = bwd_op().call(dout, q.unpack(), k.unpack(), v.unpack(), o_, lse.unpack(), saved.unpack(),
-                                          opt_of(bias), opt_of(cu_q), opt_of(cu_k), sc.causal, sc.wl, sc.wr,
+                                          unpack_opt(bias), unpack_opt(cu_q), unpack_opt(cu_k), sc.causal, sc.wl, sc.wr,
                                           sc.walign, sc.scale, sc.msq, sc.msk, sc.prec, sc.algo);
         return {dq, dk, dv};
     }

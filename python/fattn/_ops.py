@@ -438,6 +438,24 @@ def attn_fwd(q, k, v, bias, cu_q, cu_k, scalars):
     return _fwd_kernel(q, k, v, bias, cu_q, cu_k, *scalars)
 
 
+def forward_saved(ctx, scalars, outs, saved):
+    """An autograd.Function's forward bookkeeping: saves the tensors and the scalars for the
+    backward, marks every output but the first non-differentiable, returns the outputs."""
+    ctx.save_for_backward(*saved)
+    ctx.scalars = scalars
+    ctx.mark_non_differentiable(*outs[1:])
+    return outs
+
+
+def backward_call(kernel, op, args):
+    """An autograd.Function's backward: the Python kernel directly for a plain eager call whose
+    incoming gradient needs no graph (args[0] is it, args[1] is q), else the op (double backward,
+    torch.compile, modes)."""
+    if not args[0].requires_grad and eager_plain(args[1].device.type, args[:2]):
+        return kernel(*args)
+    return op(*args)
+
+
 class _AttnFn(torch.autograd.Function):
     """fattn::attn_fwd's autograd formula: fattn::attn_bwd. No gradient to bias or through lse
     (marked non-differentiable rather than returning zeros)."""
@@ -447,19 +465,13 @@ class _AttnFn(torch.autograd.Function):
     def forward(ctx, keyset, scalars, q, k, v, bias, cu_q, cu_k):
         o, lse, saved = _below_autograd(attn_fwd_op, _fwd_kernel, keyset,
                                         (q, k, v, bias, cu_q, cu_k) + scalars)
-        ctx.save_for_backward(q, k, v, o, lse, saved, bias, cu_q, cu_k)
-        ctx.scalars = scalars
-        ctx.mark_non_differentiable(lse, saved)
-        return o, lse, saved
+        return forward_saved(ctx, scalars, (o, lse, saved), (q, k, v, o, lse, saved, bias, cu_q, cu_k))
 
     @staticmethod
     def backward(ctx, do, _dlse, _dsaved):
         q, k, v, o, lse, saved, bias, cu_q, cu_k = ctx.saved_tensors
-        args = (do, q, k, v, o, lse, saved, bias, cu_q, cu_k) + ctx.scalars
-        if not do.requires_grad and eager_plain(q.device.type, (do, q)):
-            dq, dk, dv = _bwd_kernel(*args)
-        else:
-            dq, dk, dv = attn_bwd_op(*args)
+        dq, dk, dv = backward_call(_bwd_kernel, attn_bwd_op,
+                                   (do, q, k, v, o, lse, saved, bias, cu_q, cu_k) + ctx.scalars)
         return None, None, dq, dk, dv, None, None, None
 
 

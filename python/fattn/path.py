@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 
 from ._lib import Tensor, check, context, device_guard, lib, lse_view, view
-from ._ops import eager_plain, shim_error
+from ._ops import backward_call, eager_plain, forward_saved, shim_error
 
 __all__ = ["path_attention", "parallel_path_attn", "path_memory"]
 
@@ -209,19 +209,14 @@ class _PathFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, scalars, q, k, v, w, beta, g, cu_seqlens):
         o, lse, cu_host = _path_fwd(q, k, v, w, beta, g, cu_seqlens, *scalars)
-        ctx.save_for_backward(q, k, v, w, beta, g, o, lse, cu_host if cu_host.numel() else None)
-        ctx.scalars = scalars
-        ctx.mark_non_differentiable(lse, cu_host)
-        return o, lse, cu_host
+        return forward_saved(ctx, scalars, (o, lse, cu_host),
+                             (q, k, v, w, beta, g, o, lse, cu_host if cu_host.numel() else None))
 
     @staticmethod
     def backward(ctx, do, _dlse, _dcu):
         q, k, v, w, beta, g, o, lse, cu = ctx.saved_tensors
-        args = (do, q, k, v, w, beta, g, o, lse, cu) + ctx.scalars
-        if not do.requires_grad and eager_plain(q.device.type, (do, q)):
-            dq, dk, dv, dw, dbeta, dg = _path_bwd(*args)
-        else:
-            dq, dk, dv, dw, dbeta, dg = torch.ops.fattn.path_bwd(*args)
+        dq, dk, dv, dw, dbeta, dg = backward_call(_path_bwd, torch.ops.fattn.path_bwd.default,
+                                                  (do, q, k, v, w, beta, g, o, lse, cu) + ctx.scalars)
         return None, dq, dk, dv, dw, dbeta, (dg if g is not None else None), None
 
 
