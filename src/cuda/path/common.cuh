@@ -432,13 +432,16 @@ PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int 
 // fills an SM's shared memory (and chain-A has fewer segments than SMs), so they take sixteen
 // warps on warp tiles of half the width: each SM has twice the independent products in flight.
 // Eight at D <= 64, where two CTAs share an SM. -DFATTN_PATH_WIDE128=0: eight everywhere, for an
-// A/B. -DFATTN_PATH_WIDE_OWN=1: the own-chunk kernel too (a variant, off by default;
-// the emulation's alt build tests it).
+// A/B. -DFATTN_PATH_WIDE_OWN=1, -DFATTN_PATH_WIDE_INTRA=1: the own-chunk and seg-intra kernels
+// too (variants, off by default; the emulation's alt build tests them).
 #ifndef FATTN_PATH_WIDE128
 #define FATTN_PATH_WIDE128 1
 #endif
 #ifndef FATTN_PATH_WIDE_OWN
 #define FATTN_PATH_WIDE_OWN 0
+#endif
+#ifndef FATTN_PATH_WIDE_INTRA
+#define FATTN_PATH_WIDE_INTRA 0
 #endif
 constexpr int wide_warps(int D) { return FATTN_PATH_WIDE128 && D >= 128 ? 16 : 8; }
 
