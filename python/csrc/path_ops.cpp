@@ -7,9 +7,6 @@
 // _path_bwd do: the same output layouts, cu_seqlens read on the host (int32; int64 past 2^31 - 1
 // refused by name), the forward's host copy of cu_seqlens as its third output (the backward
 // reuses it), workspaces from torch's allocator.
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/functions/utils.h>
-#include <torch/csrc/autograd/saved_variable.h>
 
 #include <cstdint>
 #include <limits>
@@ -121,27 +118,21 @@ const c10::TypedOperatorHandle<FwdSig> &fwd_op() { return typed_op<FwdSig>("fatt
 const c10::TypedOperatorHandle<BwdSig> &bwd_op() { return typed_op<BwdSig>("fattn::path_bwd"); }
 
 // fattn::path_fwd's autograd formula is fattn::path_bwd (path.py's _backward): gradients to q, k,
-// v, w, beta and g; none through lse and the host cu_seqlens; no double backward.
-struct PathBackward : torch::autograd::Node {
-    torch::autograd::SavedVariable q, k, v, w, beta, g, o, lse, cu;
+// v, w, beta and g; none through lse and the host cu_seqlens; no double backward. Saved: q, k, v,
+// w, beta, g, lse, the host cu_seqlens.
+struct PathBackward : OpBackward {
     double scale = 0;
     int64_t history = 0, check_mode = 0;
-    bool has_g = false;
 
     torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
-        const auto self = shared_from_this();
-        const Tensor o_ = o.unpack(self);
-        Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(o_);
+        const auto [o, dout] = out_and_grad(grads);
+        const OptT g = input_opt(5);
         at::AutoDispatchBelowADInplaceOrView below;
-        auto [dq, dk, dv, dw, db, dg] = bwd_op().call(dout, q.unpack(), k.unpack(), v.unpack(), w.unpack(),
-                                                      beta.unpack(), unpack_opt(g), o_, lse.unpack(), unpack_opt(cu),
-                                                      scale, history, check_mode);
-        return {dq, dk, dv, dw, db, has_g ? dg : Tensor()};
+        auto [dq, dk, dv, dw, db, dg] = bwd_op().call(dout, input(0), input(1), input(2), input(3), input(4), g, o,
+                                                      input(6), input_opt(7), scale, history, check_mode);
+        return {dq, dk, dv, dw, db, g ? dg : Tensor()};
     }
     std::string name() const override { return "fattn::PathBackward"; }
-    void release_variables() override {
-        for (torch::autograd::SavedVariable *sv : {&q, &k, &v, &w, &beta, &g, &o, &lse, &cu}) sv->reset_data();
-    }
 };
 
 std::tuple<Tensor, Tensor, Tensor> path_fwd_autograd(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &w,
@@ -153,21 +144,9 @@ std::tuple<Tensor, Tensor, Tensor> path_fwd_autograd(const Tensor &q, const Tens
         std::tie(o, lse, cu_host) = fwd_op().call(q, k, v, w, beta, g, cu_seqlens, scale, history, check_mode);
     }
     const Tensor gt = opt(g) ? *g : Tensor();
-    if (torch::autograd::compute_requires_grad(q, k, v, w, beta, gt)) {
-        std::shared_ptr<PathBackward> node(new PathBackward(), torch::autograd::deleteNode);
-        node->set_next_edges(torch::autograd::collect_next_edges(q, k, v, w, beta, gt));
-        node->q = torch::autograd::SavedVariable(q, false);
-        node->k = torch::autograd::SavedVariable(k, false);
-        node->v = torch::autograd::SavedVariable(v, false);
-        node->w = torch::autograd::SavedVariable(w, false);
-        node->beta = torch::autograd::SavedVariable(beta, false);
-        node->g = torch::autograd::SavedVariable(gt, false);
-        node->lse = torch::autograd::SavedVariable(lse, false);
-        node->cu = torch::autograd::SavedVariable(cu_host.numel() ? cu_host : Tensor(), false);
-        node->scale = scale, node->history = history, node->check_mode = check_mode, node->has_g = gt.defined();
-        torch::autograd::set_history(o, node);  // o is the node's one differentiable output
-        node->o = torch::autograd::SavedVariable(o, true);
-    }
+    if (auto node = attach<PathBackward>(o, {q, k, v, w, beta, gt},
+                                         {q, k, v, w, beta, gt, lse, cu_host.numel() ? cu_host : Tensor()}))
+        node->scale = scale, node->history = history, node->check_mode = check_mode;
     return {o, lse, cu_host};
 }
 
@@ -181,17 +160,6 @@ path_bwd_autograd(const Tensor &dout, const Tensor &q, const Tensor &k, const Te
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fattn, CPU, m) {
-    m.impl("path_fwd", path_fwd);
-    m.impl("path_bwd", path_bwd);
-}
-
-TORCH_LIBRARY_IMPL(fattn, CUDA, m) {
-    m.impl("path_fwd", path_fwd);
-    m.impl("path_bwd", path_bwd);
-}
-
-TORCH_LIBRARY_IMPL(fattn, Autograd, m) {
-    m.impl("path_fwd", path_fwd_autograd);
-    m.impl("path_bwd", path_bwd_autograd);
-}
+TORCH_LIBRARY_IMPL(fattn, CPU, m) { impl_pair(m, "path_fwd", path_fwd, "path_bwd", path_bwd); }
+TORCH_LIBRARY_IMPL(fattn, CUDA, m) { impl_pair(m, "path_fwd", path_fwd, "path_bwd", path_bwd); }
+TORCH_LIBRARY_IMPL(fattn, Autograd, m) { impl_pair(m, "path_fwd", path_fwd_autograd, "path_bwd", path_bwd_autograd); }

@@ -6,6 +6,8 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
@@ -17,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "fattn/fattn.h"
 
@@ -208,10 +211,51 @@ template <class Sig> const c10::TypedOperatorHandle<Sig> &typed_op(const char *n
     return op;
 }
 
-// A saved optional input, as the op takes it.
-inline OptT unpack_opt(const torch::autograd::SavedVariable &sv) {
-    Tensor t = sv.unpack();
-    return t.defined() ? OptT(t) : OptT();
+// The backward node of an op with one differentiable output: the tensors apply() needs, saved
+// in its order (undefined where the op had none), and the output. A Node of its own rather than
+// torch::autograd::Function, whose IValue-boxed saved data and per-argument bookkeeping cost
+// ~14 µs a call at a tiny shape (measured on the 2-core EPYC: op with grad 31 µs, without 17).
+struct OpBackward : torch::autograd::Node {
+    std::vector<torch::autograd::SavedVariable> in;
+    torch::autograd::SavedVariable out;
+
+    Tensor input(size_t i) const { return in[i].unpack(); }
+    OptT input_opt(size_t i) const {
+        Tensor t = in[i].unpack();
+        return t.defined() ? OptT(t) : OptT();
+    }
+    // The output as saved, and the gradient that reached it (zeros when none did)
+    std::pair<Tensor, Tensor> out_and_grad(const torch::autograd::variable_list &grads) {
+        Tensor o = out.unpack(shared_from_this());
+        Tensor d = grads[0].defined() ? grads[0] : at::zeros_like(o);
+        return {o, d};
+    }
+    void release_variables() override {
+        for (torch::autograd::SavedVariable &sv : in) sv.reset_data();
+        out.reset_data();
+    }
+};
+
+// When any of `edges` requires grad: a node of type N becomes the history of o (the op's one
+// differentiable output), with edges to `edges` (apply() returns their gradients in that order),
+// `saved` and o saved; returns it to take the op's scalars, else null.
+template <class N>
+std::shared_ptr<N> attach(Tensor &o, const std::vector<Tensor> &edges, const std::vector<Tensor> &saved) {
+    if (!torch::autograd::compute_requires_grad(edges)) return nullptr;
+    std::shared_ptr<N> node(new N(), torch::autograd::deleteNode);
+    node->set_next_edges(torch::autograd::collect_next_edges(edges));
+    node->in.reserve(saved.size());
+    for (const Tensor &t : saved) node->in.emplace_back(t, false);
+    torch::autograd::set_history(o, node);
+    node->out = torch::autograd::SavedVariable(o, true);
+    return node;
+}
+
+// Registers fwd and bwd as the kernels of ops fwd_name and bwd_name for m's dispatch key.
+template <class F, class B>
+void impl_pair(torch::Library &m, const char *fwd_name, F fwd, const char *bwd_name, B bwd) {
+    m.impl(fwd_name, fwd);
+    m.impl(bwd_name, bwd);
 }
 
 }  // namespace fattn_shim

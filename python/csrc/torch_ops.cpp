@@ -15,9 +15,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <ATen/Parallel.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/functions/utils.h>
-#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -140,28 +137,19 @@ const c10::TypedOperatorHandle<BwdSig> &bwd_op() { return typed_op<BwdSig>("fatt
 
 // fattn::attn_fwd's autograd formula is fattn::attn_bwd. No gradient to bias or through lse and
 // saved (they get no history: non-differentiable); the gradients carry no graph (no double
-// backward), as in _ops.py. A Node of its own rather than torch::autograd::Function, whose
-// IValue-boxed saved data and per-argument bookkeeping cost ~14 µs a call at a tiny shape
-// (measured on the 2-core EPYC: op with grad 31 µs, without 17).
-struct AttnBackward : torch::autograd::Node {
-    torch::autograd::SavedVariable q, k, v, o, lse, saved, bias, cu_q, cu_k;
+// backward), as in _ops.py. Saved: q, k, v, lse, saved, bias, cu_q, cu_k.
+struct AttnBackward : OpBackward {
     Scalars sc{};
 
     torch::autograd::variable_list apply(torch::autograd::variable_list &&grads) override {
-        const auto self = shared_from_this();
-        const Tensor o_ = o.unpack(self);
-        Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(o_);
+        const auto [o, dout] = out_and_grad(grads);
         at::AutoDispatchBelowADInplaceOrView below;
-        auto [dq, dk, dv] = bwd_op().call(dout, q.unpack(), k.unpack(), v.unpack(), o_, lse.unpack(), saved.unpack(),
-                                          unpack_opt(bias), unpack_opt(cu_q), unpack_opt(cu_k), sc.causal, sc.wl, sc.wr,
-                                          sc.walign, sc.scale, sc.msq, sc.msk, sc.prec, sc.algo);
+        auto [dq, dk, dv] = bwd_op().call(dout, input(0), input(1), input(2), o, input(3), input(4), input_opt(5),
+                                          input_opt(6), input_opt(7), sc.causal, sc.wl, sc.wr, sc.walign, sc.scale,
+                                          sc.msq, sc.msk, sc.prec, sc.algo);
         return {dq, dk, dv};
     }
     std::string name() const override { return "fattn::AttnBackward"; }
-    void release_variables() override {
-        for (torch::autograd::SavedVariable *sv : {&q, &k, &v, &o, &lse, &saved, &bias, &cu_q, &cu_k})
-            sv->reset_data();
-    }
 };
 
 std::tuple<Tensor, Tensor, Tensor> attn_fwd_autograd(const Tensor &q, const Tensor &k, const Tensor &v,
@@ -175,21 +163,9 @@ std::tuple<Tensor, Tensor, Tensor> attn_fwd_autograd(const Tensor &q, const Tens
         std::tie(o, lse, saved) =
             fwd_op().call(q, k, v, bias, cu_q, cu_k, causal, wl, wr, walign, scale, msq, msk, prec, algo);
     }
-    if (torch::autograd::compute_requires_grad(q, k, v)) {
-        std::shared_ptr<AttnBackward> node(new AttnBackward(), torch::autograd::deleteNode);
-        node->set_next_edges(torch::autograd::collect_next_edges(q, k, v));
-        node->q = torch::autograd::SavedVariable(q, false);
-        node->k = torch::autograd::SavedVariable(k, false);
-        node->v = torch::autograd::SavedVariable(v, false);
-        node->lse = torch::autograd::SavedVariable(lse, false);
-        node->saved = torch::autograd::SavedVariable(saved, false);
-        node->bias = torch::autograd::SavedVariable(bias, false);
-        node->cu_q = torch::autograd::SavedVariable(cu_q, false);
-        node->cu_k = torch::autograd::SavedVariable(cu_k, false);
+    auto of = [](const OptT &t) { return opt(t) ? *t : Tensor(); };
+    if (auto node = attach<AttnBackward>(o, {q, k, v}, {q, k, v, lse, saved, of(bias), of(cu_q), of(cu_k)}))
         node->sc = Scalars{causal, wl, wr, walign, scale, msq, msk, prec, algo};
-        torch::autograd::set_history(o, node);  // o is the node's one differentiable output
-        node->o = torch::autograd::SavedVariable(o, true);
-    }
     return {o, lse, saved};
 }
 
@@ -206,17 +182,6 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd_autograd(const Tensor &dout, const T
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(fattn, CPU, m) {
-    m.impl("attn_fwd", attn_fwd);
-    m.impl("attn_bwd", attn_bwd);
-}
-
-TORCH_LIBRARY_IMPL(fattn, CUDA, m) {
-    m.impl("attn_fwd", attn_fwd);
-    m.impl("attn_bwd", attn_bwd);
-}
-
-TORCH_LIBRARY_IMPL(fattn, Autograd, m) {
-    m.impl("attn_fwd", attn_fwd_autograd);
-    m.impl("attn_bwd", attn_bwd_autograd);
-}
+TORCH_LIBRARY_IMPL(fattn, CPU, m) { impl_pair(m, "attn_fwd", attn_fwd, "attn_bwd", attn_bwd); }
+TORCH_LIBRARY_IMPL(fattn, CUDA, m) { impl_pair(m, "attn_fwd", attn_fwd, "attn_bwd", attn_bwd); }
+TORCH_LIBRARY_IMPL(fattn, Autograd, m) { impl_pair(m, "attn_fwd", attn_fwd_autograd, "attn_bwd", attn_bwd_autograd); }

@@ -127,13 +127,11 @@ void run_path_large(const Options &o, Summary &sum) {
                  tg = tv(g, kHq, 1), to = tv(out, kHq, kV), tdo = tv(dout, kHq, kV), tdq = tv(dq, kHq, kK),
                  tdk = tv(dk, kH, kK), tdv = tv(dv, kH, kV), tdw = tv(dw, kH, kK), tdb = tv(db, kH, 1), tdg = tv(dg, kHq, 1);
     fattn_tensor tl = fattn_tensor_contiguous(lse.dev.ptr(), FATTN_F32, kB, kHq, kT, 1);
-    fattn_path_memory_info mi{};
     fattn_path_workspace_info wf{}, wb{};
     DevBuf ws;
     fattn_status s = FATTN_OK;
     if (err.empty()) {
-        s = fattn_path_memory(ctx, &p, &tq, &tk, &tvv, &tw, &tb, &tg, &mi);
-        if (s == FATTN_OK) s = fattn_path_workspace_size(ctx, &p, &tq, &tk, &tvv, &tw, &tb, &tg, FATTN_DIR_FWD, &wf);
+        s = fattn_path_workspace_size(ctx, &p, &tq, &tk, &tvv, &tw, &tb, &tg, FATTN_DIR_FWD, &wf);
         if (s == FATTN_OK) s = fattn_path_workspace_size(ctx, &p, &tq, &tk, &tvv, &tw, &tb, &tg, FATTN_DIR_BWD, &wb);
         if (s == FATTN_OK && !ws.alloc(kind, size_t(std::max(wf.total_bytes, wb.total_bytes)) + 1))
             err = "workspace allocation failed (" + std::to_string(std::max(wf.total_bytes, wb.total_bytes) >> 30) + " GiB)";

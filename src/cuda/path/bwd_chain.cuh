@@ -58,11 +58,11 @@ template <int D> struct KGroupSum {
 template <typename Tin, int D> struct KChainA {
     using Tw = walk_t<Tin>;
     static constexpr int NW = wide_warps(D), kThreads = 32 * NW;
-    using FT = F32Tiles<D>;
-    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
-    // cta_gemm_rmw's warp tiles at half width (of eight warps' tiles): the suffix products' state
+    using FT = F32Tiles<D, NW>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
+    // cta_gemm_rmw's warp tiles at half the width of eight warps' tiles: the suffix products' state
     // leaves it few registers
-    static constexpr int NBH = FT::NB > 2 ? FT::NB / 2 : FT::NB;
+    static constexpr int NB8 = F32Tiles<D>::NB, NBH = NB8 > 2 ? NB8 / 2 : NB8;
     static constexpr size_t RB = tile_bytes<float>(D, D);
     static constexpr size_t smem() { return RB + 4 * FT::BIG + FT::SMALL; }
     // the suffix products kept in p.pch (6 of them: P_6 is one walk step, P_7 = I)
@@ -186,8 +186,8 @@ PK_DEV float dot64(const float *x, const float *y, int stride) {
 
 template <typename Tin, int D> struct KChainB {
     static constexpr int NW = wide_warps(D), kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
-    using FT = F32Tiles<D>;
-    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
+    using FT = F32Tiles<D, NW>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
     // Six tiles, two CTAs per SM at D <= 64: W, K, T0 and three that take the chain's products in
     // turn (WK is formed twice, T twice, rather than kept):
     //   C: M, WK | dK~ | WK, S7 = SL(T^T dD) | T | S7      E: scratch, Dm | dT

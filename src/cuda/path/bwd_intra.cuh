@@ -37,8 +37,8 @@ template <typename Tin, int D> struct KSegIntra {
     using Tw = walk_t<Tin>;
     static constexpr int NW = FATTN_PATH_WIDE_INTRA ? wide_warps(D) : 8, kThreads = 32 * NW;
     static constexpr int kMinBlocks = D <= 64 ? 2 : 1;
-    using FT = F32Tiles<D>;
-    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
+    using FT = F32Tiles<D, NW>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
     // scores16's warp blocks: 16 rows x SCOLS columns of the 64 x 64 scores, SCOLS / 16 halves
     static constexpr int SCOLS = 64 * 4 / NW, SPLITS = kC / SCOLS, SPLITS_LOG2 = SPLITS == 4 ? 2 : 1;
     // kS16: the scores of a pair (S, dP, then gamma += dS K~, dK~ += dS^T X, dV += P^T dO) in the
@@ -278,8 +278,8 @@ template <typename Tin, int D> struct KSegIntra {
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
     static constexpr int NW = FATTN_PATH_WIDE_OWN ? wide_warps(D) : 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
-    using FT = F32Tiles<D>;
-    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB * 8 / NW, NB64 = 4 * 8 / NW;
+    using FT = F32Tiles<D, NW>;
+    static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
     // B2 holds K, Dm, V, U, Dm, K in turn (Dm loaded twice rather than kept): six tiles, two CTAs
     // per SM at D <= 64
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;

@@ -345,12 +345,13 @@ template <> struct Frag<float> {
     }
 };
 
-// Geometry of the f32 tile-algebra kernels: 64 x D and 64 x 64 tiles, n-tiles per warp tile of
-// a 64 x D product (8 warps: 8 tiles).
-template <int D> struct F32Tiles {
+// Geometry of the f32 tile-algebra kernels with NW warps: 64 x D and 64 x 64 tiles, and the
+// n-tiles per warp tile that give each warp one tile of a 64 x D product (NB) and of a 64 x 64
+// one (NB64): 8 warps, 16 x D/2 and 16 x 32; 16 warps, half as wide.
+template <int D, int NW = 8> struct F32Tiles {
     static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(64);
     static constexpr size_t BIG = tile_bytes<float>(64, D), SMALL = tile_bytes<float>(64, 64);
-    static constexpr int NB = D / 16;
+    static constexpr int NB = D / 16 * 8 / NW, NB64 = 32 / NW;
 };
 
 // Accumulator element i (0..3) of n-tile j at this lane: row (within the 16-row tile), column.
