@@ -9,8 +9,8 @@ one row per case and fattn / FLA ratios.
 
 --profile: for each case and arm, five fwd+bwd under torch.profiler besides the timing: the sum of
 the GPU kernels' durations per fwd+bwd against the event-timed median (the difference is the time
-the GPU waited), and the CPU-side calls that wait for the stream (synchronizes, device-to-host
-copies) per fwd+bwd.
+the GPU waited), the CPU-side calls that wait for the stream (synchronizes, device-to-host
+copies) per fwd+bwd, and the GPU activities (kernels, memsets, copies) by total time per fwd+bwd.
 """
 import argparse
 import math
@@ -94,7 +94,12 @@ def profile(call, args, ev_ms):
             torch.autograd.grad(o, ins, do)
         torch.cuda.synchronize()
     kern_us = waits = 0
+    by_name = {}
     for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            n_us = by_name.setdefault(e.name[:60], [0, 0.0])
+            n_us[0] += 1
+            n_us[1] += e.time_range.elapsed_us()
         if e.device_type == torch.autograd.DeviceType.CUDA and not e.name.startswith("Memcpy") \
                 and not e.name.startswith("Memset"):
             kern_us += e.time_range.elapsed_us()
@@ -103,7 +108,9 @@ def profile(call, args, ev_ms):
                 or ("cudaMemcpyAsync" in e.name and "DtoH" in e.name)):
             waits += 1
     k_ms = kern_us / n / 1e3
-    return f"kernels {k_ms:.3f} ms of {ev_ms:.3f} (GPU waiting {ev_ms - k_ms:.3f}), waiting host calls {waits / n:.1f}"
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:14]
+    rows = "".join(f"\n{'':46s}{c / n:5.1f} x {us / n:9.1f} us  {name}" for name, (c, us) in top)
+    return f"kernels {k_ms:.3f} ms of {ev_ms:.3f} (GPU waiting {ev_ms - k_ms:.3f}), waiting host calls {waits / n:.1f}" + rows
 
 
 def fla_call():
