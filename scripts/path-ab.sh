@@ -7,7 +7,9 @@
 # e.g.
 #   scripts/path-ab.sh $OUT base= s32=-DFATTN_PATH_SCORE16=OFF "permk=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_PERMK=1" \
 #       "noflags=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_FLAGS=0"
-# Writes OUTDIR/ab.txt (the table) and OUTDIR/ab-times.txt; each build takes ~70 s with 16 cores.
+# AB_CASES (indices into the six cases below, e.g. "0 4") and AB_NCU ("64", "128" or "64 128", the
+# per-kernel times' head dims) narrow the run. Writes OUTDIR/ab.txt (the table) and
+# OUTDIR/ab-times.txt; each build takes ~50-70 s with 16 cores.
 set -u
 OUT=${1:?usage: scripts/path-ab.sh OUTDIR NAME=CMAKE_ARGS ...}
 shift
@@ -33,6 +35,15 @@ done
 cases=("--T 4096 --hq 32 --h 32" "--T 8192 --hq 32 --h 32" "--T 4096 --hq 32 --h 8"
        "--cu 0,512,2048,4096,8192 --hq 32 --h 32" "--T 4096 --hq 16 --h 16 --k 128 --v 128"
        "--T 4096 --hq 32 --h 32 --dtype f32")
+if [ -n "${AB_CASES:-}" ]; then
+    sel=()
+    for i in $AB_CASES; do sel+=("${cases[$i]}"); done
+    cases=("${sel[@]}")
+fi
+ncu_cases=()
+for d in ${AB_NCU:-64 128}; do
+    if [ "$d" = 64 ]; then ncu_cases+=("--T 4096 --hq 32 --h 32"); else ncu_cases+=("--T 4096 --hq 16 --h 16 --k 128 --v 128"); fi
+done
 {
     printf '%-44s' "case (fwd / fwd+bwd ms)"
     for n in "${names[@]}"; do printf ' %22s' "$n"; done
@@ -50,7 +61,7 @@ cases=("--T 4096 --hq 32 --h 32" "--T 8192 --hq 32 --h 32" "--T 4096 --hq 32 --h
     done
 } | tee "$OUT/ab.txt"
 for n in "${names[@]}"; do
-    for c in "--T 4096 --hq 32 --h 32" "--T 4096 --hq 16 --h 16 --k 128 --v 128"; do
+    for c in "${ncu_cases[@]}"; do
         echo "## $n $c"
         # shellcheck disable=SC2086
         BUILD_DIR=build-ab-$n bash scripts/ncu-times.sh --gate 0 $c

@@ -15,6 +15,11 @@
 
 #include "cuda/path/common.cuh"
 
+// -DFATTN_PATH_INTER_HALF_E=0: KSegInter's D <= 64 layout at D 128 too (one CTA per SM), for an A/B.
+#ifndef FATTN_PATH_INTER_HALF_E
+#define FATTN_PATH_INTER_HALF_E 1
+#endif
+
 namespace fattn::pathk {
 
 template <typename Tin, int D> struct KSegInter {
@@ -26,11 +31,18 @@ template <typename Tin, int D> struct KSegInter {
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
     static constexpr size_t QI = tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
     static constexpr bool kF32 = sizeof(Tin) == 4;
-    // dO, Qh (input dtype), Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two
-    // stages of (K^, V, G of the keys) in a union
+    // dO, Qh (input dtype), then the layout of the K x K step:
+    //  * D <= 64 or f32: Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two
+    //    stages of (K^, V, G of the keys) in a union (E loads while Qh is converted);
+    //  * 16-bit inputs at D 128 (kHalfE): one region that holds the Qh f32 copy and gamma for the
+    //    dE product, then gamma and half of E's rows at a time for gamma's step, or the two key
+    //    stages: 106 KB instead of 172, so two CTAs share an SM.
     static constexpr size_t STG = 2 * TI + kC * 4;
+    static constexpr bool kHalfE = D > 64 && !kF32 && FATTN_PATH_INTER_HALF_E;
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
-    static constexpr size_t smem() { return QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
+    static constexpr size_t R = QF + QF > 2 * STG ? QF + QF : 2 * STG;
+    static_assert(!kHalfE || QF + TE / 2 <= R, "half of E beside gamma");
+    static constexpr size_t smem() { return kHalfE ? QI + QI + R + 3 * BM * 4 : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
     static constexpr int NB = D / 16;
 
     PK_DEV static void run(const PathDev &p, char *smem) {
@@ -59,9 +71,9 @@ template <typename Tin, int D> struct KSegInter {
         Tin *sdO = reinterpret_cast<Tin *>(c), *sQh = reinterpret_cast<Tin *>(c + QI);
         float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * QI);
         float *sG = reinterpret_cast<float *>(c + 2 * QI + (kF32 ? 0 : QF));
-        char *u = c + 2 * QI + (kF32 ? 0 : QF) + QF;
+        char *u = kHalfE ? c + 2 * QI : c + 2 * QI + (kF32 ? 0 : QF) + QF;
         float *sE = reinterpret_cast<float *>(u);
-        float *lse2 = reinterpret_cast<float *>(u + U), *dl = lse2 + BM, *gq = dl + BM;
+        float *lse2 = reinterpret_cast<float *>(kHalfE ? c + 2 * QI + R : u + U), *dl = lse2 + BM, *gq = dl + BM;
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
         for (int64_t ib = ib0; ib < ib0 + NIB; ++ib) {
@@ -90,9 +102,12 @@ template <typename Tin, int D> struct KSegInter {
                     if (!kF32)
                         for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(sQh[(e / D) * STi + e % D]);
                     acc_to_tile(sG, SD, r0, gam);
-                    load_tile<float, kThreads>(sE, SD, p.emat + ((sq.seg0 + rp) * p.h + h) * D * D, D, D, D, D, D, true);
-                    cp_commit();
-                    cp_wait<0>();
+                    const float *gE = p.emat + ((sq.seg0 + rp) * p.h + h) * D * D;
+                    if (!kHalfE) {
+                        load_tile<float, kThreads>(sE, SD, gE, D, D, D, D, D, true);
+                        cp_commit();
+                        cp_wait<0>();
+                    }
                     sync();
                     // dE(r, rp) += -Qh^T gamma over this block's rows (the CTA's first block writes)
                     float *dE = p.dep + (((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * kSplit + sp) * p.hq + hq) * D * D;
@@ -100,12 +115,23 @@ template <typename Tin, int D> struct KSegInter {
                         cta_gemm<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
                     else
                         cta_gemm_rmw<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, dE, D, -1.f, D);
-                    // gamma <- gamma - gamma E^T
-                    float t[NX][4];
-                    zero_acc(t);
-                    warp_gemm<float, false, false, NX>(t, sG, SD, sE, SD, r0, 0, D);
-                    for (int j = 0; j < NX; ++j)
-                        for (int e = 0; e < 4; ++e) gam[j][e] -= t[j][e];
+                    // gamma <- gamma - gamma E^T (kHalfE: E's rows in two halves, each after the
+                    // previous user of its place, the Qh copy or the first half, is done)
+                    constexpr int EH = kHalfE ? 2 : 1, NXH = NX / EH;
+                    for (int pc = 0; pc < EH; ++pc) {
+                        if (kHalfE) {
+                            sync();
+                            load_tile<float, kThreads>(sE, SD, gE + pc * (D / EH) * D, D, D / EH, D, D / EH, D, true);
+                            cp_commit();
+                            cp_wait<0>();
+                            sync();
+                        }
+                        float t[NXH][4];
+                        zero_acc(t);
+                        warp_gemm<float, false, false, NXH>(t, sG, SD, sE, SD, r0, 0, D);
+                        for (int j = 0; j < NXH; ++j)
+                            for (int e = 0; e < 4; ++e) gam[pc * NXH + j][e] -= t[j][e];
+                    }
                     sync();  // sE (union with the key stages) is free again
                 }
                 // the segment's key chunks, the next one's K^ and V in flight while this one is used

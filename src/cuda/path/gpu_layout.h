@@ -41,7 +41,10 @@ constexpr size_t kGpuWsAlign = 128;
 // D 64 split 1 / 2 / 4 at T4096 H32 5.37 / 5.39 / 5.49 ms, at the varlen pack 9.15 / 9.07 / 9.23
 // (docs/EXPERIMENTS.md).
 // (It divides the segment's 4 query blocks at D <= 64, 8 at D 128.)
-inline int seg_split_of(int D) { return D > 64 ? 2 : 1; }
+#ifndef FATTN_PATH_SEG_SPLIT128
+#define FATTN_PATH_SEG_SPLIT128 2
+#endif
+inline int seg_split_of(int D) { return D > 64 ? FATTN_PATH_SEG_SPLIT128 : 1; }
 
 // The largest row <= cap at which a chunk starts, or `rows` when cap >= rows: the kernels address
 // dK~ a chunk at a time, so the row where its buffer changes place must not cut a chunk.
