@@ -8,9 +8,9 @@ FB=${BUILD_DIR:-build-gpu}/fattn-bench
 K=${1:?usage: scripts/ncu-stalls.sh KERNEL_REGEX [fattn-bench arguments]}
 shift
 dir=$(mktemp -d)
-ncu --clock-control none -k "regex:$K" --launch-count 1 --section LaunchStats --section Occupancy \
-    --section SchedulerStats --section WarpStateStats --section SourceCounters -o "$dir/r" "$FB" "$@" >"$dir/run.log" 2>&1 ||
-    { tail -n 20 "$dir/run.log"; exit 1; }
+ncu --clock-control none --kernel-name-base demangled -k "regex:$K" --launch-count 1 --section LaunchStats --section Occupancy \
+    --section SchedulerStats --section WarpStateStats --section SourceCounters -o "$dir/r" "$FB" "$@" >"$dir/run.log" 2>&1
+[ -f "$dir/r.ncu-rep" ] || { echo "no report:"; grep -i -E "==(PROF|WARNING|ERROR)==" "$dir/run.log" | head -n 10; tail -n 5 "$dir/run.log"; exit 1; }
 ncu -i "$dir/r.ncu-rep" --page details --print-details all 2>&1 |
     grep -E 'Duration|Registers|Shared Memory Config|Dynamic Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit|Eligible Warps|Issued Warp|No Eligible|Active Warps|Warp Cycles Per|Stall|stall' | sed 's/^ *//' | head -n 60
 ncu -i "$dir/r.ncu-rep" --page source --print-source sass --csv >"$dir/src.csv" 2>"$dir/src.err" || { echo "no source page:"; head -n 5 "$dir/src.err"; exit 0; }

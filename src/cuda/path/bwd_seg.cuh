@@ -1,4 +1,4 @@
-// bwd_seg.cuh — the query side of the backward, one CTA per (query segment r, query head; two at D 128), the
+// bwd_seg.cuh — the query side of the backward, one CTA per (query segment r, query head; four at D 128), the
 // segment's chunks one after another (so the per-segment partials it writes have one owner).
 //
 // KSegInter (r >= 1): for each query chunk, gamma = dLoss/dQh[t, r] from every earlier segment r'

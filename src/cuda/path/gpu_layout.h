@@ -35,14 +35,15 @@ struct GpuWs {
 
 constexpr size_t kGpuWsAlign = 128;
 
-// KSegInter's CTAs per (segment, query head): at D 128 (one CTA of four warps per SM) a segment's
-// query blocks go to two CTAs (the longest segment's CTA was the kernel's time). H200, 2026-12-04,
-// `fattn-bench path --backend cuda --reps 10`: D 128 split 2 / 4 / 8 fwd+bwd 6.79 / 7.12 / 7.75 ms;
-// D 64 split 1 / 2 / 4 at T4096 H32 5.37 / 5.39 / 5.49 ms, at the varlen pack 9.15 / 9.07 / 9.23
-// (docs/EXPERIMENTS.md).
+// KSegInter's CTAs per (segment, query head): at D 128 a segment's eight query blocks go to four
+// CTAs of two blocks, two CTAs per SM (its 106 KB layout, bwd_seg.cuh). H200, 2026-12-04,
+// `scripts/path-ab.sh` (`fattn-bench path --backend cuda --reps 10`), KSegInter at T4096 H16 D128
+// by ncu: split 2 with the one-CTA-per-SM layout 914 us, split 2 with two per SM 1089, split 4 with
+// two per SM 641; the earlier one-CTA layout measured split 2 / 4 / 8 at 6.79 / 7.12 / 7.75 ms
+// fwd+bwd, and D 64 split 1 / 2 / 4 at T4096 H32 5.37 / 5.39 / 5.49 ms (docs/EXPERIMENTS.md).
 // (It divides the segment's 4 query blocks at D <= 64, 8 at D 128.)
 #ifndef FATTN_PATH_SEG_SPLIT128
-#define FATTN_PATH_SEG_SPLIT128 2
+#define FATTN_PATH_SEG_SPLIT128 4
 #endif
 inline int seg_split_of(int D) { return D > 64 ? FATTN_PATH_SEG_SPLIT128 : 1; }
 
