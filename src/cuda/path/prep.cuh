@@ -48,30 +48,52 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, flo
     }
     for (int e = tid(); e < kC * kC; e += NT) sT0[(e / kC) * S64 + e % kC] = (e / kC == e % kC) ? 1.f : 0.f;
     sync();
-    if (tid() < kC) {  // diagonal block k = c / 16, its column c
-        const int c = tid(), k0 = c & ~15;
-        for (int a = c + 1; a < k0 + 16; ++a) {
+    if (tid() < kC) {  // diagonal block k = c / 16, its column c = k0 + j, in registers
+        const int c = tid(), k0 = c & ~15, j = c & 15;
+        const float *mb = sM + k0 * S64 + k0;
+        float x[16];
+        // x[a] = -sum_{b < a} M_ab x[b], b ascending; the terms b < j are exact zeros (x[b] = 0),
+        // so the sums are those of b = j .. a-1. Fully unrolled: M's loads do not wait for x.
+#pragma unroll
+        for (int a = 0; a < 16; ++a) {
             float s = 0.f;
-            for (int b = c; b < a; ++b) s += sM[a * S64 + b] * sT0[b * S64 + c];
-            sT0[a * S64 + c] = -s;
+#pragma unroll
+            for (int b = 0; b < a; ++b) s += mb[a * S64 + b] * x[b];
+            x[a] = a < j ? 0.f : a == j ? 1.f : -s;
         }
+#pragma unroll
+        for (int a = 1; a < 16; ++a)
+            if (a > j) sT0[(k0 + a) * S64 + c] = x[a];
     }
     sync();
+    // The blocks below the diagonal: trip counts fixed at compile time (unrolled: the loads of a
+    // sum are issued before its FMAs). X_ii is lower triangular with zeros above its diagonal in
+    // sT0, so its sum runs over all 16 m: the terms m > a are exact zeros.
+#pragma unroll
     for (int d = 1; d < 4; ++d) {
         const int nblk = 4 - d;  // blocks (i, j = i - d), i = d .. 3
-        for (int e = tid(); e < nblk * 256; e += NT) {
+#pragma unroll
+        for (int e0 = 0; e0 < nblk * 256; e0 += NT) {
+            const int e = e0 + tid();
+            if (NT * ((nblk * 256) / NT) != nblk * 256 && e >= nblk * 256) break;
             const int j = e / 256, i = j + d, a = (e / 16) % 16, b = e % 16;
-            const float *mrow = sM + (16 * i + a) * S64;
+            const float *mrow = sM + (16 * i + a) * S64 + 16 * j;
+            const float *xcol = sT0 + 16 * j * S64 + 16 * j + b;
             float s = 0.f;
-            for (int m = 16 * j; m < 16 * i; ++m) s += mrow[m] * sT0[m * S64 + 16 * j + b];
+#pragma unroll
+            for (int m = 0; m < 16 * d; ++m) s += mrow[m] * xcol[m * S64];
             sY[e] = s;
         }
         sync();
-        for (int e = tid(); e < nblk * 256; e += NT) {
+#pragma unroll
+        for (int e0 = 0; e0 < nblk * 256; e0 += NT) {
+            const int e = e0 + tid();
+            if (NT * ((nblk * 256) / NT) != nblk * 256 && e >= nblk * 256) break;
             const int j = e / 256, i = j + d, a = (e / 16) % 16, b = e % 16;
             const float *xrow = sT0 + (16 * i + a) * S64 + 16 * i;
             float s = 0.f;
-            for (int m = 0; m <= a; ++m) s += xrow[m] * sY[j * 256 + m * 16 + b];
+#pragma unroll
+            for (int m = 0; m < 16; ++m) s += xrow[m] * sY[j * 256 + m * 16 + b];
             sT0[(16 * i + a) * S64 + 16 * j + b] = -s;
         }
         sync();
