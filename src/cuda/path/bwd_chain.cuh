@@ -109,15 +109,29 @@ template <typename Tin, int D> struct KChainA {
             else load_tile_cvt<float, Tw, kThreads>(s, SD, slots + c * D * D, D, D, D, D, D, true);
         };
         // R = -(sum over query segments rt > r, seg-inter's splits and the group of dE(rt, r)); 0 for r = 0
+        // Each thread sums its NV 16-byte vectors of the D x D elements, partial after partial in
+        // that fixed order (a partial's loads issued together, not one element's chain at a time).
         const int kSplit = p.seg_split;
-        for (int e = tid(); e < D * D; e += kThreads) {
-            float s = 0.f;
+        {
+            constexpr int NV = D * D / (4 * kThreads);
+            static_assert(NV >= 1 && D * D % (4 * kThreads) == 0, "whole 16-byte vectors per thread");
+            float acc[NV][4];
+            zero_acc(acc);
             if (r >= 1)
                 for (int64_t rt = r + 1; rt < ns; ++rt)
                     for (int sp = 0; sp < kSplit; ++sp)
-                        for (int g = 0; g < p.grp; ++g)
-                            s += p.dep[(((sq.pair0 + (rt - 1) * (rt - 2) / 2 + (r - 1)) * kSplit + sp) * p.hq + g0 + g) * D * D + e];
-            R[(e / D) * SD + e % D] = -s;
+                        for (int g = 0; g < p.grp; ++g) {
+                            const float *src = p.dep + (((sq.pair0 + (rt - 1) * (rt - 2) / 2 + (r - 1)) * kSplit + sp) * p.hq + g0 + g) * D * D;
+                            V16 v[NV];
+                            for (int i = 0; i < NV; ++i) v[i] = ld16(src + 4 * (tid() + i * kThreads));
+                            for (int i = 0; i < NV; ++i)
+                                for (int c = 0; c < 4; ++c) acc[i][c] += v16_elem<float>(v[i], c);
+                        }
+            for (int i = 0; i < NV; ++i)
+                for (int c = 0; c < 4; ++c) {
+                    const int e = 4 * (tid() + i * kThreads) + c;
+                    R[(e / D) * SD + e % D] = -acc[i][c];
+                }
         }
         for (int64_t c = 0; c < kNcs; ++c) {
             const int64_t krow = sq.row0 + (r * kNcs + c) * kC;
