@@ -69,33 +69,33 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, flo
     // The blocks below the diagonal: trip counts fixed at compile time (unrolled: the loads of a
     // sum are issued before its FMAs). X_ii is lower triangular with zeros above its diagonal in
     // sT0, so its sum runs over all 16 m: the terms m > a are exact zeros.
+    // f(e, i, j, a, b) for every element e of stage d: element (a, b) of block (i, j = i - d).
+    auto stage = [&](const int d, auto &&f) {
+        const int n = (4 - d) * 256;
+#pragma unroll
+        for (int e0 = 0; e0 < n; e0 += NT) {
+            const int e = e0 + tid();
+            if (NT * (n / NT) != n && e >= n) break;
+            f(e, e / 256 + d, e / 256, (e / 16) % 16, e % 16);
+        }
+    };
 #pragma unroll
     for (int d = 1; d < 4; ++d) {
-        const int nblk = 4 - d;  // blocks (i, j = i - d), i = d .. 3
-#pragma unroll
-        for (int e0 = 0; e0 < nblk * 256; e0 += NT) {
-            const int e = e0 + tid();
-            if (NT * ((nblk * 256) / NT) != nblk * 256 && e >= nblk * 256) break;
-            const int j = e / 256, i = j + d, a = (e / 16) % 16, b = e % 16;
-            const float *mrow = sM + (16 * i + a) * S64 + 16 * j;
-            const float *xcol = sT0 + 16 * j * S64 + 16 * j + b;
+        stage(d, [&](int e, int i, int j, int a, int b) {
+            const float *mrow = sM + (16 * i + a) * S64 + 16 * j, *xcol = sT0 + 16 * j * S64 + 16 * j + b;
             float s = 0.f;
 #pragma unroll
             for (int m = 0; m < 16 * d; ++m) s += mrow[m] * xcol[m * S64];
             sY[e] = s;
-        }
+        });
         sync();
-#pragma unroll
-        for (int e0 = 0; e0 < nblk * 256; e0 += NT) {
-            const int e = e0 + tid();
-            if (NT * ((nblk * 256) / NT) != nblk * 256 && e >= nblk * 256) break;
-            const int j = e / 256, i = j + d, a = (e / 16) % 16, b = e % 16;
+        stage(d, [&](int, int i, int j, int a, int b) {
             const float *xrow = sT0 + (16 * i + a) * S64 + 16 * i;
             float s = 0.f;
 #pragma unroll
             for (int m = 0; m < 16; ++m) s += xrow[m] * sY[j * 256 + m * 16 + b];
             sT0[(16 * i + a) * S64 + 16 * j + b] = -s;
-        }
+        });
         sync();
     }
 }
