@@ -63,16 +63,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     const SeqRange sr = cta.sr;
     const int64_t h = cta.head, lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
 
-    if (tid == 0) {
-        mbar_init(barQ, 1);
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(&fullK[s], 1);
-            mbar_init(&fullV[s], 1);
-            mbar_init(&empty[s], 8);
-        }
-        mbar_fence_init();
-    }
-    __syncthreads();
+    mbar_init_query_pipeline<kStages, 1>(bars);
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
         regs_dealloc<kProducerRegs>();

@@ -26,6 +26,21 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
 __device__ __forceinline__ void mbar_fence_init() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// The query-side kernels' pipeline (forward, dQ): bars = [Q][K full × S][V full × S] and then
+// NE arrays of S "empty" barriers, one arrival per consumer warp (8); thread 0 initializes them
+// stage by stage, then the CTA syncs.
+template <int S, int NE> __device__ __forceinline__ void mbar_init_query_pipeline(uint64_t *bars) {
+    if (threadIdx.x == 0) {
+        mbar_init(bars, 1);
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&bars[1 + s], 1);
+            mbar_init(&bars[1 + S + s], 1);
+            for (int e = 0; e < NE; ++e) mbar_init(&bars[1 + (2 + e) * S + s], 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+}
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(bar)), "r"(bytes) : "memory");
 }
