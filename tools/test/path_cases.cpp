@@ -48,6 +48,9 @@ const std::vector<PCase> &table() {
         {"path/varlen_15_333_900_K32_gate_f32", 1, 1248, 2, 1, 32, 32, {0, 15, 348, 1248}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95, false},
         {"path/dense_T1100_rect_K64_f32", 1, 1100, 2, 1, 64, 64, {}, false, FATTN_F32, FATTN_PATH_HISTORY_RECTANGULAR, 1.95, false},
         {"path/dense_T640_K128_gate_bf16", 1, 640, 2, 2, 128, 128, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.5, false},
+        // three segments at K 128 (the E step of seg-inter's D128 layouts), 16-bit and f32
+        {"path/dense_T1100_K128_bf16", 1, 1100, 1, 1, 128, 128, {}, false, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.95, false},
+        {"path/dense_T1100_K128_gate_f32", 1, 1100, 1, 1, 128, 128, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95, false},
         {"path/varlen_gqa_K64_f16", 1, 1100, 4, 2, 64, 64, {0, 100, 613, 1100}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, true},
     };
     return t;

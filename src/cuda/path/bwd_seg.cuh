@@ -15,7 +15,8 @@
 
 #include "cuda/path/common.cuh"
 
-// -DFATTN_PATH_INTER_HALF_E=0: KSegInter's D <= 64 layout at D 128 too (one CTA per SM), for an A/B.
+// -DFATTN_PATH_INTER_HALF_E=0: KSegInter's D <= 64 layout at D 128 too (one CTA per SM; f32 inputs
+// at D 128 then need 232 KB of shared memory and are refused), for an A/B.
 #ifndef FATTN_PATH_INTER_HALF_E
 #define FATTN_PATH_INTER_HALF_E 1
 #endif
@@ -32,17 +33,20 @@ template <typename Tin, int D> struct KSegInter {
     static constexpr size_t QI = tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
     static constexpr bool kF32 = sizeof(Tin) == 4;
     // dO, Qh (input dtype), then the layout of the K x K step:
-    //  * D <= 64 or f32: Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two
-    //    stages of (K^, V, G of the keys) in a union (E loads while Qh is converted);
-    //  * 16-bit inputs at D 128 (kHalfE): one region that holds the Qh f32 copy and gamma for the
-    //    dE product, then gamma and half of E's rows at a time for gamma's step, or the two key
-    //    stages: 106 KB instead of 172, so two CTAs share an SM.
+    //  * D <= 64: Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two stages of
+    //    (K^, V, G of the keys) in a union (E loads while Qh is converted);
+    //  * D 128 (kUnion): one region that holds, for 16-bit inputs, the Qh f32 copy and gamma for
+    //    the dE product, then gamma and half of E's rows at a time for gamma's step (EH = 2), or
+    //    the two key stages: 106 KB instead of 172, so two CTAs share an SM; for f32 inputs gamma
+    //    and E, or the two key stages: 204 KB instead of 232 (over the 227 KB a CTA may have).
     static constexpr size_t STG = 2 * TI + kC * 4;
-    static constexpr bool kHalfE = D > 64 && !kF32 && FATTN_PATH_INTER_HALF_E;
+    static constexpr bool kUnion = D > 64 && FATTN_PATH_INTER_HALF_E;
+    static constexpr int EH = kUnion && !kF32 ? 2 : 1;
+    static constexpr size_t OFF_G = kF32 ? 0 : QF, OFF_E = kF32 ? QF : 0;  // in the region (kUnion)
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
-    static constexpr size_t R = QF + QF > 2 * STG ? QF + QF : 2 * STG;
-    static_assert(!kHalfE || QF + TE / 2 <= R, "half of E beside gamma");
-    static constexpr size_t smem() { return kHalfE ? QI + QI + R + 3 * BM * 4 : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
+    static constexpr size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+    static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EH, 2 * STG);
+    static constexpr size_t smem() { return kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
     static constexpr int NB = D / 16;
 
     PK_DEV static void run(const PathDev &p, char *smem) {
@@ -70,10 +74,10 @@ template <typename Tin, int D> struct KSegInter {
         char *c = smem;
         Tin *sdO = reinterpret_cast<Tin *>(c), *sQh = reinterpret_cast<Tin *>(c + QI);
         float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * QI);
-        float *sG = reinterpret_cast<float *>(c + 2 * QI + (kF32 ? 0 : QF));
-        char *u = kHalfE ? c + 2 * QI : c + 2 * QI + (kF32 ? 0 : QF) + QF;
-        float *sE = reinterpret_cast<float *>(u);
-        float *lse2 = reinterpret_cast<float *>(kHalfE ? c + 2 * QI + R : u + U), *dl = lse2 + BM, *gq = dl + BM;
+        char *u = kUnion ? c + 2 * QI : c + 2 * QI + (kF32 ? 0 : QF) + QF;
+        float *sG = reinterpret_cast<float *>(kUnion ? u + OFF_G : c + 2 * QI + (kF32 ? 0 : QF));
+        float *sE = reinterpret_cast<float *>(kUnion ? u + OFF_E : u);
+        float *lse2 = reinterpret_cast<float *>(kUnion ? c + 2 * QI + R : u + U), *dl = lse2 + BM, *gq = dl + BM;
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
         for (int64_t ib = ib0; ib < ib0 + NIB; ++ib) {
@@ -103,7 +107,7 @@ template <typename Tin, int D> struct KSegInter {
                         for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(sQh[(e / D) * STi + e % D]);
                     acc_to_tile(sG, SD, r0, gam);
                     const float *gE = p.emat + ((sq.seg0 + rp) * p.h + h) * D * D;
-                    if (!kHalfE) {
+                    if (EH == 1) {
                         load_tile<float, kThreads>(sE, SD, gE, D, D, D, D, D, true);
                         cp_commit();
                         cp_wait<0>();
@@ -115,11 +119,11 @@ template <typename Tin, int D> struct KSegInter {
                         cta_gemm<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
                     else
                         cta_gemm_rmw<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, dE, D, -1.f, D);
-                    // gamma <- gamma - gamma E^T (kHalfE: E's rows in two halves, each after the
+                    // gamma <- gamma - gamma E^T (EH = 2: E's rows in two halves, each after the
                     // previous user of its place, the Qh copy or the first half, is done)
-                    constexpr int EH = kHalfE ? 2 : 1, NXH = NX / EH;
+                    constexpr int NXH = NX / EH;
                     for (int pc = 0; pc < EH; ++pc) {
-                        if (kHalfE) {
+                        if (EH == 2) {
                             sync();
                             load_tile<float, kThreads>(sE, SD, gE + pc * (D / EH) * D, D, D / EH, D, D / EH, D, true);
                             cp_commit();
