@@ -52,6 +52,8 @@ const std::vector<PCase> &table() {
         {"path/dense_T1100_K128_bf16", 1, 1100, 1, 1, 128, 128, {}, false, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.95, false},
         {"path/dense_T1100_K128_gate_f32", 1, 1100, 1, 1, 128, 128, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95, false},
         {"path/varlen_gqa_K64_f16", 1, 1100, 4, 2, 64, 64, {0, 100, 613, 1100}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, true},
+        {"path/dense_T1100_gqa_K64_gate_bf16", 1, 1100, 4, 2, 64, 64, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.95, false},
+        {"path/varlen_K128_V64_f16", 1, 1300, 2, 2, 128, 64, {0, 700, 1300}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, false},
     };
     return t;
 }
