@@ -16,7 +16,7 @@
 #include "cuda/path/common.cuh"
 
 // -DFATTN_PATH_INTER_HALF_E=0: KSegInter's D <= 64 layout at D 128 too (one CTA per SM; f32 inputs
-// at D 128 then need 232 KB of shared memory and are refused), for an A/B.
+// at D 128 then need 232 KiB of shared memory and are refused), for an A/B.
 #ifndef FATTN_PATH_INTER_HALF_E
 #define FATTN_PATH_INTER_HALF_E 1
 #endif
@@ -37,8 +37,8 @@ template <typename Tin, int D> struct KSegInter {
     //    (K^, V, G of the keys) in a union (E loads while Qh is converted);
     //  * D 128 (kUnion): one region that holds, for 16-bit inputs, the Qh f32 copy and gamma for
     //    the dE product, then gamma and half of E's rows at a time for gamma's step (EH = 2), or
-    //    the two key stages: 106 KB instead of 172, so two CTAs share an SM; for f32 inputs gamma
-    //    and E, or the two key stages: 204 KB instead of 232 (over the 227 KB a CTA may have).
+    //    the two key stages: 103 KiB instead of 169, so two CTAs share an SM; for f32 inputs gamma
+    //    and E, or the two key stages: 199 KiB instead of 232 (over the 227 KiB a CTA may have).
     static constexpr size_t STG = 2 * TI + kC * 4;
     static constexpr bool kUnion = D > 64 && FATTN_PATH_INTER_HALF_E;
     static constexpr int EH = kUnion && !kF32 ? 2 : 1;

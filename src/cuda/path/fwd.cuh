@@ -27,8 +27,8 @@ template <typename Tin, int D> struct KFwd {
     static constexpr size_t MAXB = STAGE > OWN ? STAGE : OWN;
     // Two stages where they fit beside a second CTA's: at D 128 one stage, so that two CTAs share an
     // SM (H200 T4096 H16 bf16: fwd 0.875 ms vs 1.048 with two stages; at D 64 two stages, 0.944 vs 0.970).
-    // f32 inputs at D 64 take two stages in one CTA per SM (174 KB); -DFATTN_PATH_FWD_PAIR=1 gives
-    // them one stage and two CTAs per SM (105 KB each), for an A/B.
+    // f32 inputs at D 64 take two stages in one CTA per SM (171 KiB); -DFATTN_PATH_FWD_PAIR=1 gives
+    // them one stage and two CTAs per SM (102 KiB each), for an A/B.
     static constexpr bool kTwo = D <= 64 && STAGE + MAXB + 256 <= (FATTN_PATH_FWD_PAIR ? 113 : 220) * 1024;
     static constexpr size_t smem() { return (kTwo ? STAGE + MAXB : MAXB) + 256; }
 

@@ -36,7 +36,7 @@ struct GpuWs {
 constexpr size_t kGpuWsAlign = 128;
 
 // KSegInter's CTAs per (segment, query head): at D 128 a segment's eight query blocks go to four
-// CTAs of two blocks, two CTAs per SM (its 106 KB layout, bwd_seg.cuh). H200, 2026-12-04,
+// CTAs of two blocks, two CTAs per SM (its 103 KiB layout, bwd_seg.cuh). H200, 2026-12-04,
 // `scripts/path-ab.sh` (`fattn-bench path --backend cuda --reps 10`), KSegInter at T4096 H16 D128
 // by ncu: split 2 with the one-CTA-per-SM layout 914 us, split 2 with two per SM 1089, split 4 with
 // two per SM 641; the earlier one-CTA layout measured split 2 / 4 / 8 at 6.79 / 7.12 / 7.75 ms
