@@ -25,6 +25,12 @@
 #ifndef FATTN_PATH_SCORE16
 #define FATTN_PATH_SCORE16 1
 #endif
+// -DFATTN_PATH_INTRA_KV_REGS=1: with kS16 at D <= 64, a pair's K~ and V tiles are loaded into
+// registers before gamma's step through the pair's chunk (as the tf32 scores do) instead of by
+// cp.async when the scores start, for an A/B.
+#ifndef FATTN_PATH_INTRA_KV_REGS
+#define FATTN_PATH_INTRA_KV_REGS 0
+#endif
 
 namespace fattn::pathk {
 
@@ -45,6 +51,7 @@ template <typename Tin, int D> struct KSegIntra {
     // input dtype, as seg-inter and dK/dV compute the same products (16-bit inputs, with
     // FATTN_PATH_SCORE16); else on tf32 over f32 tiles
     static constexpr bool kS16 = FATTN_PATH_SCORE16 && sizeof(Tin) == 2;
+    static constexpr bool kKvRegs = kS16 && D <= 64 && FATTN_PATH_INTRA_KV_REGS;  // K~, V via TileRegs
     static constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), T64 = tile_bytes<Tin>(kC, kC);
     // sB (U or V) shares its space with M1, a 64 x 64 product formed once sB is read: six tiles,
@@ -63,8 +70,8 @@ template <typename Tin, int D> struct KSegIntra {
     // then each warp its 16 x 32 block of S = X K~^T and dP = dO V^T in registers, P and dS into
     // Tin tiles and the f32 partial row / column sums of dS into rsum / csum (fixed order); then
     // gamma += dS K~, dK~ += dS^T X, dV += P^T dO and the dG sums.
-    PK_DEV static void scores16(const PathDev &p, const Tin *gkt, const Tin *gv, char *smem, int nq, int64_t krow, int hq,
-                                int64_t hqd) {
+    PK_DEV static void scores16(const PathDev &p, const TileRegs<Tin, D, kThreads> &rk, const TileRegs<Tin, D, kThreads> &rv,
+                                const Tin *gkt, const Tin *gv, char *smem, int nq, int64_t krow, int hq, int64_t hqd) {
         const float *sX = reinterpret_cast<const float *>(smem + DOB + FT::BIG);
         float *sG = reinterpret_cast<float *>(smem + DOB);
         char *R = smem + OFF_R;
@@ -74,8 +81,14 @@ template <typename Tin, int D> struct KSegIntra {
         float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + SPLITS * kC;  // [SPLITS][64], [4][64]
         float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
               *dgr = gk + kC;
-        load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
-        load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
+        if constexpr (kKvRegs) {
+            rk.put_raw(k16, STi);
+            if (p.vec_v) rv.put_raw(v16, STi);
+            else load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, false);
+        } else {
+            load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
+            load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
+        }
         cp_commit();
         for (int e = tid(); e < kC * D / 2; e += kThreads) {
             const int a = e / (D / 2), c = 2 * (e % (D / 2));
@@ -241,7 +254,7 @@ template <typename Tin, int D> struct KSegIntra {
                 const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
                 const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
                 TileRegs<Tin, D, kThreads> rk, rv;
-                if constexpr (!kS16) {
+                if constexpr (!kS16 || kKvRegs) {
                     rk.issue(gkt, hd, kC, D);
                     if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
                 }
@@ -265,7 +278,7 @@ template <typename Tin, int D> struct KSegIntra {
                 }
                 // scores against chunk cj
                 sync();
-                if constexpr (kS16) scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
+                if constexpr (kS16) scores16(p, rk, rv, gkt, gv, smem, nq, krow, hq, hqd);
                 else scores_tf32(p, rk, rv, gv, smem, nq, krow, hq, hqd);
             }
             sync();

@@ -185,6 +185,13 @@ template <typename Eg, int W, int NT> struct TileRegs {
             v[i] = e < N && r < rows_valid && c < cols_valid ? ld16(g + r * gstride + c) : V16{};
         }
     }
+    // The vectors as they are into a tile of Eg (row stride ST elements, rows 16-byte aligned).
+    PK_DEV void put_raw(Eg *s, int ST) const {
+        for (int i = 0; i < PER_T; ++i) {
+            const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
+            if (e < N) std::memcpy(s + r * ST + c, &v[i], 16);
+        }
+    }
     template <bool Rnd> PK_DEV void put(float *s, int ST) const {
         for (int i = 0; i < PER_T; ++i) {
             const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
