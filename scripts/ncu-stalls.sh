@@ -25,7 +25,7 @@ col = next(i for i, c in enumerate(h) if "Warp Stall Sampling (All" in c)
 num = lambda s: float(s.replace(",", "") or 0) if s.replace(",", "").replace(".", "").isdigit() else 0.0
 body = [r for r in rows[hdr + 1:] if len(r) == len(h)]
 total = sum(num(r[col]) for r in body) or 1
-reason = [i for i, c in enumerate(h) if c.startswith("stall_") or "Stall" in c and i != col and "Not-issued" not in c]
+reason = [i for i, c in enumerate(h) if c.startswith("stall_") and "Not Issued" not in c]
 print(f"{len(body)} SASS lines, {total:.0f} stall samples; top 40:")
 for r in sorted(body, key=lambda r: -num(r[col]))[:40]:
     why = ", ".join(f"{h[i]}={r[i]}" for i in reason if num(r[i]) >= 0.1 * max(num(r[col]), 1))

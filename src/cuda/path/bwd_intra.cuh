@@ -25,12 +25,6 @@
 #ifndef FATTN_PATH_SCORE16
 #define FATTN_PATH_SCORE16 1
 #endif
-// -DFATTN_PATH_INTRA_KV_REGS=1: with kS16 at D <= 64, a pair's K~ and V tiles are loaded into
-// registers before gamma's step through the pair's chunk (as the tf32 scores do) instead of by
-// cp.async when the scores start, for an A/B.
-#ifndef FATTN_PATH_INTRA_KV_REGS
-#define FATTN_PATH_INTRA_KV_REGS 0
-#endif
 
 namespace fattn::pathk {
 
@@ -41,17 +35,13 @@ template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64
 
 template <typename Tin, int D> struct KSegIntra {
     using Tw = walk_t<Tin>;
-    static constexpr int NW = FATTN_PATH_WIDE_INTRA ? wide_warps(D) : 8, kThreads = 32 * NW;
-    static constexpr int kMinBlocks = D <= 64 ? 2 : 1;
-    using FT = F32Tiles<D, NW>;
+    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
+    using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
-    // scores16's warp blocks: 16 rows x SCOLS columns of the 64 x 64 scores, SCOLS / 16 halves
-    static constexpr int SCOLS = 64 * 4 / NW, SPLITS = kC / SCOLS, SPLITS_LOG2 = SPLITS == 4 ? 2 : 1;
     // kS16: the scores of a pair (S, dP, then gamma += dS K~, dK~ += dS^T X, dV += P^T dO) in the
     // input dtype, as seg-inter and dK/dV compute the same products (16-bit inputs, with
     // FATTN_PATH_SCORE16); else on tf32 over f32 tiles
     static constexpr bool kS16 = FATTN_PATH_SCORE16 && sizeof(Tin) == 2;
-    static constexpr bool kKvRegs = kS16 && D <= 64 && FATTN_PATH_INTRA_KV_REGS;  // K~, V via TileRegs
     static constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), T64 = tile_bytes<Tin>(kC, kC);
     // sB (U or V) shares its space with M1, a 64 x 64 product formed once sB is read: six tiles,
@@ -59,7 +49,7 @@ template <typename Tin, int D> struct KSegIntra {
     // kS16: dO in Tin, and the gamma step's W, U / M1, M2 (region R) give their space to the
     // scores' K~, V, X, P, dS (Tin) and the dG partial sums
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
-    static constexpr size_t RG = FT::BIG + UB + FT::SMALL, RS = 3 * TI + 2 * T64 + (SPLITS + 4) * kC * 4;
+    static constexpr size_t RG = FT::BIG + UB + FT::SMALL, RS = 3 * TI + 2 * T64 + 6 * kC * 4;
     // layout: dO (sDO / dO16) | sG | sX | R (RZ bytes) | lse2, dl, gq, gk, dgr (64 floats each)
     static constexpr size_t DOB = kS16 ? TI : FT::BIG, OFF_R = DOB + 2 * FT::BIG;
     static constexpr size_t RZ = kS16 && RS > RG ? RS : RG, OFF_SMALL = OFF_R + RZ;
@@ -70,25 +60,19 @@ template <typename Tin, int D> struct KSegIntra {
     // then each warp its 16 x 32 block of S = X K~^T and dP = dO V^T in registers, P and dS into
     // Tin tiles and the f32 partial row / column sums of dS into rsum / csum (fixed order); then
     // gamma += dS K~, dK~ += dS^T X, dV += P^T dO and the dG sums.
-    PK_DEV static void scores16(const PathDev &p, const TileRegs<Tin, D, kThreads> &rk, const TileRegs<Tin, D, kThreads> &rv,
-                                const Tin *gkt, const Tin *gv, char *smem, int nq, int64_t krow, int hq, int64_t hqd) {
+    PK_DEV static void scores16(const PathDev &p, const Tin *gkt, const Tin *gv, char *smem, int nq, int64_t krow, int hq,
+                                int64_t hqd) {
         const float *sX = reinterpret_cast<const float *>(smem + DOB + FT::BIG);
         float *sG = reinterpret_cast<float *>(smem + DOB);
         char *R = smem + OFF_R;
         const Tin *dO16 = reinterpret_cast<const Tin *>(smem);
         Tin *k16 = reinterpret_cast<Tin *>(R), *v16 = reinterpret_cast<Tin *>(R + TI), *x16 = reinterpret_cast<Tin *>(R + 2 * TI),
             *p16 = reinterpret_cast<Tin *>(R + 3 * TI), *ds16 = reinterpret_cast<Tin *>(R + 3 * TI + T64);
-        float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + SPLITS * kC;  // [SPLITS][64], [4][64]
+        float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + 2 * kC;  // [2][64], [4][64]
         float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
               *dgr = gk + kC;
-        if constexpr (kKvRegs) {
-            rk.put_raw(k16, STi);
-            if (p.vec_v) rv.put_raw(v16, STi);
-            else load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, false);
-        } else {
-            load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
-            load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
-        }
+        load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
+        load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
         cp_commit();
         for (int e = tid(); e < kC * D / 2; e += kThreads) {
             const int a = e / (D / 2), c = 2 * (e % (D / 2));
@@ -98,10 +82,10 @@ template <typename Tin, int D> struct KSegIntra {
         cp_wait<0>();
         sync();
         {
-            // this warp's 16 x SCOLS block in 16 x 16 halves (fewer accumulators live at once)
-            const int w = warp_id(), m0 = (w >> SPLITS_LOG2) * 16, n0 = (w & (SPLITS - 1)) * SCOLS;
+            // this warp's 16 x 32 block in two 16 x 16 halves (fewer accumulators live at once)
+            const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
             float rs[2] = {0.f, 0.f};
-            for (int half = 0; half < SCOLS / 16; ++half) {
+            for (int half = 0; half < 2; ++half) {
                 const int nh = n0 + 16 * half;
                 float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
                 zero_acc(S);
@@ -131,10 +115,10 @@ template <typename Tin, int D> struct KSegIntra {
                         if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(j, e)] = x;
                     }
             }
-            // row partials over the warp's SCOLS columns (the quad's lanes)
+            // row partials over the warp's 32 columns (the quad's lanes)
             for (int hh = 0; hh < 2; ++hh) {
                 const float x = quad_sum(rs[hh]);
-                if ((lane_id() & 3) == 0) rsum[(n0 / SCOLS) * kC + m0 + acc_row(2 * hh)] = x;
+                if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
             }
         }
         sync();
@@ -142,8 +126,7 @@ template <typename Tin, int D> struct KSegIntra {
         cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, ds16, ST64, x16, STi, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
         cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, p16, ST64, dO16, STi, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
         if (tid() < kC) {
-            if constexpr (SPLITS == 2) dgr[tid()] += rsum[tid()] + rsum[kC + tid()];
-            else dgr[tid()] += ((rsum[tid()] + rsum[kC + tid()]) + rsum[2 * kC + tid()]) + rsum[3 * kC + tid()];
+            dgr[tid()] += rsum[tid()] + rsum[kC + tid()];
         } else if (tid() < 2 * kC) {
             const int b = tid() - kC;
             p.dgs[(krow + b) * p.hq + hq] -= ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b];
@@ -254,7 +237,7 @@ template <typename Tin, int D> struct KSegIntra {
                 const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
                 const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
                 TileRegs<Tin, D, kThreads> rk, rv;
-                if constexpr (!kS16 || kKvRegs) {
+                if constexpr (!kS16) {
                     rk.issue(gkt, hd, kC, D);
                     if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
                 }
@@ -278,7 +261,7 @@ template <typename Tin, int D> struct KSegIntra {
                 }
                 // scores against chunk cj
                 sync();
-                if constexpr (kS16) scores16(p, rk, rv, gkt, gv, smem, nq, krow, hq, hqd);
+                if constexpr (kS16) scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
                 else scores_tf32(p, rk, rv, gv, smem, nq, krow, hq, hqd);
             }
             sync();
@@ -290,8 +273,8 @@ template <typename Tin, int D> struct KSegIntra {
 
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
-    static constexpr int NW = FATTN_PATH_WIDE_OWN ? wide_warps(D) : 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
-    using FT = F32Tiles<D, NW>;
+    static constexpr int NW = 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
+    using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
     // B2 holds K, Dm, V, U, Dm, K in turn (Dm loaded twice rather than kept): six tiles, two CTAs
     // per SM at D <= 64

@@ -15,12 +15,6 @@
 
 #include "cuda/path/common.cuh"
 
-// -DFATTN_PATH_INTER_HALF_E=0: KSegInter's D <= 64 layout at D 128 too (one CTA per SM; f32 inputs
-// at D 128 then need 232 KiB of shared memory and are refused), for an A/B.
-#ifndef FATTN_PATH_INTER_HALF_E
-#define FATTN_PATH_INTER_HALF_E 1
-#endif
-
 namespace fattn::pathk {
 
 template <typename Tin, int D> struct KSegInter {
@@ -40,7 +34,7 @@ template <typename Tin, int D> struct KSegInter {
     //    the two key stages: 103 KiB instead of 169, so two CTAs share an SM; for f32 inputs gamma
     //    and E, or the two key stages: 199 KiB instead of 232 (over the 227 KiB a CTA may have).
     static constexpr size_t STG = 2 * TI + kC * 4;
-    static constexpr bool kUnion = D > 64 && FATTN_PATH_INTER_HALF_E;
+    static constexpr bool kUnion = D > 64;
     static constexpr int EH = kUnion && !kF32 ? 2 : 1;
     static constexpr size_t OFF_G = kF32 ? 0 : QF, OFF_E = kF32 ? QF : 0;  // in the region (kUnion)
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;

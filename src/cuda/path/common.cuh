@@ -185,13 +185,6 @@ template <typename Eg, int W, int NT> struct TileRegs {
             v[i] = e < N && r < rows_valid && c < cols_valid ? ld16(g + r * gstride + c) : V16{};
         }
     }
-    // The vectors as they are into a tile of Eg (row stride ST elements, rows 16-byte aligned).
-    PK_DEV void put_raw(Eg *s, int ST) const {
-        for (int i = 0; i < PER_T; ++i) {
-            const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
-            if (e < N) std::memcpy(s + r * ST + c, &v[i], 16);
-        }
-    }
     template <bool Rnd> PK_DEV void put(float *s, int ST) const {
         for (int i = 0; i < PER_T; ++i) {
             const int e = tid() + i * NT, r = e / PER_ROW, c = (e % PER_ROW) * EPV;
@@ -440,16 +433,10 @@ PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int 
 // fills an SM's shared memory (and chain-A has fewer segments than SMs), so they take sixteen
 // warps on warp tiles of half the width: each SM has twice the independent products in flight.
 // Eight at D <= 64, where two CTAs share an SM. -DFATTN_PATH_WIDE128=0: eight everywhere, for an
-// A/B. -DFATTN_PATH_WIDE_OWN=1, -DFATTN_PATH_WIDE_INTRA=1: the own-chunk and seg-intra kernels
-// too (variants, off by default; the emulation's alt build tests them).
+// A/B. (Sixteen warps in the own-chunk and seg-intra kernels measured within noise:
+// docs/EXPERIMENTS.md.)
 #ifndef FATTN_PATH_WIDE128
 #define FATTN_PATH_WIDE128 1
-#endif
-#ifndef FATTN_PATH_WIDE_OWN
-#define FATTN_PATH_WIDE_OWN 0
-#endif
-#ifndef FATTN_PATH_WIDE_INTRA
-#define FATTN_PATH_WIDE_INTRA 0
 #endif
 constexpr int wide_warps(int D) { return FATTN_PATH_WIDE128 && D >= 128 ? 16 : 8; }
 
