@@ -42,6 +42,12 @@ size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *histo
     return w.total;
 }
 
+size_t path_max_smem(fattn_dtype dtype, int D) {
+    return dtype == FATTN_F32   ? pathk::max_smem<float>(D)
+           : dtype == FATTN_F16 ? pathk::max_smem<pathk::f16_t>(D)
+                                : pathk::max_smem<pathk::bf16_t>(D);
+}
+
 fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse,
                       const std::function<void(const char *)> &after_launch) {
     EmuLauncher l;

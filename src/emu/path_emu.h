@@ -13,6 +13,9 @@ namespace fattn::emu {
 // Bytes of the GPU workspace of one call (gpu_layout.h).
 size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *history_bytes = nullptr);
 
+// The largest dynamic shared memory of the kernels for one input dtype and kernel head dim
+// (32, 64, 128), as the CUDA backend's selection compares it with the device's per-block limit.
+size_t path_max_smem(fattn_dtype dtype, int D);
 // One forward or backward on host buffers (p as the CUDA backend receives it, the STRICT check
 // included). reverse: run the threads of every block in reverse order. after_launch, when set, is
 // called after each kernel with the kernel's type name (typeid(...).name(): it contains the

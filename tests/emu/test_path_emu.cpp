@@ -268,6 +268,16 @@ TEST(PathEmuLayout, BuffersWrittenAfterSegInterReuseTheDeadSpan) {
 // span (W 32, K^ 32, E 8 and the history 74 MiB) holds dD (64), the states in f16 (24) and the
 // first 7424 rows of dK~ (58); the backward's workspace is 582.5 MiB, which with the outputs
 // keeps the peak under 75% of FLA's 1070.5 MiB.
+// Every kernel set fits the 227 KiB of shared memory a block may take on H100 / H200, which the
+// CUDA backend's selection checks: f32 inputs at D 128 needed 232 KiB (seg-inter) before its D128
+// layout held gamma and E in the key-stage region, and were refused there.
+TEST(PathEmuLayout, EveryKernelSetFitsAHopperBlock) {
+    constexpr size_t kHopperBlock = 227 * 1024;
+    for (fattn_dtype dt : {FATTN_F32, FATTN_F16, FATTN_BF16})
+        for (int D : {32, 64, 128})
+            EXPECT_LE(fattn::emu::path_max_smem(dt, D), kHopperBlock) << "dtype " << int(dt) << " D " << D;
+}
+
 TEST(PathEmuLayout, VarlenPackWorkspace) {
     std::vector<int32_t> cu = {0, 512, 2048, 4096, 8192};
     PathBwdParams p{};
