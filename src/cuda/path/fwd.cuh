@@ -11,10 +11,6 @@
 
 #include "cuda/path/common.cuh"
 
-#ifndef FATTN_PATH_FWD_PAIR
-#define FATTN_PATH_FWD_PAIR 0
-#endif
-
 namespace fattn::pathk {
 
 template <typename Tin, int D> struct KFwd {
@@ -27,9 +23,9 @@ template <typename Tin, int D> struct KFwd {
     static constexpr size_t MAXB = STAGE > OWN ? STAGE : OWN;
     // Two stages where they fit beside a second CTA's: at D 128 one stage, so that two CTAs share an
     // SM (H200 T4096 H16 bf16: fwd 0.875 ms vs 1.048 with two stages; at D 64 two stages, 0.944 vs 0.970).
-    // f32 inputs at D 64 take two stages in one CTA per SM (171 KiB); -DFATTN_PATH_FWD_PAIR=1 gives
-    // them one stage and two CTAs per SM (102 KiB each), for an A/B.
-    static constexpr bool kTwo = D <= 64 && STAGE + MAXB + 256 <= (FATTN_PATH_FWD_PAIR ? 113 : 220) * 1024;
+    // f32 inputs at D 64 take one stage, two CTAs per SM (102 KiB each): T4096 H32 f32 fwd 2.47 ms
+    // vs 4.02 with two stages in one CTA of 171 KiB (fwd+bwd 8.88 vs 10.45).
+    static constexpr bool kTwo = D <= 64 && STAGE + MAXB + 256 <= 113 * 1024;
     static constexpr size_t smem() { return (kTwo ? STAGE + MAXB : MAXB) + 256; }
 
     PK_DEV static void issue_stage(const PathDev &p, const SeqInfo &sq, int hq, int h, int64_t cj, char *buf) {
