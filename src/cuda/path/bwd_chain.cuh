@@ -37,21 +37,9 @@ template <int D> struct KGroupSum {
         const bool kh = (gc - sq.chunk0) / kNcs < ceil_div(sq.len, kS) - 1;
         const int64_t at = row * p.hq * int64_t(D);  // the chunk's block in the [rows, Hq, D] partials
         float *bufs[6] = {p.dvacc + at, dkt_of<D>(p, row), p.du + at, p.dwacc + at, p.dko + at, kh ? p.dkh + at : nullptr};
-        for (float *b : bufs) {
-            if (!b) continue;
-            for (int e = tid(); e < n * D; e += kThreads) {
-                float *x = b + ((e / D) * p.hq + g0) * D + e % D;
-                float s = x[0];
-                for (int g = 1; g < p.grp; ++g) s += x[int64_t(g) * D];
-                x[0] = s;
-            }
-        }
-        for (int e = tid(); e < kC * kC; e += kThreads) {
-            float *x = p.ddm + (gc * p.hq + g0) * kC * kC + e;
-            float s = x[0];
-            for (int g = 1; g < p.grp; ++g) s += x[int64_t(g) * kC * kC];
-            x[0] = s;
-        }
+        for (float *b : bufs)
+            if (b) group_sum_tile_f32<D, kThreads>(b + g0 * D, int64_t(p.hq) * D, D, p.grp, n);
+        group_sum_tile_f32<kC, kThreads>(p.ddm + (gc * p.hq + g0) * kC * kC, kC, kC * kC, p.grp, kC);
     }
 };
 
@@ -180,12 +168,8 @@ template <typename Tin, int D> struct KChainA {
                     walk(t3, kC, t0, t1);
                     walk(t2, kC, t0, t1);
                 }
-                float *dkt = dkt_of<D>(p, krow);
-                for (int e = tid(); e < kC * D; e += kThreads) {
-                    const int64_t o = ((e / D) * p.hq + g0) * D + e % D;
-                    p.dwacc[krow * hqd + o] -= t3[(e / D) * SD + e % D];
-                    dkt[o] += t2[(e / D) * SD + e % D];
-                }
+                add_tile_f32<D, kThreads>(p.dwacc + (krow * p.hq + g0) * D, hqd, t3, SD, kC, -1.f);
+                add_tile_f32<D, kThreads>(dkt_of<D>(p, krow) + g0 * D, hqd, t2, SD, kC, 1.f);
             }
         }
     }
@@ -239,7 +223,7 @@ template <typename Tin, int D> struct KChainB {
         cp_landed();
         cta_gemm<float, false, false, NB64, NW, kRA>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
         cta_gemm_rmw<float, false, true, NB, NW, kRA>(kC, D, kC, E, S64, C, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
-        for (int e = tid(); e < n * D; e += kThreads) p.dko[at(e / D, e % D)] += C[(e / D) * SD + e % D];
+        add_tile_f32<D, kThreads>(p.dko + at(0, 0), hqd, C, SD, n, 1.f);
         sync();
         // Dm chain (C = WK, E = dT = dD WK^T, then C = S7 = SL(T^T dD): T^T = diag(beta) T0^T)
         prep_wk<D, NW, kRA | kRB>(BW, BK, C);
@@ -281,14 +265,30 @@ template <typename Tin, int D> struct KChainB {
         cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
         sync();
         // outputs
-        for (int e = tid(); e < n * D; e += kThreads) {
-            const int a = e / D, col = e % D;
-            const int64_t t = t0 + a;
-            if (col < p.K) {
-                st<Tin>(p.dk, sq.b * p.dk_sb + t * p.dk_ss + h * p.dk_sh + col, p.dko[at(a, col)]);
-                p.dw[sq.b * p.dw_sb + t * p.dw_ss + h * p.dw_sh + col] = p.dwacc[at(a, col)];
+        // (a thread's 16-byte vectors of the three buffers loaded before any store)
+        {
+            constexpr int NV = vecs_per_thread<D, kThreads>();
+            V16 vk[NV], vw[NV], vv[NV];
+            for (int i = 0; i < NV; ++i) {
+                const int e = 4 * (tid() + i * kThreads);
+                if (e >= n * D) continue;
+                vk[i] = ld16(p.dko + at(e / D, e % D));
+                vw[i] = ld16(p.dwacc + at(e / D, e % D));
+                vv[i] = ld16(p.dvacc + at(e / D, e % D));
             }
-            if (col < p.V) st<Tin>(p.dv, sq.b * p.dv_sb + t * p.dv_ss + h * p.dv_sh + col, p.dvacc[at(a, col)]);
+            for (int i = 0; i < NV; ++i) {
+                const int e = 4 * (tid() + i * kThreads), a = e / D;
+                if (e >= n * D) continue;
+                const int64_t t = t0 + a;
+                for (int c = 0; c < 4; ++c) {
+                    const int col = e % D + c;
+                    if (col < p.K) {
+                        st<Tin>(p.dk, sq.b * p.dk_sb + t * p.dk_ss + h * p.dk_sh + col, v16_elem<float>(vk[i], c));
+                        p.dw[sq.b * p.dw_sb + t * p.dw_ss + h * p.dw_sh + col] = v16_elem<float>(vw[i], c);
+                    }
+                    if (col < p.V) st<Tin>(p.dv, sq.b * p.dv_sb + t * p.dv_ss + h * p.dv_sh + col, v16_elem<float>(vv[i], c));
+                }
+            }
         }
         if (tid() < n) p.dbeta[sq.b * p.dbeta_sb + (t0 + tid()) * p.dbeta_ss + h * p.dbeta_sh] = db[tid()];
     }

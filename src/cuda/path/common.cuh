@@ -119,6 +119,55 @@ template <typename T> PK_DEV void st_pair(void *base, int64_t i, float x, float 
     }
 }
 
+// ---- read-modify-write of f32 workspace tiles ----
+// A thread's 16-byte vectors of a kC x W tile (rows < n, row stride ldg; rows 16-byte aligned) are
+// all loaded before any is written back: one load latency per call, not one per element (the
+// compiler may not reorder an element's load past the previous element's store).
+template <int W, int NT> constexpr int vecs_per_thread() { return (kC * W / 4 + NT - 1) / NT; }
+
+// G += sign * S (S shared, row stride SD): the same sums as an element loop.
+template <int W, int NT> PK_DEV void add_tile_f32(float *g, int64_t ldg, const float *s, int SD, int n, float sign) {
+    constexpr int NV = vecs_per_thread<W, NT>();
+    V16 v[NV];
+    for (int i = 0; i < NV; ++i) {
+        const int e = 4 * (tid() + i * NT);
+        if (e < n * W) v[i] = ld16(g + (e / W) * ldg + e % W);
+    }
+    for (int i = 0; i < NV; ++i) {
+        const int e = 4 * (tid() + i * NT), a = e / W, c = e % W;
+        if (e >= n * W) continue;
+        const float *y = s + a * SD + c;
+        st16f(g + a * ldg + c, v16_elem<float>(v[i], 0) + sign * y[0], v16_elem<float>(v[i], 1) + sign * y[1],
+              v16_elem<float>(v[i], 2) + sign * y[2], v16_elem<float>(v[i], 3) + sign * y[3]);
+    }
+}
+
+// G_0 <- G_0 + G_1 + ... + G_{grp-1} in that order, G_g = G_0 + g * gstride: the group's loads of
+// all of a thread's vectors issued together, group member after member.
+template <int W, int NT> PK_DEV void group_sum_tile_f32(float *g, int64_t ldg, int64_t gstride, int grp, int n) {
+    constexpr int NV = vecs_per_thread<W, NT>();
+    float acc[NV][4];
+    for (int i = 0; i < NV; ++i) {
+        const int e = 4 * (tid() + i * NT);
+        const V16 v = e < n * W ? ld16(g + (e / W) * ldg + e % W) : V16{};
+        for (int c = 0; c < 4; ++c) acc[i][c] = v16_elem<float>(v, c);
+    }
+    for (int m = 1; m < grp; ++m) {
+        V16 v[NV];
+        for (int i = 0; i < NV; ++i) {
+            const int e = 4 * (tid() + i * NT);
+            if (e < n * W) v[i] = ld16(g + m * gstride + (e / W) * ldg + e % W);
+        }
+        for (int i = 0; i < NV; ++i)
+            if (4 * (tid() + i * NT) < n * W)
+                for (int c = 0; c < 4; ++c) acc[i][c] += v16_elem<float>(v[i], c);
+    }
+    for (int i = 0; i < NV; ++i) {
+        const int e = 4 * (tid() + i * NT);
+        if (e < n * W) st16f(g + (e / W) * ldg + e % W, acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    }
+}
+
 // ---- global -> shared tile loads ----
 template <bool R> PK_DEV float rnd_if(float x) { return R ? tf32_round(x) : x; }
 

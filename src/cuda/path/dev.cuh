@@ -196,6 +196,15 @@ PK_DEV V16 ld16(const void *g) {
 #endif
 }
 
+// Four f32 in one 16-byte store (g 16-byte aligned).
+PK_DEV void st16f(float *g, float a, float b, float c, float d) {
+#if defined(__CUDACC__)
+    *reinterpret_cast<float4 *>(g) = make_float4(a, b, c, d);
+#else
+    g[0] = a, g[1] = b, g[2] = c, g[3] = d;
+#endif
+}
+
 // ---- cp.async (16 bytes, zero fill beyond src_bytes) ----
 PK_DEV void cp16(void *smem, const void *gmem, int src_bytes) {
 #if defined(__CUDACC__)
