@@ -319,6 +319,7 @@ uint32_t shfl(uint32_t v, int src) {
 }
 
 void ldsm4(uint32_t (&r)[4], const void *row, bool trans) {
+    check_align(row, 16, "ldmatrix row");
     Block &b = blk();
     const int me = b.cur;
     b.slot[size_t(me)].in[0] = reinterpret_cast<uint64_t>(row);
@@ -391,6 +392,12 @@ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKin
             }
     });
     for (int i = 0; i < 4; ++i) std::memcpy(&c[i], &s.out[i], 4);
+}
+
+void check_align(const void *p, size_t n, const char *what) {
+    if (reinterpret_cast<uintptr_t>(p) % n)
+        throw std::logic_error(std::string("emu: ") + what + ": a " + std::to_string(n) + "-byte access must be " +
+                               std::to_string(n) + "-byte aligned");
 }
 
 void cp16(void *smem, const void *gmem, int src_bytes) {

@@ -53,6 +53,10 @@ void cp16(void *smem, const void *gmem, int src_bytes);
 void cp_commit();
 void cp_wait(int n);
 
+// A vector access of n bytes at p must be n-byte aligned, as on the GPU (throws std::logic_error
+// naming `what`, as cp16 does).
+void check_align(const void *p, size_t n, const char *what);
+
 // Bit patterns and conversions the kernels use (round to nearest even; tf32: nearest, ties away).
 uint16_t f32_to_f16_bits(float x);
 uint16_t f32_to_bf16_bits(float x);

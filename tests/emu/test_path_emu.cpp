@@ -66,21 +66,21 @@ struct Problem {
         lse.assign(size_t(R * HQ), NAN), dw.assign(w.size(), NAN), db.assign(be.size(), NAN), dg.assign(g.size(), NAN);
         p.B = c.B, p.T = T, p.hq = HQ, p.h = H, p.dk = K, p.dv = V, p.dtype = c.dt;
         p.scale = float(1 / std::sqrt(double(K))), p.history = c.hist;
-        p.q = bq.data(), p.q_sb = T * HQ * K, p.q_ss = HQ * K, p.q_sh = K;
-        p.k = bk.data(), p.k_sb = T * H * K, p.k_ss = H * K, p.k_sh = K;
-        p.v = bv.data(), p.v_sb = T * H * V, p.v_ss = H * V, p.v_sh = V;
-        p.w = fw.data(), p.w_sb = T * H * K, p.w_ss = H * K, p.w_sh = K;
-        p.beta = fb.data(), p.beta_sb = T * H, p.beta_ss = H, p.beta_sh = 1;
-        if (c.gate) p.g = fg.data(), p.g_sb = T * HQ, p.g_ss = HQ, p.g_sh = 1;
-        p.o = bo.data(), p.o_sb = T * HQ * V, p.o_ss = HQ * V, p.o_sh = V;
+        // every tensor a dense [B, T, heads, width] view: (batch, token, head) strides
+        auto bth = [T](int64_t heads, int64_t width, int64_t &sb, int64_t &ss, int64_t &sh) {
+            sb = T * heads * width, ss = heads * width, sh = width;
+        };
+        p.q = bq.data(), p.k = bk.data(), p.v = bv.data(), p.w = fw.data(), p.beta = fb.data();
+        bth(HQ, K, p.q_sb, p.q_ss, p.q_sh), bth(H, K, p.k_sb, p.k_ss, p.k_sh), bth(H, V, p.v_sb, p.v_ss, p.v_sh);
+        bth(H, K, p.w_sb, p.w_ss, p.w_sh), bth(H, 1, p.beta_sb, p.beta_ss, p.beta_sh);
+        if (c.gate) p.g = fg.data(), bth(HQ, 1, p.g_sb, p.g_ss, p.g_sh);
+        p.o = bo.data(), bth(HQ, V, p.o_sb, p.o_ss, p.o_sh);
         p.lse = lse.data(), p.lse_sb = HQ * T, p.lse_sh = T;
-        p.dout = bdo.data(), p.do_sb = T * HQ * V, p.do_ss = HQ * V, p.do_sh = V;
-        p.dq = bdq.data(), p.dq_sb = T * HQ * K, p.dq_ss = HQ * K, p.dq_sh = K;
-        p.dk_ = bdk.data(), p.dk_sb = T * H * K, p.dk_ss = H * K, p.dk_sh = K;
-        p.dv_ = bdv.data(), p.dv_sb = T * H * V, p.dv_ss = H * V, p.dv_sh = V;
-        p.dw = dw.data(), p.dw_sb = T * H * K, p.dw_ss = H * K, p.dw_sh = K;
-        p.dbeta = db.data(), p.dbeta_sb = T * H, p.dbeta_ss = H, p.dbeta_sh = 1;
-        if (c.gate) p.dg = dg.data(), p.dg_sb = T * HQ, p.dg_ss = HQ, p.dg_sh = 1;
+        p.dout = bdo.data(), bth(HQ, V, p.do_sb, p.do_ss, p.do_sh);
+        p.dq = bdq.data(), p.dk_ = bdk.data(), p.dv_ = bdv.data(), p.dw = dw.data(), p.dbeta = db.data();
+        bth(HQ, K, p.dq_sb, p.dq_ss, p.dq_sh), bth(H, K, p.dk_sb, p.dk_ss, p.dk_sh), bth(H, V, p.dv_sb, p.dv_ss, p.dv_sh);
+        bth(H, K, p.dw_sb, p.dw_ss, p.dw_sh), bth(H, 1, p.dbeta_sb, p.dbeta_ss, p.dbeta_sh);
+        if (c.gate) p.dg = dg.data(), bth(HQ, 1, p.dg_sb, p.dg_ss, p.dg_sh);
         p.cu_seqlens = c.cu.empty() ? nullptr : c.cu.data();
         p.num_seqs = c.cu.empty() ? c.B : int64_t(c.cu.size()) - 1;
         p.check = FATTN_PATH_CHECK_STRICT, p.check_tol = 1e-3f, p.nthreads = 1;

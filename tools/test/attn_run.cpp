@@ -57,13 +57,8 @@ bool run_lib(fattn_ctx_t *ctx, BackendKind bk, Inst &in, fattn_algo algo, fattn_
     DevBuf cuq, cukv;
     fattn_attn_params p = fattn_attn_params_default();
     const AttnCase &c = *in.c;
-    p.scale = c.scale;
-    p.causal = c.causal;
-    p.window_left = c.win_left;
-    p.window_right = c.win_right;
-    p.window_align = c.win_align;
-    p.prec = prec;
-    p.algo = algo;
+    p.scale = c.scale, p.causal = c.causal, p.prec = prec, p.algo = algo;
+    p.window_left = c.win_left, p.window_right = c.win_right, p.window_align = c.win_align;
     if (in.has_bias()) p.bias = tensor_of(in, in.bias);
     if (c.is_varlen()) {
         size_t nb = in.cu_q.size() * sizeof(int32_t);

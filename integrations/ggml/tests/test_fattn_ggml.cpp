@@ -592,6 +592,21 @@ bool ran(Graph &g, const Cfg &c, const Inputs &in, Result *r) {
     return false;
 }
 
+// c's inputs and the fattn arm's results on them: the reference a case compares another way of
+// running the op with (ok false, a failure counted, when it does not build or run).
+struct Reference {
+    Inputs in;
+    Result r;
+    bool ok = false;
+};
+Reference reference_run(const Cfg &c) {
+    Reference ref;
+    ref.in = make_inputs(c);
+    Graph g;
+    ref.ok = ran(g, c, ref.in, &ref.r);
+    return ref;
+}
+
 // Copy nodes (CONT, CPY, DUP) in the graph's forward part, up to the attention op.
 int copies_before_op(const Graph &g) {
     int n = 0;
@@ -815,10 +830,10 @@ void case_threads_bitwise() {
 // fattn_ggml_attn_back by hand (dO a strided view) gives the hook's gradients bit for bit.
 void explicit_back_case(ggml_type t) {
     Cfg c(24, 24, 4, 2, 2, t, MASK_NONE, FATTN_CAUSAL_TOP_LEFT);
-    const Inputs in = make_inputs(c);
-    Graph hook;
-    Result rh;
-    if (!ran(hook, c, in, &rh)) return;
+    const Reference ref = reference_run(c);
+    if (!ref.ok) return;
+    const Inputs &in = ref.in;
+    const Result &rh = ref.r;
     ggml_init_params ip = {size_t(64) << 20, nullptr, false};
     ggml_context *ctx = ggml_init(ip);
     ggml_tensor *q = ggml_new_tensor_4d(ctx, t, c.D, c.Sq, c.Hq, c.B);
@@ -1088,10 +1103,8 @@ void case_memory() {
 // ggml-opt runs it: the same bits as the context-allocated graph.
 void gallocr_case(ggml_type t) {
     Cfg c(24, 24, 4, 2, 2, t, MASK_F16_PER_HEAD, FATTN_CAUSAL_TOP_LEFT);
-    const Inputs in = make_inputs(c);
-    Graph ref;
-    Result rr;
-    if (!ran(ref, c, in, &rr)) return;
+    const Reference ref = reference_run(c);
+    if (!ref.ok) return;
     Graph g;
     if (!built(g, c, true)) return;
     ggml_backend_t be = ggml_backend_cpu_init();
@@ -1105,7 +1118,7 @@ void gallocr_case(ggml_type t) {
     ggml_set_output(ggml_graph_get_grad(g.gf, g.pq)->view_src);
     ggml_gallocr_t ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
     EXPECT(ggml_gallocr_alloc_graph(ga, g.gf), "gallocr");
-    set_inputs(g, c, in, [](ggml_tensor *t, const void *src, size_t n) { ggml_backend_tensor_set(t, src, 0, n); });
+    set_inputs(g, c, ref.in, [](ggml_tensor *t, const void *src, size_t n) { ggml_backend_tensor_set(t, src, 0, n); });
     ggml_graph_reset(g.gf);
     EXPECT(ggml_backend_graph_compute(be, g.gf) == GGML_STATUS_SUCCESS, "compute");
     auto get = [](const ggml_tensor *t) {
@@ -1113,10 +1126,10 @@ void gallocr_case(ggml_type t) {
         if (ggml_is_contiguous(t)) ggml_backend_tensor_get(t, x.data(), 0, x.size() * 4);
         return x;
     };
-    EXPECT(bitwise_equal(get(g.o), rr.o), "o differs under gallocr");
-    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pq)), rr.dq), "dq differs under gallocr");
-    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pk)), rr.dk), "dk differs under gallocr");
-    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pv)), rr.dv), "dv differs under gallocr");
+    EXPECT(bitwise_equal(get(g.o), ref.r.o), "o differs under gallocr");
+    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pq)), ref.r.dq), "dq differs under gallocr");
+    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pk)), ref.r.dk), "dk differs under gallocr");
+    EXPECT(bitwise_equal(get(ggml_graph_get_grad(g.gf, g.pv)), ref.r.dv), "dv differs under gallocr");
     std::printf("  %s: gallocr + CPU backend: bitwise equal to the context-allocated graph (%d nodes)\n",
                 ggml_type_name(t), ggml_graph_n_nodes(g.gf));
     ggml_gallocr_free(ga);

@@ -27,23 +27,12 @@ Ws bind(const PathWorkspace &l, void *base, fattn_dir dir) {
     char *b = path_ws_base(base);
     auto f = [&](size_t off) { return reinterpret_cast<float *>(b + off); };
     Ws ws{};
-    ws.u = f(l.u);
-    ws.kt = f(l.kt);
-    ws.gsum = f(l.gsum);
+    ws.u = f(l.u), ws.kt = f(l.kt), ws.gsum = f(l.gsum);
     if (dir == FATTN_DIR_BWD) {
         ws.history = b + l.history;
-        ws.kh = f(l.kh);
-        ws.dkh = f(l.dkh);
-        ws.dkt = f(l.dkt);
-        ws.du = f(l.du);
-        ws.dwacc = f(l.dwacc);
-        ws.dkacc = f(l.dkacc);
-        ws.dvacc = f(l.dvacc);
-        ws.dbacc = f(l.dbacc);
-        ws.dgs = f(l.dgs);
-        ws.delta = f(l.delta);
-        ws.e = f(l.e);
-        ws.de = f(l.de);
+        ws.kh = f(l.kh), ws.dkh = f(l.dkh), ws.dkt = f(l.dkt), ws.du = f(l.du), ws.dwacc = f(l.dwacc);
+        ws.dkacc = f(l.dkacc), ws.dvacc = f(l.dvacc), ws.dbacc = f(l.dbacc), ws.dgs = f(l.dgs);
+        ws.delta = f(l.delta), ws.e = f(l.e), ws.de = f(l.de);
     }
     ws.slots = b + l.slots;
     ws.slot_bytes = l.slot_bytes;

@@ -94,6 +94,7 @@ PK_DEV F2 ld_f2(const float *g) {
     const float2 v = *reinterpret_cast<const float2 *>(g);
     return {v.x, v.y};
 #else
+    emu::check_align(g, 8, "ld_f2");
     return {g[0], g[1]};
 #endif
 }
@@ -101,6 +102,7 @@ PK_DEV void st_f2(float *g, float x, float y) {
 #if defined(__CUDACC__)
     *reinterpret_cast<float2 *>(g) = make_float2(x, y);
 #else
+    emu::check_align(g, 8, "st_f2");
     g[0] = x, g[1] = y;
 #endif
 }
@@ -114,6 +116,7 @@ template <typename T> PK_DEV void st_pair(void *base, int64_t i, float x, float 
 #if defined(__CUDACC__)
         *reinterpret_cast<uint32_t *>(static_cast<T *>(base) + i) = w;
 #else
+        emu::check_align(static_cast<T *>(base) + i, 4, "st_pair");
         std::memcpy(static_cast<T *>(base) + i, &w, 4);
 #endif
     }

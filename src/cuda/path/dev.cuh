@@ -190,6 +190,7 @@ PK_DEV V16 ld16(const void *g) {
     const uint4 v = *static_cast<const uint4 *>(g);
     return V16{{v.x, v.y, v.z, v.w}};
 #else
+    emu::check_align(g, 16, "ld16");
     V16 v;
     std::memcpy(&v, g, 16);
     return v;
@@ -201,6 +202,7 @@ PK_DEV void st16f(float *g, float a, float b, float c, float d) {
 #if defined(__CUDACC__)
     *reinterpret_cast<float4 *>(g) = make_float4(a, b, c, d);
 #else
+    emu::check_align(g, 16, "st16f");
     g[0] = a, g[1] = b, g[2] = c, g[3] = d;
 #endif
 }
