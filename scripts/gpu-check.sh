@@ -167,7 +167,8 @@ if want sanitize; then
         lim=${tool#*:}; tool=${tool%%:*}
         log="$OUT/sanitize.log"
         if [ -x "$FT" ] && command -v compute-sanitizer >/dev/null 2>&1; then
-            from=$(( $(wc -l <"$log" 2>/dev/null || echo 0) + 1 ))  # this tool's lines only
+            from=1  # this tool's lines only
+            [ -f "$log" ] && from=$(( $(wc -l <"$log") + 1 ))
             run_step "$tool" "$lim" "$log" compute-sanitizer --tool "$tool" --error-exitcode 99 \
                 "$FT" test --backend cuda "${SAN_SEL[@]}"
             tail -n +"$from" "$log" >"$OUT/.san-part"
