@@ -8,8 +8,11 @@
 #   scripts/path-ab.sh $OUT base= s32=-DFATTN_PATH_SCORE16=OFF "permk=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_PERMK=1" \
 #       "noflags=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_FLAGS=0"
 # AB_CASES (indices into the six cases below, e.g. "0 4") and AB_NCU ("64", "128" or "64 128", the
-# per-kernel times' head dims) narrow the run. Writes OUTDIR/ab.txt (the table) and
-# OUTDIR/ab-times.txt; each build takes ~50-70 s with 16 cores.
+# per-kernel times' head dims; " " for none) narrow the run. AB_PARITY=1 also builds each variant's
+# fattn-test and runs the PaTH parity and determinism cases (`fattn-test test|determinism
+# --backend cuda -p path`) before timing it: a variant the CPU emulation cannot run (wgmma) is
+# judged here. Writes OUTDIR/ab.txt (the table; with AB_PARITY, each variant's parity line first)
+# and OUTDIR/ab-times.txt; each build takes ~50-70 s with 16 cores (fattn-test adds ~40 s).
 set -u
 OUT=${1:?usage: scripts/path-ab.sh OUTDIR NAME=CMAKE_ARGS ...}
 shift
@@ -25,7 +28,7 @@ for v in "$@"; do
     # shellcheck disable=SC2086
     if cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a \
         -DFATTN_BUILD_TESTS=OFF $args >"$OUT/build-$name.log" 2>&1 &&
-        cmake --build "$dir" -j "$(nproc)" --target fattn-bench >>"$OUT/build-$name.log" 2>&1; then
+        cmake --build "$dir" -j "$(nproc)" --target fattn-bench ${AB_PARITY:+fattn-test} >>"$OUT/build-$name.log" 2>&1; then
         names+=("$name")
         echo "built $name ($args) in $(( $(date +%s) - t0 )) s"
     else
@@ -44,6 +47,15 @@ ncu_cases=()
 for d in ${AB_NCU:-64 128}; do
     if [ "$d" = 64 ]; then ncu_cases+=("--T 4096 --hq 32 --h 32"); else ncu_cases+=("--T 4096 --hq 16 --h 16 --k 128 --v 128"); fi
 done
+if [ -n "${AB_PARITY:-}" ]; then
+    for n in "${names[@]}"; do
+        for mode in test determinism; do
+            build-ab-$n/fattn-test $mode --backend cuda -p path >"$OUT/parity-$n-$mode.log" 2>&1
+            echo "$n $mode (rc $?): $(grep -E '[0-9]+ passed' "$OUT/parity-$n-$mode.log" | tail -n 1)"
+            grep -E '^ *(FAIL|ERROR)' "$OUT/parity-$n-$mode.log" | head -n 5
+        done
+    done | tee "$OUT/ab-parity.txt"
+fi
 {
     printf '%-44s' "case (fwd / fwd+bwd ms)"
     for n in "${names[@]}"; do printf ' %22s' "$n"; done

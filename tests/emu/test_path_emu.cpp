@@ -18,6 +18,7 @@
 
 #include "core/dtype.h"
 #include "cpu/ref/path_ref.h"
+#include "cuda/path/bwd_dkv_sm90.cuh"
 #include "cuda/path/gpu_layout.h"
 #include "emu/path_emu.h"
 #include "../support/path_case.h"
@@ -276,6 +277,22 @@ TEST(PathEmuLayout, EveryKernelSetFitsAHopperBlock) {
     for (fattn_dtype dt : {FATTN_F32, FATTN_F16, FATTN_BF16})
         for (int D : {32, 64, 128})
             EXPECT_LE(fattn::emu::path_max_smem(dt, D), kHopperBlock) << "dtype " << int(dt) << " D " << D;
+}
+
+// The wgmma dK/dV kernel (bwd_dkv_sm90.cuh, not runnable here) stores its tiles where TMA's
+// 128-byte swizzle would: byte address bits 4-6 XOR bits 7-9 within [64, 64] panels of 128-byte
+// rows, 8 KiB apart; every element of a [64, 128] tile in its own place.
+TEST(PathEmuLayout, Sw128IsTheTmaSwizzle) {
+    std::vector<int> seen(64 * 128, 0);
+    for (int r = 0; r < 64; ++r)
+        for (int c = 0; c < 128; ++c) {
+            const int bytes = (c / 64) * 8192 + r * 128 + (c % 64) * 2;
+            const int swizzled = bytes ^ (((bytes >> 7) & 7) << 4);
+            const int at = fattn::pathk::sw128_elem(r, c);
+            ASSERT_EQ(2 * at, swizzled) << "row " << r << " column " << c;
+            ++seen[size_t(at)];
+        }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 64 * 128);
 }
 
 TEST(PathEmuLayout, VarlenPackWorkspace) {

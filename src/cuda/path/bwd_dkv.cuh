@@ -12,6 +12,38 @@
 
 namespace fattn::pathk {
 
+// The query rows' lse (log2 domain), delta and gate sums of query chunk ci (nq rows) into
+// lse2, lse2 + kC, lse2 + 2 kC (0 past nq).
+template <int NT> PK_DEV void dkv_rows(const PathDev &p, const SeqInfo &sq, int hq, int64_t c0, int64_t nq, float *lse2) {
+    float *dl = lse2 + kC, *gq = dl + kC;
+    const int64_t t0 = sq.begin + c0;
+    for (int a = tid(); a < kC; a += NT) {
+        const bool ok = a < nq;
+        lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+        dl[a] = ok ? p.delta[(sq.row0 + c0 + a) * p.hq + hq] : 0.f;
+        gq[a] = ok && p.has_gate ? p.gsum[(sq.row0 + c0 + a) * p.hq + hq] : 0.f;
+    }
+}
+
+// The CTA's outputs from the m16n8-ordered accumulators of its warp's 16 keys (r0 ..): rows < nk
+// of dV (dv(j, i): n-block j, element i) and, when kh, of dK^ (dk(j, i)); dG's column part.
+template <int D, class FV, class FK>
+PK_DEV void dkv_store(const PathDev &p, int64_t krow, int hq, int r0, int nk, bool kh, const float (&dg)[2], FV dv, FK dk) {
+    for (int hh = 0; hh < 2; ++hh) {
+        const float g = quad_sum(dg[hh]);
+        const int kk = r0 + acc_row(2 * hh);
+        if (kk >= nk) continue;
+        const int64_t o = (krow + kk) * p.hq + hq;
+        for (int j = 0; j < D / 8; ++j)
+            for (int e = 0; e < 2; ++e) {
+                const int col = acc_col(j, e);
+                p.dvacc[o * D + col] = dv(j, 2 * hh + e);
+                if (kh) p.dkh[o * D + col] = dk(j, 2 * hh + e);
+            }
+        if ((lane_id() & 3) == 0) p.dgs[o] = g;
+    }
+}
+
 template <typename Tin, int D> struct KDkv {
     static constexpr int kThreads = 128, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D);
@@ -21,29 +53,20 @@ template <typename Tin, int D> struct KDkv {
 
     PK_DEV static void issue(const PathDev &p, const SeqInfo &sq, int hq, int64_t ci, int64_t rcol, char *buf) {
         Tin *sQh = reinterpret_cast<Tin *>(buf), *sdO = reinterpret_cast<Tin *>(buf + TI);
-        float *lse2 = reinterpret_cast<float *>(buf + 2 * TI), *dl = lse2 + kC, *gq = dl + kC;
         const int64_t c0 = ci * kC, nq = sq.len - c0 < kC ? sq.len - c0 : kC, t0 = sq.begin + c0;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
         const Tin *gh = static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.K;
         load_tile<Tin, kThreads>(sQh, STi, gh, hstride, kC, D, int(nq), p.K, true);
         load_tile<Tin, kThreads>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
                                  p.do_ss, kC, D, int(nq), p.V, p.vec_do);
-        for (int a = tid(); a < kC; a += kThreads) {
-            const bool ok = a < nq;
-            lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
-            dl[a] = ok ? p.delta[(sq.row0 + c0 + a) * p.hq + hq] : 0.f;
-            gq[a] = ok && p.has_gate ? p.gsum[(sq.row0 + c0 + a) * p.hq + hq] : 0.f;
-        }
+        dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TI));
     }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
-        const GridItem it = heavy_first(p.total_chunks, p.hq, false);
-        const int64_t gc = it.x;
-        const int hq = it.y, h = hq / p.grp;
-        const SeqInfo sq = seq_of_chunk(p, gc);
-        const int64_t cj = gc - sq.chunk0, k0 = cj * kC, rp = cj / kNcs;
-        const int64_t nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
-        const int nk = int(sq.len - k0 < kC ? sq.len - k0 : kC);
+        const ChunkItem ck = chunk_item(p, false);
+        const SeqInfo &sq = ck.sq;
+        const int64_t k0 = ck.c0, rp = ck.ci / kNcs, nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
+        const int hq = ck.hq, h = ck.h, nk = ck.n;
         const int r0 = 16 * warp_id();
         Tin *sKh = reinterpret_cast<Tin *>(smem), *sV = reinterpret_cast<Tin *>(smem + TI);
         float *gk = reinterpret_cast<float *>(smem + 2 * TI);
@@ -64,13 +87,7 @@ template <typename Tin, int D> struct KDkv {
             cp_commit();
             for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
                 char *cur = stg[s & 1];
-                if (ci + 1 < nc) {
-                    issue(p, sq, hq, ci + 1, rp + 1, stg[(s + 1) & 1]);
-                    cp_commit();
-                    cp_wait<1>();
-                } else {
-                    cp_wait<0>();
-                }
+                ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg[(s + 1) & 1]); });
                 sync();
                 const Tin *cQh = reinterpret_cast<const Tin *>(cur), *cdO = reinterpret_cast<const Tin *>(cur + TI);
                 const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TI), *dl = lse2 + kC, *gq = dl + kC;
@@ -94,19 +111,8 @@ template <typename Tin, int D> struct KDkv {
                 sync();
             }
         }
-        for (int hh = 0; hh < 2; ++hh) {
-            const float g = quad_sum(dg[hh]);
-            const int kk = r0 + acc_row(2 * hh);
-            if (kk >= nk) continue;
-            const int64_t o = (krow + kk) * p.hq + hq;
-            for (int j = 0; j < NX; ++j)
-                for (int e = 0; e < 2; ++e) {
-                    const int col = acc_col(j, e);
-                    p.dvacc[o * D + col] = dV[j][2 * hh + e];
-                    if (rp < ns - 1) p.dkh[o * D + col] = dKh[j][2 * hh + e];
-                }
-            if ((lane_id() & 3) == 0) p.dgs[o] = g;
-        }
+        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, [&](int j, int i) { return dV[j][i]; },
+                     [&](int j, int i) { return dKh[j][i]; });
     }
 };
 

@@ -80,13 +80,11 @@ template <typename Tin, int D> struct KHist {
         }
     }
     PK_DEV static void run(const PathDev &p, char *smem) {
-        const GridItem it = heavy_first(p.total_chunks, p.hq, true);
-        const int64_t gc = it.x;
-        const int hq = it.y, h = hq / p.grp;
-        const SeqInfo sq = seq_of_chunk(p, gc);
-        const int64_t ci = gc - sq.chunk0, c0 = ci * kC;
+        const ChunkItem ck = chunk_item(p, true);
+        const SeqInfo &sq = ck.sq;
+        const int64_t ci = ck.ci, c0 = ck.c0;
+        const int hq = ck.hq, h = ck.h, n = ck.n;
         if (ci < kNcs) return;  // segment 0 has no history
-        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
         const int r0 = 16 * warp_id();
         char *st0 = smem, *own = smem + STAGE;
         Tin *sQ = reinterpret_cast<Tin *>(own);
@@ -97,14 +95,7 @@ template <typename Tin, int D> struct KHist {
         load_tile<Tw, kThreads>(sW, STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D, n, D, true);
         load_tile<Tw, kThreads>(sU, STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D, n, D, true);
         cp_commit();
-        const bool more = ci - 1 >= kNcs;
-        if (more) {
-            issue(p, sq, h, ci - 1, st0);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+        ring_step(ci - 1 >= kNcs, [&] { issue(p, sq, h, ci - 1, st0); });
         sync();
         float X[NX][4];
         tile_to_acc(X, sQ, STi, r0);
@@ -118,13 +109,7 @@ template <typename Tin, int D> struct KHist {
         char *st1 = own;
         for (int64_t cj = ci - 1, s = 0; cj >= kNcs; --cj, ++s) {
             char *cur = (s & 1) ? st1 : st0;
-            if (cj - 1 >= kNcs) {
-                issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1);
-                cp_commit();
-                cp_wait<1>();
-            } else {
-                cp_wait<0>();
-            }
+            ring_step(cj - 1 >= kNcs, [&] { issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });
             sync();
             const Tw *cW = reinterpret_cast<const Tw *>(cur), *cU = reinterpret_cast<const Tw *>(cur + TW);
             walk_back<Tw>(X, cW, cU, STw);

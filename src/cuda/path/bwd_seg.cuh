@@ -147,13 +147,7 @@ template <typename Tin, int D> struct KSegInter {
                 cp_commit();
                 for (int64_t j = 0; j < kNcs; ++j) {
                     char *cur = u + (j & 1) * STG;
-                    if (j + 1 < kNcs) {
-                        issue(rp * kNcs + j + 1, u + ((j + 1) & 1) * STG);
-                        cp_commit();
-                        cp_wait<1>();
-                    } else {
-                        cp_wait<0>();
-                    }
+                    ring_step(j + 1 < kNcs, [&] { issue(rp * kNcs + j + 1, u + ((j + 1) & 1) * STG); });
                     sync();
                     const Tin *sKh = reinterpret_cast<const Tin *>(cur), *sV = reinterpret_cast<const Tin *>(cur + TI);
                     const float *gk = reinterpret_cast<const float *>(cur + 2 * TI);

@@ -71,6 +71,21 @@ PK_DEV SeqInfo seq_of_chunk(const PathDev &p, int64_t gc) {
 PK_DEV SeqInfo seq_of_seg(const PathDev &p, int64_t gs) {
     return seq_info(p, p.cu ? seq_search(p.seg_base, p.num_seqs, gs) : gs / ceil_div(p.T, kS));
 }
+// The (chunk, query head) of a CTA of a [chunks, Hq] grid (heavy_first's order): the chunk gc,
+// its sequence, its index ci there, its first row c0 and its row count n (<= kC).
+struct ChunkItem {
+    int64_t gc;
+    int hq, h;
+    SeqInfo sq;
+    int64_t ci, c0;
+    int n;
+};
+PK_DEV ChunkItem chunk_item(const PathDev &p, bool last_heavy) {
+    const GridItem it = heavy_first(p.total_chunks, p.hq, last_heavy);
+    const SeqInfo sq = seq_of_chunk(p, it.x);
+    const int64_t ci = it.x - sq.chunk0, c0 = ci * kC;
+    return {it.x, it.y, it.y / p.grp, sq, ci, c0, int(sq.len - c0 < kC ? sq.len - c0 : kC)};
+}
 // History cell of (token t of the sequence, column r), 1 <= r <= t / S.
 PK_DEV int64_t hist_cell(const PathDev &p, const SeqInfo &sq, int64_t t, int64_t r) {
     if (p.hist_rect) return (sq.row0 + t) * p.rect_cols + r;
@@ -267,6 +282,18 @@ PK_DEV void cp_landed() {
     cp_commit();
     cp_wait<0>();
     sync();
+}
+
+// A step of a two-stage cp.async ring: with a next stage (more), issue it and wait for all but
+// it; else wait for everything. The caller syncs before reading the current stage.
+template <class F> PK_DEV void ring_step(bool more, F &&issue_next) {
+    if (more) {
+        issue_next();
+        cp_commit();
+        cp_wait<1>();
+    } else {
+        cp_wait<0>();
+    }
 }
 
 // 64 x width f32 tile of w rows [c0, c0 + n) of the sequence, kv head h (rows >= n are 0).

@@ -27,6 +27,7 @@ template <class K> struct has_min_blocks<K, std::void_t<decltype(K::kMinBlocks)>
 
 struct CudaLauncher {
     cudaStream_t stream;
+    bool sm90 = false;  // the current device is sm_90 (bwd.cuh: launch_dkv)
     cudaError_t err = cudaSuccess;
     const char *where = "";
     template <class K> void launch(int64_t gx, int gy, const PathDev &d) {
@@ -64,6 +65,17 @@ struct CudaLauncher {
     }
 };
 
+// Whether the current device is sm_90 (H100 / H200): the wgmma kernels' condition.
+inline bool device_is_sm90() {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return major == 9 && minor == 0;
+}
+
 // One input dtype's run and shared-memory need (defined in path_cuda_<dtype>.cu).
 template <typename Tin> fattn_status cuda_run(const PathBwdParams &p, void *stream, void *ws, bool bwd, std::string *err);
 template <typename Tin> size_t cuda_max_smem(int D);
@@ -78,6 +90,7 @@ template <> size_t cuda_max_smem<bf16_t>(int);
     template <> fattn_status cuda_run<T>(const PathBwdParams &p, void *stream, void *ws, bool bwd,       \
                                          std::string *err) {                                             \
         CudaLauncher l{static_cast<cudaStream_t>(stream)};                                                \
+        if (FATTN_PATH_DKV_SM90_BUILT && bwd) l.sm90 = device_is_sm90();                                  \
         return gpu_run_t<CudaLauncher, T>(l, p, ws, bwd, err);                                            \
     }                                                                                                     \
     template <> size_t cuda_max_smem<T>(int D) { return max_smem<T>(D); }

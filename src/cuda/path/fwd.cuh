@@ -43,12 +43,10 @@ template <typename Tin, int D> struct KFwd {
     }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
-        const GridItem it = heavy_first(p.total_chunks, p.hq, true);
-        const int64_t gc = it.x;
-        const int hq = it.y, h = hq / p.grp;
-        const SeqInfo sq = seq_of_chunk(p, gc);
-        const int64_t ci = gc - sq.chunk0, c0 = ci * kC;
-        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        const ChunkItem ck = chunk_item(p, true);
+        const SeqInfo &sq = ck.sq;
+        const int64_t gc = ck.gc, ci = ck.ci, c0 = ck.c0;
+        const int hq = ck.hq, h = ck.h, n = ck.n;
         const int r0 = 16 * warp_id();
         char *st0 = smem, *own = smem + (kTwo ? STAGE : 0);
         char *st1 = kTwo ? own : smem;
@@ -72,13 +70,7 @@ template <typename Tin, int D> struct KFwd {
                                 kC, true);
         for (int a = tid(); a < kC; a += kThreads) gq[a] = p.has_gate && a < n ? p.gsum[(row + a) * p.hq + hq] : 0.f;
         cp_commit();
-        if (kTwo && ci > 0) {
-            issue_stage(p, sq, hq, h, ci - 1, st0);
-            cp_commit();
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
+        ring_step(kTwo && ci > 0, [&] { issue_stage(p, sq, hq, h, ci - 1, st0); });
         sync();
 
         float X[NX][4], S[8][4], O[NX][4];
@@ -119,13 +111,7 @@ template <typename Tin, int D> struct KFwd {
         for (int64_t cj = ci - 1, s = 0; cj >= 0; --cj, ++s) {
             char *cur = kTwo && (s & 1) ? st1 : st0;
             if (kTwo) {
-                if (cj > 0) {
-                    issue_stage(p, sq, hq, h, cj - 1, (s & 1) ? st0 : st1);
-                    cp_commit();
-                    cp_wait<1>();
-                } else {
-                    cp_wait<0>();
-                }
+                ring_step(cj > 0, [&] { issue_stage(p, sq, hq, h, cj - 1, (s & 1) ? st0 : st1); });
             } else {
                 issue_stage(p, sq, hq, h, cj, st0);
                 cp_commit();

@@ -184,6 +184,9 @@ template <typename Tin, int D> constexpr size_t max_smem_of() {
                      KDkv<Tin, D>::smem(), KSegInter<Tin, D>::smem(), KSegIntra<Tin, D>::smem(), KOwn<Tin, D>::smem(),
                      KChainA<Tin, D>::smem(), KChainB<Tin, D>::smem()})
         m = s > m ? s : m;
+#if FATTN_PATH_DKV_SM90_BUILT
+    if constexpr (sizeof(Tin) == 2 && D >= 64) m = KDkvSm90<Tin, D>::smem() > m ? KDkvSm90<Tin, D>::smem() : m;
+#endif
     return m;
 }
 template <typename Tin> size_t max_smem(int D) {

@@ -1,0 +1,155 @@
+// bwd_dkv_sm90.cuh — KDkv (bwd_dkv.cuh) on Hopper's wgmma: the same products in the same order,
+// the same outputs, for 16-bit inputs at D 64 / 128 on an sm_90 device. One warpgroup per CTA
+// (64 keys), per query chunk:
+//   Sᵀ = K^·Qhᵀ, dPᵀ = V·dOᵀ       m64n64k16 wgmmas, both operands K-major in shared memory
+//   Pᵀ, dSᵀ (and dG) on the accumulators, exactly as KDkv's loop (same fragment map)
+//   dV += Pᵀ·dO, dK^ += dSᵀ·Qh     m64nDk16 wgmmas, Pᵀ / dSᵀ as register A fragments, dO and Qh
+//                                  read MN-major
+// Tiles are stored as the sm90 softmax kernels store theirs (ptx.cuh: [64, D] as D/64 panels of
+// [64, 64] with the 128-byte swizzle), written by cp.async rather than TMA: the history's rows
+// are cells of a packed layout, not a tensor a map describes. Two query stages, as KDkv.
+//
+// Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code) and
+// FATTN_PATH_DKV_SM90=1 (an A/B switch until measured; scripts/path-ab.sh); bwd.cuh then launches
+// it on sm_90 devices (CudaLauncher::sm90). The CPU emulation cannot run wgmma: this kernel is
+// checked by the GPU parity cases (fattn-test -p path) of such a build.
+#pragma once
+
+#include "cuda/path/bwd_dkv.cuh"
+
+#ifndef FATTN_PATH_DKV_SM90
+#define FATTN_PATH_DKV_SM90 0
+#endif
+#if defined(__CUDACC__) && defined(FATTN_HAVE_SM90) && FATTN_PATH_DKV_SM90
+#define FATTN_PATH_DKV_SM90_BUILT 1
+#include "cuda/attn/sm90/wgmma_products.cuh"
+#else
+#define FATTN_PATH_DKV_SM90_BUILT 0
+#endif
+
+namespace fattn::pathk {
+
+// Where element (r, c) of a [64, D] 16-bit tile lies in its 128-byte swizzled panels (elements from
+// the tile's 1024-aligned base): panel c / 64, row r, 16-byte chunk (c % 64) / 8 XOR r % 8, the
+// layout TMA's SWIZZLE_128B writes and the wgmma descriptors of ptx.cuh read.
+constexpr int sw128_elem(int r, int c) { return (c / 64) * kC * 64 + r * 64 + (((c % 64) / 8) ^ (r & 7)) * 8 + c % 8; }
+
+}  // namespace fattn::pathk
+
+#if FATTN_PATH_DKV_SM90_BUILT
+namespace fattn::pathk {
+
+template <typename Tin, int D> struct KDkvSm90 {
+    static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
+    static constexpr int kThreads = 128, NP = D / 64, NQ = kC / 8, NK = kC / 16;
+    static constexpr size_t PANEL = size_t(kC) * 128, TILE = NP * PANEL;  // bytes
+    static constexpr size_t ROWS = 4 * kC * 4;                            // lse2, delta, G (+1 spare)
+    static constexpr size_t STAGE = 2 * TILE + ROWS;                      // Qh, dO, rows: 1024-aligned
+    // 1024 bytes of slack to align the base (the swizzle repeats per 1024-byte 8-row group)
+    static constexpr size_t smem() { return 1024 + 2 * TILE + 2 * STAGE + kC * 4; }
+
+    // 64 x D tile of g (row stride gstride) into the swizzled panels at s (sw128_elem). Rows >=
+    // rows_valid and columns >= cols_valid are 0. vec: cp.async (caller commits and waits), as
+    // load_tile's.
+    PK_DEV static void load_sw(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
+        constexpr int CPR = D / 8;  // 16-byte chunks per row
+        for (int e = tid(); e < kC * CPR; e += kThreads) {
+            const int r = e / CPR, c8 = e % CPR, c = 8 * c8;
+            Tin *dst = s + sw128_elem(r, c);
+            if (vec) {
+                const bool ok = r < rows_valid && c < cols_valid;
+                cp16(dst, ok ? static_cast<const void *>(g + r * gstride + c) : static_cast<const void *>(g), ok ? 16 : 0);
+            } else {
+                for (int k = 0; k < 8; ++k) dst[k] = r < rows_valid && c + k < cols_valid ? g[r * gstride + c + k] : from_f<Tin>(0.f);
+            }
+        }
+    }
+
+    PK_DEV static void issue(const PathDev &p, const SeqInfo &sq, int hq, int64_t ci, int64_t rcol, char *buf) {
+        Tin *sQh = reinterpret_cast<Tin *>(buf), *sdO = reinterpret_cast<Tin *>(buf + TILE);
+        const int64_t c0 = ci * kC, nq = sq.len - c0 < kC ? sq.len - c0 : kC, t0 = sq.begin + c0;
+        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
+        load_sw(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.K, hstride, int(nq), p.K, true);
+        load_sw(sdO, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, int(nq), p.V,
+                p.vec_do);
+        dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE));
+    }
+
+    PK_DEV static void run(const PathDev &p, char *smem_raw) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        using namespace fattn::cuda;
+        char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+        const ChunkItem ck = chunk_item(p, false);
+        const SeqInfo &sq = ck.sq;
+        const int64_t k0 = ck.c0, rp = ck.ci / kNcs, nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
+        const int hq = ck.hq, h = ck.h, nk = ck.n;
+        const int r0 = 16 * warp_id();
+        Tin *sKh = reinterpret_cast<Tin *>(smem), *sV = reinterpret_cast<Tin *>(smem + TILE);
+        char *stg[2] = {smem + 2 * TILE, smem + 2 * TILE + STAGE};
+        float *gk = reinterpret_cast<float *>(smem + 2 * TILE + 2 * STAGE);
+        // accumulators in the m16n8 fragment order of each warp's 16 rows (element 4j + i: row
+        // r0 + acc_row(i), column acc_col(j, i)), as KDkv's [j][i]
+        float dKh[D / 2], dV[D / 2], dg[2] = {0.f, 0.f};
+        for (int i = 0; i < D / 2; ++i) dKh[i] = dV[i] = 0.f;
+        const int64_t krow = sq.row0 + k0;
+        if (rp < ns - 1) {
+            load_sw(sKh, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, int64_t(p.h) * D, kC, D, true);
+            load_sw(sV, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + k0) * p.v_ss + h * p.v_sh, p.v_ss, kC, p.V,
+                    p.vec_v);
+            for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+            const int64_t cfirst = (rp + 1) * kNcs;
+            issue(p, sq, hq, cfirst, rp + 1, stg[0]);
+            cp_commit();
+            const uint32_t k_base = sm90::saddr(sKh), v_base = sm90::saddr(sV);
+            for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
+                char *cur = stg[s & 1];
+                ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg[(s + 1) & 1]); });
+                sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
+                sync();
+                const uint32_t q_base = sm90::saddr(cur), do_base = sm90::saddr(cur + TILE);
+                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TILE), *dl = lse2 + kC, *gq = dl + kC;
+                const int nq = int(sq.len - ci * kC < kC ? sq.len - ci * kC : kC);
+                float St[kC / 2], dPt[kC / 2];
+                sm90::wgmma_fence();
+                attn::sm90_ss_product<Tin, D, kC>(St, k_base, uint32_t(PANEL), q_base, uint32_t(PANEL));
+                attn::sm90_ss_product<Tin, D, kC>(dPt, v_base, uint32_t(PANEL), do_base, uint32_t(PANEL));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(St);
+                sm90::reg_fence(dPt);
+                for (int j = 0; j < NQ; ++j)
+                    for (int i = 0; i < 4; ++i) {
+                        const int kk = r0 + acc_row(i), qq = acc_col(j, i);
+                        const float P = qq < nq ? exp2_fast(p.sl2 * (St[4 * j + i] + gq[qq] - gk[kk]) - lse2[qq]) : 0.f;
+                        const float ds = p.scale * P * (dPt[4 * j + i] - dl[qq]);
+                        St[4 * j + i] = P;
+                        dPt[4 * j + i] = ds;
+                        dg[i >> 1] -= ds;
+                    }
+                // Pᵀ and dSᵀ as A fragments: k-step kk (16 queries) = n-blocks 2kk, 2kk + 1
+                uint32_t pa[NK][4], sa[NK][4];
+                for (int kk = 0; kk < NK; ++kk)
+                    for (int r = 0; r < 4; ++r) {
+                        pa[kk][r] = pack2<Tin>(St[8 * kk + 2 * r], St[8 * kk + 2 * r + 1]);
+                        sa[kk][r] = pack2<Tin>(dPt[8 * kk + 2 * r], dPt[8 * kk + 2 * r + 1]);
+                    }
+                sm90::wgmma_fence();
+                attn::sm90_rs_product<Tin, D, NK>(dV, pa, 0u, do_base, uint32_t(PANEL));
+                attn::sm90_rs_product<Tin, D, NK>(dKh, sa, 0u, q_base, uint32_t(PANEL));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(dV);
+                sm90::reg_fence(dKh);
+                sync();  // every wgmma of this stage done before the next issue overwrites it
+            }
+        }
+        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, [&](int j, int i) { return dV[4 * j + i]; },
+                     [&](int j, int i) { return dKh[4 * j + i]; });
+#else
+        (void)p, (void)smem_raw;
+#endif
+    }
+};
+
+}  // namespace fattn::pathk
+#endif
