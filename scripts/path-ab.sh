@@ -11,11 +11,14 @@
 # per-kernel times' head dims; " " for none) narrow the run. AB_PARITY=1 also builds each variant's
 # fattn-test and runs the PaTH parity and determinism cases (`fattn-test test|determinism
 # --backend cuda -p path`) before timing it: a variant the CPU emulation cannot run (wgmma) is
-# judged here. Writes OUTDIR/ab.txt (the table; with AB_PARITY, each variant's parity line first)
-# and OUTDIR/ab-times.txt; each build takes ~50-70 s with 16 cores (fattn-test adds ~40 s).
+# judged here. Writes OUTDIR/ab.txt (the table), OUTDIR/ab-parity.txt (with AB_PARITY),
+# OUTDIR/ab-times.txt and OUTDIR/logs.tgz; each build takes ~50-70 s with 16 cores (fattn-test adds ~40 s).
 set -u
 OUT=${1:?usage: scripts/path-ab.sh OUTDIR NAME=CMAKE_ARGS ...}
 shift
+# the build and parity logs go to OUTDIR/logs.tgz at the end (few files to copy back)
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
 export PATH=/usr/local/cuda/bin:$PATH
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
@@ -27,12 +30,12 @@ for v in "$@"; do
     t0=$(date +%s)
     # shellcheck disable=SC2086
     if cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a \
-        -DFATTN_BUILD_TESTS=OFF $args >"$OUT/build-$name.log" 2>&1 &&
-        cmake --build "$dir" -j "$(nproc)" --target fattn-bench ${AB_PARITY:+fattn-test} >>"$OUT/build-$name.log" 2>&1; then
+        -DFATTN_BUILD_TESTS=OFF $args >"$LOGS/build-$name.log" 2>&1 &&
+        cmake --build "$dir" -j "$(nproc)" --target fattn-bench ${AB_PARITY:+fattn-test} >>"$LOGS/build-$name.log" 2>&1; then
         names+=("$name")
         echo "built $name ($args) in $(( $(date +%s) - t0 )) s"
     else
-        echo "build of $name FAILED:"; tail -n 15 "$OUT/build-$name.log"
+        echo "build of $name FAILED:"; tail -n 15 "$LOGS/build-$name.log"
     fi
 done
 cases=("--T 4096 --hq 32 --h 32" "--T 8192 --hq 32 --h 32" "--T 4096 --hq 32 --h 8"
@@ -50,9 +53,9 @@ done
 if [ -n "${AB_PARITY:-}" ]; then
     for n in "${names[@]}"; do
         for mode in test determinism; do
-            build-ab-$n/fattn-test $mode --backend cuda -p path >"$OUT/parity-$n-$mode.log" 2>&1
-            echo "$n $mode (rc $?): $(grep -E '[0-9]+ passed' "$OUT/parity-$n-$mode.log" | tail -n 1)"
-            grep -E '^ *(FAIL|ERROR)' "$OUT/parity-$n-$mode.log" | head -n 5
+            build-ab-$n/fattn-test $mode --backend cuda -p path >"$LOGS/parity-$n-$mode.log" 2>&1
+            echo "$n $mode (rc $?): $(grep -E '[0-9]+ passed' "$LOGS/parity-$n-$mode.log" | tail -n 1)"
+            grep -E '^ *(FAIL|ERROR)' "$LOGS/parity-$n-$mode.log" | head -n 5
         done
     done | tee "$OUT/ab-parity.txt"
 fi
@@ -79,4 +82,5 @@ for n in "${names[@]}"; do
         BUILD_DIR=build-ab-$n bash scripts/ncu-times.sh --gate 0 $c
     done
 done >"$OUT/ab-times.txt" 2>&1
-echo "per-kernel times: $OUT/ab-times.txt"
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"
+echo "per-kernel times: $OUT/ab-times.txt; build and parity logs: $OUT/logs.tgz"
