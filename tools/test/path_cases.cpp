@@ -54,6 +54,9 @@ const std::vector<PCase> &table() {
         {"path/varlen_gqa_K64_f16", 1, 1100, 4, 2, 64, 64, {0, 100, 613, 1100}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, true},
         {"path/dense_T1100_gqa_K64_gate_bf16", 1, 1100, 4, 2, 64, 64, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.95, false},
         {"path/varlen_K128_V64_f16", 1, 1300, 2, 2, 128, 64, {0, 700, 1300}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, false},
+        // 16-bit beside the f32 ones: the rectangular history, and V < K (zero-filled columns)
+        {"path/dense_T1100_rect_K64_bf16", 1, 1100, 2, 1, 64, 64, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_RECTANGULAR, 1.95, false},
+        {"path/dense_T700_K64_V16_f16", 1, 700, 2, 2, 64, 16, {}, true, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, false},
     };
     return t;
 }

@@ -85,7 +85,7 @@ template <typename Tin, int D> struct KDkvSm90 {
         const int hq = ck.hq, h = ck.h, nk = ck.n;
         const int r0 = 16 * warp_id();
         Tin *sKh = reinterpret_cast<Tin *>(smem), *sV = reinterpret_cast<Tin *>(smem + TILE);
-        char *stg[2] = {smem + 2 * TILE, smem + 2 * TILE + STAGE};
+        char *stg0 = smem + 2 * TILE;  // stage k at stg0 + k * STAGE (no array: it would live in local memory)
         float *gk = reinterpret_cast<float *>(smem + 2 * TILE + 2 * STAGE);
         // accumulators in the m16n8 fragment order of each warp's 16 rows (element 4j + i: row
         // r0 + acc_row(i), column acc_col(j, i)), as KDkv's [j][i]
@@ -98,12 +98,12 @@ template <typename Tin, int D> struct KDkvSm90 {
                     p.vec_v);
             for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
             const int64_t cfirst = (rp + 1) * kNcs;
-            issue(p, sq, hq, cfirst, rp + 1, stg[0]);
+            issue(p, sq, hq, cfirst, rp + 1, stg0);
             cp_commit();
             const uint32_t k_base = sm90::saddr(sKh), v_base = sm90::saddr(sV);
             for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
-                char *cur = stg[s & 1];
-                ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg[(s + 1) & 1]); });
+                char *cur = stg0 + (s & 1) * STAGE;
+                ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg0 + ((s + 1) & 1) * STAGE); });
                 sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
                 sync();
                 const uint32_t q_base = sm90::saddr(cur), do_base = sm90::saddr(cur + TILE);
@@ -147,6 +147,9 @@ template <typename Tin, int D> struct KDkvSm90 {
                      [&](int j, int i) { return dKh[4 * j + i]; });
 #else
         (void)p, (void)smem_raw;
+#if defined(__CUDA_ARCH__)
+        __trap();  // launched where no sm_90a code was built: fail loudly (launch_dkv never does)
+#endif
 #endif
     }
 };
