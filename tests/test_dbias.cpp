@@ -387,9 +387,9 @@ TEST(Dbias, EmptyQueriesGiveZeros) {
     fattn_ctx_free(ctx);
 }
 
-// A CUDA context computes no dbias yet: supports_ex and bwd_ex answer UNSUPPORTED naming dbias,
-// and the plain queries are unaffected.
-TEST(Dbias, CudaContextAnswersUnsupported) {
+// On a CUDA context the fused kernels compute no dbias: supports_ex and memory_ex answer
+// UNSUPPORTED naming dbias, the plain queries are unaffected, and the EXACT arm accepts it.
+TEST(Dbias, CudaFusedAnswersUnsupported) {
     fattn_ctx_t *ctx = nullptr;
     if (fattn_ctx_init_cuda(0, nullptr, &ctx) != FATTN_OK)
         GTEST_SKIP() << "no CUDA device: " << fattn_ctx_last_error(nullptr);
@@ -405,5 +405,7 @@ TEST(Dbias, CudaContextAnswersUnsupported) {
     EXPECT_NE(std::string(why).find("dbias"), std::string::npos) << why;
     fattn_attn_memory_info m{};
     EXPECT_EQ(fattn_attn_memory_ex(ctx, &p, &q, &k, &v, FATTN_ATTN_WANT_DBIAS, &m), FATTN_ERR_UNSUPPORTED);
+    p.algo = FATTN_ALGO_EXACT;
+    EXPECT_EQ(fattn_attn_supports_ex(ctx, &p, &q, &k, &v, FATTN_ATTN_WANT_DBIAS, why, sizeof why), FATTN_OK) << why;
     fattn_ctx_free(ctx);
 }

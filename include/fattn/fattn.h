@@ -322,8 +322,9 @@ FATTN_API fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params 
  * Entries whose key the masks exclude, whose bias is -inf, or that lie outside every sequence
  * (varlen) are 0. The reduction over broadcast dims runs inside the kernels in a fixed order:
  * bitwise deterministic, independent of the thread count, no workspace beyond the plain call's.
- * Backends: the CPU (FUSED and EXACT). A CUDA context answers FATTN_ERR_UNSUPPORTED naming dbias
- * (from fattn_attn_supports_ex with FATTN_ATTN_WANT_DBIAS, and from fattn_attn_bwd_ex). */
+ * Backends: the CPU (FUSED and EXACT) and CUDA's EXACT arm; a CUDA context with FUSED answers
+ * FATTN_ERR_UNSUPPORTED naming dbias (from fattn_attn_supports_ex with FATTN_ATTN_WANT_DBIAS,
+ * and from fattn_attn_bwd_ex). */
 #define FATTN_ATTN_WANT_DBIAS 1u
 
 FATTN_API fattn_status fattn_attn_supports_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,

@@ -1,7 +1,8 @@
 """test_dbias.py — fattn.attention's bias gradient (CPU): against torch's math SDPA in float64 with
 a float attn_mask that requires grad, for every broadcast form of the mask (full, per head,
 shared, [B, 1, 1, Skv], 2-d, an expanded leaf, a size-1 key dim), with -inf entries, GQA and the
-causal mask; bitwise repeatable; CUDA raises NotImplementedError naming the bias gradient.
+causal mask; bitwise repeatable; on CUDA the exact arm against the same reference, the fused
+kernels raising NotImplementedError naming the bias gradient.
 The op fattn::attn_bwd_dbias: torch.library.opcheck (schema, fake kernel, autograd
 registration), and torch.compile(fullgraph=True) of attention / sdpa with a mask that requires
 grad giving eager's gradients bit for bit; under autocast, eager and compiled.
@@ -127,11 +128,34 @@ def test_dbias_bf16_bias_dtype():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
-def test_dbias_cuda_not_implemented():
+def test_dbias_cuda_fused_not_implemented():
     q, k, v = (t.cuda() for t in _qkv(torch.bfloat16))
     mask = torch.randn(1, 1, SQ, SKV, device="cuda").requires_grad_()
     with pytest.raises(NotImplementedError, match="bias"):
         fattn.attention(q, k, v, bias=mask)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", list(MASKS))
+def test_dbias_cuda_exact_matches_math_sdpa(name, causal):
+    """The CUDA exact arm's bias gradient (f32, no tensor cores) against float64 math SDPA."""
+    q, k, v = _qkv()
+    mask = MASKS[name]()
+    do = torch.randn(B, SQ, HQ, D)
+    mc = mask.detach().cuda().requires_grad_()
+    o = fattn.attention(q.cuda(), k.cuda(), v.cuda(), bias=mc, causal="top_left" if causal else False,
+                        algo="exact", prec="f32")
+    o.backward(do.cuda())
+    o_ref, _, _, _, m64 = _reference(q, k, v, mask, causal)
+    o_ref.backward(do.double())
+    got = mc.grad.cpu().double()
+    assert mc.grad.shape == mask.shape and mc.grad.dtype == mask.dtype
+    if name == "BH1_keydim1":  # a per-row constant: its gradient is 0 up to rounding
+        assert (got - m64.grad).abs().max().item() < 1e-5
+    else:
+        assert ((got - m64.grad).norm() / m64.grad.norm()).item() < 1e-5
+        assert (mc.grad[torch.isinf(mc.detach())] == 0).all()
 
 
 @pytest.mark.parametrize("mask_shape", [(B, 1, SQ, SKV), (1, HQ, SQ, SKV), (SQ, SKV), (B, 1, 1, SKV)])

@@ -20,11 +20,6 @@ namespace fattn {
 // Each entry asks the context's table; a backend the library lacks refuses at selection (validate
 // calls it first), and sizes of 0 / BACKEND_UNAVAILABLE stand for it elsewhere.
 fattn_status attn_backend_select(const fattn_ctx *ctx, const AttnFwdParams &p, std::string *why) {
-    if (ctx->backend != FATTN_BACKEND_CPU && p.want_dbias) {
-        // the bias gradient has CPU kernels only (both algorithms), with or without CUDA built in
-        if (why) *why = "dbias: the bias gradient is not computed on a CUDA context (CPU backend only)";
-        return FATTN_ERR_UNSUPPORTED;
-    }
     const BackendTable *b = backend_of(ctx, why);
     return b ? b->attn_select(ctx, p, why) : FATTN_ERR_BACKEND_UNAVAILABLE;
 }

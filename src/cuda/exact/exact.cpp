@@ -289,6 +289,14 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, voi
     const cudaDataType_t io = cuda_type(p.dtype);
     const int64_t G = p.group();
     const size_t slot = size_t(p.hq) * size_t(p.seqlen_q) * size_t(p.seqlen_kv);
+    // dbias (the bias's shape reduced over its broadcast dims): zeroed, then each sequence's dS
+    // added in sequence order (entries outside every sequence, masked or at a -inf bias stay 0)
+    if (p.dbias) {
+        const int64_t nb = p.dbias_sb && !p.cu_seqlens_q ? p.batch : 1, nh = p.dbias_sh ? p.hq : 1;
+        const int64_t ni = p.dbias_si ? p.total_q : 1;
+        EXACT_TRY(R.launched(launch_zero_4d(p.dbias, nb, nh, ni, p.total_kv, p.dbias_sb, p.dbias_sh, p.dbias_si, R.st),
+                             "zero dbias"));
+    }
 
     for (size_t s = 0; s < seqs.size(); ++s) {
         const SeqRange &r = seqs[s];
@@ -434,8 +442,13 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const void *save
             EXACT_TRY(R.gemm(dp, "dP = dO·Vᵀ"));
         }
         // dS = P∘(dP − δ): over dP (f32) or into the low buffer (P's low copy is no longer needed).
-        DsArgs ds{P, dP, buf_low, low ? p.dtype : FATTN_F32, delta, p.hq * lq, lk};
+        DsArgs ds{P, dP, buf_low, low ? p.dtype : FATTN_F32, delta, p.hq * lq, lk, p.dbias != nullptr};
         EXACT_TRY(R.launched(launch_ds(ds, R.st), "dS"));
+        if (p.dbias) {  // from the f32 dS (over dP)
+            const DbiasArgs da{dP, p.dbias + r.batch_index * p.dbias_sb + r.q_begin * p.dbias_si + r.kv_begin,
+                               p.dbias_sh, p.dbias_si, p.hq, lq, lk};
+            EXACT_TRY(R.launched(launch_dbias_acc(da, R.st), "dbias"));
+        }
         const char *dS = low ? static_cast<const char *>(buf_low) : reinterpret_cast<const char *>(dP);
 
         for (int64_t g = 0; g < G; ++g) {

@@ -151,10 +151,34 @@ __global__ void __launch_bounds__(kRowThreads) ds_kernel(DsArgs a) {
     float *gdP = a.dp + row * a.lk;
     for (int64_t j = threadIdx.x; j < a.lk; j += kRowThreads) {
         float v = gP[j] * (gdP[j] - dl);
-        if constexpr (std::is_same<LowT, float>::value)
+        if constexpr (std::is_same<LowT, float>::value) {
             gdP[j] = v;
-        else
+        } else {
             st(static_cast<LowT *>(a.ds_low), row * a.lk + j, v);
+            if (a.keep_f32) gdP[j] = v;
+        }
+    }
+}
+
+__global__ void dbias_acc_kernel(DbiasArgs a) {
+    const int64_t nh = a.sh ? a.hq : 1, ni = a.si ? a.lq : 1, n = nh * ni * a.lk;
+    for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t j = k % a.lk, i0 = (k / a.lk) % ni, h0 = k / (a.lk * ni);
+        float *dst = a.dbias + h0 * a.sh + i0 * a.si + j;
+        float acc = *dst;
+        const int64_t h_end = a.sh ? h0 + 1 : a.hq, i_end = a.si ? i0 + 1 : a.lq;
+        for (int64_t h = a.sh ? h0 : 0; h < h_end; ++h)
+            for (int64_t i = a.si ? i0 : 0; i < i_end; ++i) acc += a.ds[(h * a.lq + i) * a.lk + j];
+        *dst = acc;
+    }
+}
+
+__global__ void zero_4d_kernel(float *d, int64_t nb, int64_t nh, int64_t ni, int64_t nk, int64_t sb, int64_t sh,
+                               int64_t si) {
+    const int64_t n = nb * nh * ni * nk;
+    for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t j = k % nk, i = (k / nk) % ni, h = (k / (nk * ni)) % nh, b = k / (nk * ni * nh);
+        d[b * sb + h * sh + i * si + j] = 0.f;
     }
 }
 
@@ -221,6 +245,21 @@ cudaError_t launch_ds(const DsArgs &a, cudaStream_t st) {
         case FATTN_BF16: ds_kernel<__nv_bfloat16><<<grid, kRowThreads, 0, st>>>(a); break;
         default: ds_kernel<float><<<grid, kRowThreads, 0, st>>>(a); break;
     }
+    return cudaGetLastError();
+}
+
+cudaError_t launch_dbias_acc(const DbiasArgs &a, cudaStream_t st) {
+    const int64_t n = (a.sh ? a.hq : 1) * (a.si ? a.lq : 1) * a.lk;
+    if (n == 0 || a.hq * a.lq == 0) return cudaSuccess;
+    dbias_acc_kernel<<<grid_1d(n, 256), 256, 0, st>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_zero_4d(float *d, int64_t nb, int64_t nh, int64_t ni, int64_t nk, int64_t sb,
+                           int64_t sh, int64_t si, cudaStream_t st) {
+    const int64_t n = nb * nh * ni * nk;
+    if (n == 0) return cudaSuccess;
+    zero_4d_kernel<<<grid_1d(n, 256), 256, 0, st>>>(d, nb, nh, ni, nk, sb, sh, si);
     return cudaGetLastError();
 }
 

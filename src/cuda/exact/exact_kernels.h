@@ -42,7 +42,8 @@ struct DeltaArgs {
 };
 cudaError_t launch_delta(const DeltaArgs &a, cudaStream_t st);
 
-// dS = P ∘ (dP − δ_row), written over dP (f32) or into ds_low (f16/bf16) when low_dtype != F32.
+// dS = P ∘ (dP − δ_row), written over dP (f32) or into ds_low (f16/bf16) when low_dtype != F32;
+// with keep_f32 (dbias wanted) a low run writes the f32 dS over dP too.
 struct DsArgs {
     const float *p;        // [hq, lq, lk]
     float *dp;             // [hq, lq, lk]
@@ -50,8 +51,25 @@ struct DsArgs {
     fattn_dtype low_dtype;
     const float *delta;    // [hq, lq]
     int64_t rows, lk;      // rows = hq*lq
+    bool keep_f32 = false;
 };
 cudaError_t launch_ds(const DsArgs &a, cudaStream_t st);
+
+// The bias gradient (core/attn_params.h: dbias, the bias's shape reduced over its broadcast
+// dims): element (h, i, j) of one sequence at dbias + h·sh + i·si + j, sh / si = 0 where the sum
+// runs over the heads / the query rows. launch_dbias_acc adds the sequence's f32 dS [hq, lq, lk]
+// to it, one thread per element summing heads, then rows, in ascending order onto the element's
+// value (exact.cpp calls it sequence after sequence: a fixed order, no atomics).
+struct DbiasArgs {
+    const float *ds;  // [hq, lq, lk]
+    float *dbias;     // element (0, 0, 0) of the sequence
+    int64_t sh, si;
+    int64_t hq, lq, lk;
+};
+cudaError_t launch_dbias_acc(const DbiasArgs &a, cudaStream_t st);
+// Zero a [nb, nh, ni, nk] f32 view (strides sb, sh, si; keys contiguous).
+cudaError_t launch_zero_4d(float *d, int64_t nb, int64_t nh, int64_t ni, int64_t nk, int64_t sb,
+                           int64_t sh, int64_t si, cudaStream_t st);
 
 // dst[n] = (low_dtype) src[n]
 cudaError_t launch_to_low(const float *src, void *dst, fattn_dtype low_dtype, int64_t n,
