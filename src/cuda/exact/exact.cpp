@@ -289,14 +289,6 @@ fattn_status fwd(const AttnFwdParams &p, const DeviceInfo &dev, void *saved, voi
     const cudaDataType_t io = cuda_type(p.dtype);
     const int64_t G = p.group();
     const size_t slot = size_t(p.hq) * size_t(p.seqlen_q) * size_t(p.seqlen_kv);
-    // dbias (the bias's shape reduced over its broadcast dims): zeroed, then each sequence's dS
-    // added in sequence order (entries outside every sequence, masked or at a -inf bias stay 0)
-    if (p.dbias) {
-        const int64_t nb = p.dbias_sb && !p.cu_seqlens_q ? p.batch : 1, nh = p.dbias_sh ? p.hq : 1;
-        const int64_t ni = p.dbias_si ? p.total_q : 1;
-        EXACT_TRY(R.launched(launch_zero_4d(p.dbias, nb, nh, ni, p.total_kv, p.dbias_sb, p.dbias_sh, p.dbias_si, R.st),
-                             "zero dbias"));
-    }
 
     for (size_t s = 0; s < seqs.size(); ++s) {
         const SeqRange &r = seqs[s];
@@ -389,6 +381,14 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const void *save
     const int64_t opsz = int64_t(esize(low ? p.dtype : FATTN_F32));
     const int64_t G = p.group();
     const size_t slot = size_t(p.hq) * size_t(p.seqlen_q) * size_t(p.seqlen_kv);
+    // dbias (the bias's shape reduced over its broadcast dims): zeroed, then each sequence's dS
+    // added in sequence order (entries outside every sequence, masked or at a -inf bias stay 0)
+    if (p.dbias) {
+        const int64_t nb = p.dbias_sb && !p.cu_seqlens_q ? p.batch : 1, nh = p.dbias_sh ? p.hq : 1;
+        const int64_t ni = p.dbias_si ? p.total_q : 1;
+        EXACT_TRY(R.launched(launch_zero_4d(p.dbias, nb, nh, ni, p.total_kv, p.dbias_sb, p.dbias_sh, p.dbias_si, R.st),
+                             "zero dbias"));
+    }
 
     for (size_t s = 0; s < seqs.size(); ++s) {
         const SeqRange &r = seqs[s];
