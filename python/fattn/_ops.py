@@ -324,8 +324,9 @@ def _bwd_dbias(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
     [B|1, Hq|1, Sq|1, Skv|1]; the library's view of it is made here (query dim expanded by
     stride 0; copied dense when its key dim is size 1 or strided, or a dim of size > 1 has
     stride 0), so the output shape never depends on strides. No plan cache."""
-    if dout.stride(3) != 1:
-        dout = dout.contiguous()
+    if dout.stride(3) != 1 or (scalars[-1] == _lib.ALGO["exact"] and dout.is_cuda and
+                               dout.stride(1) < dout.shape[3]):
+        dout = dout.contiguous()  # as _bwd: unit innermost stride; cuBLAS a token stride >= Dv
     _same_device(q, (("dout", dout), ("k", k), ("v", v), ("o", o), ("lse", lse),
                      ("bias", bias), ("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
     _four_dims((("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("bias", bias)))

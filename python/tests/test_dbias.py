@@ -136,26 +136,41 @@ def test_dbias_cuda_fused_not_implemented():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+@pytest.mark.parametrize("dtype,prec,tol", [(torch.float32, "f32", 1e-5), (torch.bfloat16, "native", 1e-3)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", list(MASKS))
-def test_dbias_cuda_exact_matches_math_sdpa(name, causal):
-    """The CUDA exact arm's bias gradient (f32, no tensor cores) against float64 math SDPA."""
-    q, k, v = _qkv()
+def test_dbias_cuda_exact_matches_math_sdpa(name, causal, dtype, prec, tol):
+    """The CUDA exact arm's bias gradient against float64 math SDPA on the same (rounded) inputs:
+    f32 without tensor cores, and bf16 (the f32 dS kept beside the bf16 GEMM operand); dq is
+    bitwise the same with and without the bias gradient, and dbias bitwise repeatable."""
+    q, k, v = _qkv(dtype)
     mask = MASKS[name]()
-    do = torch.randn(B, SQ, HQ, D)
-    mc = mask.detach().cuda().requires_grad_()
-    o = fattn.attention(q.cuda(), k.cuda(), v.cuda(), bias=mc, causal="top_left" if causal else False,
-                        algo="exact", prec="f32")
-    o.backward(do.cuda())
+    do = torch.randn(B, SQ, HQ, D, dtype=dtype)
+    causal_arg = "top_left" if causal else False
+
+    def run(bias_grad):
+        qc = q.cuda().requires_grad_()
+        mc = mask.detach().cuda().requires_grad_(bias_grad)
+        fattn.attention(qc, k.cuda(), v.cuda(), bias=mc, causal=causal_arg, algo="exact",
+                        prec=prec).backward(do.cuda())
+        return qc.grad, mc.grad
+
+    dq, g = run(True)
+    dq_plain, _ = run(False)
+    _, g2 = run(True)
+    assert torch.equal(dq, dq_plain) and torch.equal(g, g2)
     o_ref, _, _, _, m64 = _reference(q, k, v, mask, causal)
     o_ref.backward(do.double())
-    got = mc.grad.cpu().double()
-    assert mc.grad.shape == mask.shape and mc.grad.dtype == mask.dtype
+    got = g.cpu().double()
+    assert g.shape == mask.shape and g.dtype == mask.dtype
     if name == "BH1_keydim1":  # a per-row constant: its gradient is 0 up to rounding
-        assert (got - m64.grad).abs().max().item() < 1e-5
+        assert (got - m64.grad).abs().max().item() < tol
     else:
-        assert ((got - m64.grad).norm() / m64.grad.norm()).item() < 1e-5
-        assert (mc.grad[torch.isinf(mc.detach())] == 0).all()
+        assert ((got - m64.grad).norm() / m64.grad.norm()).item() < tol
+        assert (g[torch.isinf(mask.detach()).cuda()] == 0).all()
+    if causal and name in ("BHSS", "1HSS", "11SS", "SS_2d"):
+        keep = torch.ones(SQ, SKV, dtype=torch.bool, device="cuda").tril()
+        assert (g[..., ~keep] == 0).all()
 
 
 @pytest.mark.parametrize("mask_shape", [(B, 1, SQ, SKV), (1, HQ, SQ, SKV), (SQ, SKV), (B, 1, 1, SKV)])

@@ -7,7 +7,8 @@
 //   fwd: S_h = scale·Q_h·K_hkᵀ -> saved (f32); softmax in place (+bias, masks, lse);
 //        O_h = P_h·V_hk
 //   bwd: δ = rowsum(dO∘O); dV_hk += P_hᵀ·dO_h; dP_h = dO_h·V_hkᵀ; dS = P∘(dP − δ);
-//        dQ_h = scale·dS_h·K_hk; dK_hk += scale·dS_hᵀ·Q_h
+//        dQ_h = scale·dS_h·K_hk; dK_hk += scale·dS_hᵀ·Q_h; with dbias, dbias += dS (f32) summed
+//        over the bias's broadcast dims, heads then rows, sequence after sequence
 // The views are [B, S, H, D] with element strides: a head's rows are a matrix with leading
 // dimension = token stride, so cuBLAS reads q/k/v/o/dout in place (no copies). cuBLAS is
 // column-major: a row-major [rows, cols] matrix with row stride ld is its col-major transpose.
@@ -445,9 +446,9 @@ fattn_status bwd(const AttnBwdParams &p, const DeviceInfo &dev, const void *save
         DsArgs ds{P, dP, buf_low, low ? p.dtype : FATTN_F32, delta, p.hq * lq, lk, p.dbias != nullptr};
         EXACT_TRY(R.launched(launch_ds(ds, R.st), "dS"));
         if (p.dbias) {  // from the f32 dS (over dP)
-            const DbiasArgs da{dP, p.dbias + r.batch_index * p.dbias_sb + r.q_begin * p.dbias_si + r.kv_begin,
+            const DbiasArgs ba{dP, p.dbias + r.batch_index * p.dbias_sb + r.q_begin * p.dbias_si + r.kv_begin,
                                p.dbias_sh, p.dbias_si, p.hq, lq, lk};
-            EXACT_TRY(R.launched(launch_dbias_acc(da, R.st), "dbias"));
+            EXACT_TRY(R.launched(launch_dbias_acc(ba, R.st), "dbias"));
         }
         const char *dS = low ? static_cast<const char *>(buf_low) : reinterpret_cast<const char *>(dP);
 
