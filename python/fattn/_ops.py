@@ -268,16 +268,21 @@ def _fwd_fake(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, causal, window_left, wi
 
 
 # ------------------------------------------------------------------------------- backward
+def _dout_for_library(dout, scalars):
+    """The incoming gradient as the library takes it. Autograd hands over whatever layout the next
+    op produced (e.g. an expanded scalar gradient with stride 0); the library needs unit innermost
+    stride, and the CUDA exact arm (cuBLAS) a token stride >= Dv, checked only at call time.
+    Inputs q/k/v are never copied: this is the incoming gradient only."""
+    if dout.dim() == 4 and (dout.stride(3) != 1 or (scalars[-1] == _lib.ALGO["exact"] and
+                                                    dout.is_cuda and dout.stride(1) < dout.shape[3])):
+        return dout.contiguous()
+    return dout
+
+
 def _bwd(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
     _same_device(q, (("dout", dout), ("k", k), ("v", v), ("o", o), ("lse", lse),
                      ("bias", bias), ("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
-    if dout.dim() == 4 and (dout.stride(3) != 1 or (scalars[-1] == _lib.ALGO["exact"] and
-                                                    dout.is_cuda and dout.stride(1) < dout.shape[3])):
-        # Autograd hands over whatever layout the next op produced (e.g. an expanded scalar
-        # gradient with stride 0); the library needs unit innermost stride, and the CUDA exact
-        # arm (cuBLAS) a token stride >= Dv, checked only at call time. Inputs q/k/v are never
-        # copied: this is the incoming gradient only.
-        dout = dout.contiguous()
+    dout = _dout_for_library(dout, scalars)
     _four_dims((("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout)))
     c = _lib.context_entry(q.device)
     ctx, L, dev = c.handle, lib(), q.device
@@ -324,9 +329,7 @@ def _bwd_dbias(dout, q, k, v, o, lse, saved, bias, cu_q, cu_k, *scalars):
     [B|1, Hq|1, Sq|1, Skv|1]; the library's view of it is made here (query dim expanded by
     stride 0; copied dense when its key dim is size 1 or strided, or a dim of size > 1 has
     stride 0), so the output shape never depends on strides. No plan cache."""
-    if dout.stride(3) != 1 or (scalars[-1] == _lib.ALGO["exact"] and dout.is_cuda and
-                               dout.stride(1) < dout.shape[3]):
-        dout = dout.contiguous()  # as _bwd: unit innermost stride; cuBLAS a token stride >= Dv
+    dout = _dout_for_library(dout, scalars)
     _same_device(q, (("dout", dout), ("k", k), ("v", v), ("o", o), ("lse", lse),
                      ("bias", bias), ("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)))
     _four_dims((("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("bias", bias)))

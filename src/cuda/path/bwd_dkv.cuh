@@ -25,10 +25,28 @@ template <int NT> PK_DEV void dkv_rows(const PathDev &p, const SeqInfo &sq, int 
     }
 }
 
-// The CTA's outputs from the m16n8-ordered accumulators of its warp's 16 keys (r0 ..): rows < nk
-// of dV (dv(j, i): n-block j, element i) and, when kh, of dK^ (dk(j, i)); dG's column part.
-template <int D, class FV, class FK>
-PK_DEV void dkv_store(const PathDev &p, int64_t krow, int hq, int r0, int nk, bool kh, const float (&dg)[2], FV dv, FK dk) {
+// P^T and dS^T of one query chunk (nq rows; its lse2 / delta / G rows as dkv_rows stores them) in
+// place of S^T and dP^T, the m16n8 accumulators of a warp's 16 keys (r0 ..; gate sums gk); dG's
+// column partials into dg.
+PK_DEV void dkv_p_ds(const PathDev &p, int r0, int nq, const float *lse2, const float *gk, float (&St)[8][4],
+                     float (&dPt)[8][4], float (&dg)[2]) {
+    const float *dl = lse2 + kC, *gq = dl + kC;
+    for (int j = 0; j < 8; ++j)
+        for (int i = 0; i < 4; ++i) {
+            const int kk = r0 + acc_row(i), qq = acc_col(j, i);
+            const float P = qq < nq ? exp2_fast(p.sl2 * (St[j][i] + gq[qq] - gk[kk]) - lse2[qq]) : 0.f;
+            const float ds = p.scale * P * (dPt[j][i] - dl[qq]);
+            St[j][i] = P;
+            dPt[j][i] = ds;
+            dg[i >> 1] -= ds;
+        }
+}
+
+// The CTA's outputs from the m16n8 accumulators of its warp's 16 keys (r0 ..): rows < nk of dV
+// and, when kh, of dK^; dG's column part.
+template <int D>
+PK_DEV void dkv_store(const PathDev &p, int64_t krow, int hq, int r0, int nk, bool kh, const float (&dg)[2],
+                      const float (&dv)[D / 8][4], const float (&dk)[D / 8][4]) {
     for (int hh = 0; hh < 2; ++hh) {
         const float g = quad_sum(dg[hh]);
         const int kk = r0 + acc_row(2 * hh);
@@ -37,8 +55,8 @@ PK_DEV void dkv_store(const PathDev &p, int64_t krow, int hq, int r0, int nk, bo
         for (int j = 0; j < D / 8; ++j)
             for (int e = 0; e < 2; ++e) {
                 const int col = acc_col(j, e);
-                p.dvacc[o * D + col] = dv(j, 2 * hh + e);
-                if (kh) p.dkh[o * D + col] = dk(j, 2 * hh + e);
+                p.dvacc[o * D + col] = dv[j][2 * hh + e];
+                if (kh) p.dkh[o * D + col] = dk[j][2 * hh + e];
             }
         if ((lane_id() & 3) == 0) p.dgs[o] = g;
     }
@@ -90,29 +108,20 @@ template <typename Tin, int D> struct KDkv {
                 ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg[(s + 1) & 1]); });
                 sync();
                 const Tin *cQh = reinterpret_cast<const Tin *>(cur), *cdO = reinterpret_cast<const Tin *>(cur + TI);
-                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TI), *dl = lse2 + kC, *gq = dl + kC;
+                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TI);
                 const int nq = int(sq.len - ci * kC < kC ? sq.len - ci * kC : kC);
                 float St[8][4], dPt[8][4];
                 zero_acc(St);
                 zero_acc(dPt);
                 warp_gemm<Tin, false, false, 8>(St, sKh, STi, cQh, STi, r0, 0, D);
                 warp_gemm<Tin, false, false, 8>(dPt, sV, STi, cdO, STi, r0, 0, D);
-                for (int j = 0; j < 8; ++j)
-                    for (int i = 0; i < 4; ++i) {
-                        const int kk = r0 + acc_row(i), qq = acc_col(j, i);
-                        const float P = qq < nq ? exp2_fast(p.sl2 * (St[j][i] + gq[qq] - gk[kk]) - lse2[qq]) : 0.f;
-                        const float ds = p.scale * P * (dPt[j][i] - dl[qq]);
-                        St[j][i] = P;
-                        dPt[j][i] = ds;
-                        dg[i >> 1] -= ds;
-                    }
+                dkv_p_ds(p, r0, nq, lse2, gk, St, dPt, dg);
                 warp_gemm_acc<Tin, true>(dV, St, 1.f, cdO, STi, 0);
                 warp_gemm_acc<Tin, true>(dKh, dPt, 1.f, cQh, STi, 0);
                 sync();
             }
         }
-        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, [&](int j, int i) { return dV[j][i]; },
-                     [&](int j, int i) { return dKh[j][i]; });
+        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, dV, dKh);
     }
 };
 

@@ -39,6 +39,12 @@ constexpr int sw128_elem(int r, int c) { return (c / 64) * kC * 64 + r * 64 + ((
 #if FATTN_PATH_DKV_SM90_BUILT
 namespace fattn::pathk {
 
+// The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
+// same fragment map, a warp's 16 rows of the warpgroup's 64).
+template <int N> __device__ __forceinline__ float (&wg_acc(float (&a)[N][4]))[4 * N] {
+    return reinterpret_cast<float(&)[4 * N]>(a);
+}
+
 template <typename Tin, int D> struct KDkvSm90 {
     static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
     static constexpr int kThreads = 128, NP = D / 64, NQ = kC / 8, NK = kC / 16;
@@ -87,10 +93,9 @@ template <typename Tin, int D> struct KDkvSm90 {
         Tin *sKh = reinterpret_cast<Tin *>(smem), *sV = reinterpret_cast<Tin *>(smem + TILE);
         char *stg0 = smem + 2 * TILE;  // stage k at stg0 + k * STAGE (no array: it would live in local memory)
         float *gk = reinterpret_cast<float *>(smem + 2 * TILE + 2 * STAGE);
-        // accumulators in the m16n8 fragment order of each warp's 16 rows (element 4j + i: row
-        // r0 + acc_row(i), column acc_col(j, i)), as KDkv's [j][i]
-        float dKh[D / 2], dV[D / 2], dg[2] = {0.f, 0.f};
-        for (int i = 0; i < D / 2; ++i) dKh[i] = dV[i] = 0.f;
+        float dKh[D / 8][4], dV[D / 8][4], dg[2] = {0.f, 0.f};
+        zero_acc(dKh);
+        zero_acc(dV);
         const int64_t krow = sq.row0 + k0;
         if (rp < ns - 1) {
             load_sw(sKh, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, int64_t(p.h) * D, kC, D, true);
@@ -107,44 +112,34 @@ template <typename Tin, int D> struct KDkvSm90 {
                 sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
                 sync();
                 const uint32_t q_base = sm90::saddr(cur), do_base = sm90::saddr(cur + TILE);
-                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TILE), *dl = lse2 + kC, *gq = dl + kC;
+                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TILE);
                 const int nq = int(sq.len - ci * kC < kC ? sq.len - ci * kC : kC);
-                float St[kC / 2], dPt[kC / 2];
+                float St[NQ][4], dPt[NQ][4];
                 sm90::wgmma_fence();
-                attn::sm90_ss_product<Tin, D, kC>(St, k_base, uint32_t(PANEL), q_base, uint32_t(PANEL));
-                attn::sm90_ss_product<Tin, D, kC>(dPt, v_base, uint32_t(PANEL), do_base, uint32_t(PANEL));
+                attn::sm90_ss_product<Tin, D, kC>(wg_acc(St), k_base, uint32_t(PANEL), q_base, uint32_t(PANEL));
+                attn::sm90_ss_product<Tin, D, kC>(wg_acc(dPt), v_base, uint32_t(PANEL), do_base, uint32_t(PANEL));
                 sm90::wgmma_commit();
                 sm90::wgmma_wait<0>();
-                sm90::reg_fence(St);
-                sm90::reg_fence(dPt);
-                for (int j = 0; j < NQ; ++j)
-                    for (int i = 0; i < 4; ++i) {
-                        const int kk = r0 + acc_row(i), qq = acc_col(j, i);
-                        const float P = qq < nq ? exp2_fast(p.sl2 * (St[4 * j + i] + gq[qq] - gk[kk]) - lse2[qq]) : 0.f;
-                        const float ds = p.scale * P * (dPt[4 * j + i] - dl[qq]);
-                        St[4 * j + i] = P;
-                        dPt[4 * j + i] = ds;
-                        dg[i >> 1] -= ds;
-                    }
+                sm90::reg_fence(wg_acc(St));
+                sm90::reg_fence(wg_acc(dPt));
+                dkv_p_ds(p, r0, nq, lse2, gk, St, dPt, dg);
                 // Pᵀ and dSᵀ as A fragments: k-step kk (16 queries) = n-blocks 2kk, 2kk + 1
                 uint32_t pa[NK][4], sa[NK][4];
-                for (int kk = 0; kk < NK; ++kk)
-                    for (int r = 0; r < 4; ++r) {
-                        pa[kk][r] = pack2<Tin>(St[8 * kk + 2 * r], St[8 * kk + 2 * r + 1]);
-                        sa[kk][r] = pack2<Tin>(dPt[8 * kk + 2 * r], dPt[8 * kk + 2 * r + 1]);
-                    }
+                for (int kk = 0; kk < NK; ++kk) {
+                    Frag<Tin>::a_acc(pa[kk], St, kk, 1.f);
+                    Frag<Tin>::a_acc(sa[kk], dPt, kk, 1.f);
+                }
                 sm90::wgmma_fence();
-                attn::sm90_rs_product<Tin, D, NK>(dV, pa, 0u, do_base, uint32_t(PANEL));
-                attn::sm90_rs_product<Tin, D, NK>(dKh, sa, 0u, q_base, uint32_t(PANEL));
+                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dV), pa, 0u, do_base, uint32_t(PANEL));
+                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dKh), sa, 0u, q_base, uint32_t(PANEL));
                 sm90::wgmma_commit();
                 sm90::wgmma_wait<0>();
-                sm90::reg_fence(dV);
-                sm90::reg_fence(dKh);
+                sm90::reg_fence(wg_acc(dV));
+                sm90::reg_fence(wg_acc(dKh));
                 sync();  // every wgmma of this stage done before the next issue overwrites it
             }
         }
-        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, [&](int j, int i) { return dV[4 * j + i]; },
-                     [&](int j, int i) { return dKh[4 * j + i]; });
+        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, dV, dKh);
 #else
         (void)p, (void)smem_raw;
 #if defined(__CUDA_ARCH__)
