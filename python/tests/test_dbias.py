@@ -173,6 +173,26 @@ def test_dbias_cuda_exact_matches_math_sdpa(name, causal, dtype, prec, tol):
         assert (g[..., ~keep] == 0).all()
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_dbias_cuda_exact_expanded_incoming_grad():
+    """An incoming gradient expanded over the sequence (token stride 0, innermost 1): the bias
+    backward copies it for cuBLAS as the plain backward does (refused before), giving the
+    gradient of the same values passed dense."""
+    q, k, v = (t.cuda() for t in _qkv())
+    w = torch.randn(B, HQ, D, device="cuda")
+    leaf = _leaf((1, HQ, SQ, SKV)).detach().cuda()
+    grads = []
+    for dense in (False, True):
+        mask = leaf.clone().requires_grad_()
+        o = fattn.attention(q, k, v, bias=mask, algo="exact", prec="f32")
+        if dense:
+            o.backward((w / SQ).unsqueeze(1).expand(B, SQ, HQ, D).contiguous())
+        else:
+            (o.mean(1) * w).sum().backward()
+        grads.append(mask.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("mask_shape", [(B, 1, SQ, SKV), (1, HQ, SQ, SKV), (SQ, SKV), (B, 1, 1, SKV)])
 def test_sdpa_float_attn_mask_grad(mask_shape):
     """fattn.sdpa (torch's layout) with a float attn_mask that requires grad, beside torch's
