@@ -62,7 +62,8 @@ enum State { RUN, WAIT, DONE };
 struct Copy {
     void *dst;
     const void *src;
-    int bytes;
+    int bytes;  // read from src; the rest of the n-byte destination is zero-filled
+    int n;
 };
 
 // A stopped context: its stack pointer (fattn_emu_swap) on x86-64, else a ucontext.
@@ -94,6 +95,7 @@ struct Block {
     std::vector<Slot> slot;
     int cur = -1;
     int cta_waiting = 0;
+    int or_acc = 0, or_result = 0;  // sync_or's reduction
     int warp_waiting[32] = {};
     Context sched{};
     const void *sched_stack = nullptr;
@@ -120,7 +122,7 @@ std::vector<Fiber> &fiber_pool(int n) {
 void flush_copies(Fiber &f, size_t keep) {
     while (f.groups.size() > keep) {
         for (const Copy &c : f.groups.front()) {
-            std::memset(c.dst, 0, 16);
+            std::memset(c.dst, 0, size_t(c.n));
             std::memcpy(c.dst, c.src, size_t(c.bytes));
         }
         f.groups.erase(f.groups.begin());
@@ -257,6 +259,7 @@ void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(
                     b.bx = x, b.by = y, b.bz = z;
                     std::memset(sm, 0xFF, smem_bytes);
                     b.cta_waiting = 0;
+                    b.or_acc = b.or_result = 0;
                     std::memset(b.warp_waiting, 0, sizeof b.warp_waiting);
                     for (int t = 0; t < threads; ++t) start_fiber(pool[size_t(t)]);
                     for (;;) {
@@ -291,17 +294,40 @@ int bid(int axis) {
     return axis == 0 ? b.bx : axis == 1 ? b.by : b.bz;
 }
 
-void sync() {
+void sync() { sync_or(0); }
+
+int sync_or(int v) {
     Block &b = blk();
     Fiber &f = (*b.f)[size_t(b.cur)];
+    b.or_acc |= v != 0;
     if (++b.cta_waiting == b.n) {
         b.cta_waiting = 0;
+        b.or_result = b.or_acc;
+        b.or_acc = 0;
         for (int t = 0; t < b.n; ++t)
             if (t != b.cur) (*b.f)[size_t(t)].state = RUN;
     } else {
         f.state = WAIT;
         yield_to_scheduler(b, f);
     }
+    // Read before this fiber runs on: the next barrier cannot complete without it.
+    return b.or_result;
+}
+
+int block_threads() { return blk().n; }
+
+char *smem() { return blk().smem; }
+
+uint32_t ballot(bool pred) {
+    Block &b = blk();
+    const int me = b.cur;
+    b.slot[size_t(me)].in[0] = pred ? 1u : 0u;
+    collective([&](int w0) {
+        uint32_t m = 0;
+        for (int l = 0; l < 32; ++l) m |= uint32_t(b.slot[size_t(w0 + l)].in[0] & 1u) << l;
+        for (int l = 0; l < 32; ++l) b.slot[size_t(w0 + l)].out[0] = m;
+    });
+    return b.slot[size_t(me)].out[0];
 }
 
 uint32_t shfl(uint32_t v, int src) {
@@ -400,15 +426,21 @@ void check_align(const void *p, size_t n, const char *what) {
                                std::to_string(n) + "-byte aligned");
 }
 
-void cp16(void *smem, const void *gmem, int src_bytes) {
+namespace {
+void cp_async(void *smem, const void *gmem, int src_bytes, int n) {
     Block &b = blk();
     Fiber &f = (*b.f)[size_t(b.cur)];
-    if (src_bytes < 0 || src_bytes > 16) throw std::logic_error("emu: cp16 src_bytes out of [0, 16]");
-    if (reinterpret_cast<uintptr_t>(smem) % 16 || (src_bytes > 0 && reinterpret_cast<uintptr_t>(gmem) % 16))
-        throw std::logic_error("emu: cp16 addresses must be 16-byte aligned");
-    std::memset(smem, 0xFF, 16);
-    f.open.push_back({smem, gmem, src_bytes});
+    if (src_bytes < 0 || src_bytes > n) throw std::logic_error("emu: cp.async src_bytes out of [0, size]");
+    if (reinterpret_cast<uintptr_t>(smem) % uintptr_t(n) ||
+        (src_bytes > 0 && reinterpret_cast<uintptr_t>(gmem) % uintptr_t(n)))
+        throw std::logic_error("emu: cp.async addresses must be aligned to the copy size (" + std::to_string(n) + ")");
+    std::memset(smem, 0xFF, size_t(n));
+    f.open.push_back({smem, gmem, src_bytes, n});
 }
+}  // namespace
+
+void cp16(void *smem, const void *gmem, int src_bytes) { cp_async(smem, gmem, src_bytes, 16); }
+void cp4(void *smem, const void *gmem, int src_bytes) { cp_async(smem, gmem, src_bytes, 4); }
 
 void cp_commit() {
     Block &b = blk();

@@ -10,8 +10,9 @@
 // read race on a ring buffer) shows up as NaN. Shared memory starts poisoned too. A barrier that
 // not every thread reaches is reported as a deadlock (std::runtime_error), never hangs.
 //
-// Kernel code never calls this header directly: src/cuda/path/dev.cuh maps its primitives here
-// when compiled without nvcc.
+// Kernel code never calls this header directly: src/cuda/path/dev.cuh (the PaTH kernels) and
+// emu/cuda_host.h (the CUDA built-ins the softmax kernels of src/cuda/attn use) map their
+// primitives here when compiled without nvcc.
 #pragma once
 
 #include <cstddef>
@@ -36,8 +37,12 @@ void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(
 int tid();
 int bid(int axis);  // 0 = x, 1 = y, 2 = z
 void sync();        // __syncthreads()
+int sync_or(int v); // __syncthreads_or(v): the barrier, then 1 if any thread passed non-zero
+int block_threads();  // blockDim.x
+char *smem();       // the running block's dynamic shared memory (the buffer body receives)
 
 uint32_t shfl(uint32_t v, int src_lane);  // __shfl_sync(0xffffffff, v, src_lane)
+uint32_t ballot(bool pred);               // __ballot_sync(0xffffffff, pred)
 
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: this lane supplies row (lane % 8) of matrix
 // (lane / 8); r[i] receives matrix i's word for this lane.
@@ -50,6 +55,7 @@ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKin
 // cp.async.cg.shared.global 16 bytes (src_bytes < 16: the rest is zero-filled), commit_group,
 // wait_group(n): all but the n newest committed groups have landed.
 void cp16(void *smem, const void *gmem, int src_bytes);
+void cp4(void *smem, const void *gmem, int src_bytes);  // cp.async.ca 4 bytes
 void cp_commit();
 void cp_wait(int n);
 

@@ -9,8 +9,15 @@
 // n1-1 < lo(m0), and needs no per-element mask iff n0 >= lo(m1-1) and n1-1 <= hi(m0).
 #pragma once
 
+#if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+// The kernel's dynamic shared memory, 16-byte aligned (the emulation names its block's buffer).
+#define FATTN_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#else
+#include "emu/cuda_host.h"  // the CPU emulation (src/emu): the same kernel source on the host
+#define FATTN_DYN_SMEM(name) FATTN_EMU_DYN_SMEM(name)
+#endif
 
 #include <cfloat>
 #include <cstdint>

@@ -11,16 +11,15 @@
 // of P (FlashAttention-2's register reuse): P never goes through shared memory.
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attn/common.cuh"
 #include "cuda/attn/tiles.h"
 
 namespace fattn::cuda::attn {
 
+#if defined(__CUDACC__)
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -63,6 +62,12 @@ __device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+__device__ __forceinline__ void mma1688_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
 template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
@@ -72,18 +77,6 @@ template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, f
 template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
-}
-
-// Shared address of the ldmatrix row this lane supplies for an A-style 16x16 block at (r0, c0) of
-// a row-major tile (matrices: rows 0-7/8-15 × cols 0-7/8-15, in A-fragment register order).
-template <int ST, typename E>
-__device__ __forceinline__ uint32_t a_addr(const E *base, int r0, int c0, int lane) {
-    return smem_u32(base + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + c0 + (lane >> 4) * 8);
-}
-// Same for a B operand read from rows n (non-transposed): regs {0,1} = n-tile r0, {2,3} = r0 + 8.
-template <int ST, typename E>
-__device__ __forceinline__ uint32_t b_addr(const E *base, int r0, int c0, int lane) {
-    return smem_u32(base + (r0 + (lane & 7) + (lane >> 4) * 8) * ST + c0 + ((lane >> 3) & 1) * 8);
 }
 
 // 2^x on the SFU (ex2.approx.ftz: ~2 ulp, -inf -> +0). The tensor-core paths round P to
@@ -98,6 +91,40 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
     return r;
+}
+#else
+// The CPU emulation (emu.h): a shared address is the offset into the block's buffer.
+inline uint32_t smem_u32(const void *p) { return uint32_t(static_cast<const char *>(p) - emu::smem()); }
+inline void cp_async16(uint32_t dst, const void *src, int src_bytes) { emu::cp16(emu::smem() + dst, src, src_bytes); }
+inline void cp_async4(uint32_t dst, const void *src, int src_bytes) { emu::cp4(emu::smem() + dst, src, src_bytes); }
+inline void cp_async_commit() { emu::cp_commit(); }
+template <int N> inline void cp_async_wait() { emu::cp_wait(N); }
+inline void ldsm_x4(uint32_t (&r)[4], uint32_t addr) { emu::ldsm4(r, emu::smem() + addr, false); }
+inline void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) { emu::ldsm4(r, emu::smem() + addr, true); }
+template <typename T> inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    emu::mma(c, a, b0, b1, std::is_same<T, __half>::value ? emu::MMA_F16 : emu::MMA_BF16);
+}
+inline void mma1688_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    emu::mma(c, a, b0, b1, emu::MMA_TF32);
+}
+template <typename T> inline uint32_t pack2(float lo, float hi) {
+    const T a = from_f<T>(lo), b = from_f<T>(hi);
+    return uint32_t(a.bits) | uint32_t(b.bits) << 16;
+}
+inline float fast_exp2(float x) { return exp2f(x); }
+inline uint32_t to_tf32(float x) { return emu::f32_to_tf32_bits(x); }
+#endif
+
+// Shared address of the ldmatrix row this lane supplies for an A-style 16x16 block at (r0, c0) of
+// a row-major tile (matrices: rows 0-7/8-15 × cols 0-7/8-15, in A-fragment register order).
+template <int ST, typename E>
+__device__ __forceinline__ uint32_t a_addr(const E *base, int r0, int c0, int lane) {
+    return smem_u32(base + (r0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ST + c0 + (lane >> 4) * 8);
+}
+// Same for a B operand read from rows n (non-transposed): regs {0,1} = n-tile r0, {2,3} = r0 + 8.
+template <int ST, typename E>
+__device__ __forceinline__ uint32_t b_addr(const E *base, int r0, int c0, int lane) {
+    return smem_u32(base + (r0 + (lane & 7) + (lane >> 4) * 8) * ST + c0 + ((lane >> 3) & 1) * 8);
 }
 
 // MmaOp<T>: the fragment policy one kernel body is written against. K = the mma's k depth.
@@ -176,10 +203,7 @@ template <> struct MmaOp<float> {
         a[3] = to_tf32(odd ? y1 : y0);
     }
     __device__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                     "{%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        mma1688_tf32(c, a, b0, b1);
     }
 };
 

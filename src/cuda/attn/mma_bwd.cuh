@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     constexpr int BM = mma_dq_bm(DB, sizeof(T)), BN = mma_dq_bn(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
-    extern __shared__ __align__(16) unsigned char mma_smem[];
+    FATTN_DYN_SMEM(mma_smem);
     T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
     T *sdO = sQ + BM * ST;                    // [BM, ST]
     T *sK = sdO + BM * ST;                    // [2][BN, ST]
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NQ = BM / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
-    extern __shared__ __align__(16) unsigned char mma_smem[];
+    FATTN_DYN_SMEM(mma_smem);
     T *sK = reinterpret_cast<T *>(mma_smem);  // [BN, ST]
     T *sV = sK + BN * ST;                     // [BN, ST]
     T *sQ = sV + BN * ST;                     // [2][BM, ST]

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(
     constexpr int BM = mma_fwd_bm(DB, sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
-    extern __shared__ __align__(16) unsigned char mma_smem[];
+    FATTN_DYN_SMEM(mma_smem);
     T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
     T *sK = sQ + BM * ST;                     // [2][BN, ST]
     T *sV = sK + 2 * BN * ST;                 // [2][BN, ST]

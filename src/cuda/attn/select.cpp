@@ -8,7 +8,7 @@
 //   TF32   -> MMA_TF32   (f32 mma.sync m16n8k8; sm_80+; head-dim buckets 64/128)
 //   NATIVE on an sm_90 device -> SM90_NATIVE (wgmma + TMA), forward and backward, where
 //   sm90_fwd_legal says so and the context's family allows it (fattn_ctx_set_cuda_family). The
-//   backward also needs dout TMA-legal, which only the call shows (launch.cu: sm90_dout_ok).
+//   backward also needs dout TMA-legal, which only the call shows (sequence.h: sm90_dout_ok).
 //   TF32 on an sm_90 device -> SM90_TF32 (tf32 wgmma: forward, dK/dV, dQ) where sm90_fwd_legal
 //   says so and the family allows it; as for NATIVE, the backward also needs dout TMA-legal.
 #include <algorithm>

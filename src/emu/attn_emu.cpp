@@ -1,0 +1,119 @@
+// attn_emu.cpp — the emulated fused CUDA attention backend (attn_emu.h): sequence.h with a
+// launcher that runs every kernel through emu::launch.
+#include "emu/attn_emu.h"
+
+#include <stdexcept>
+
+#include "cuda/attn/mma_bwd.cuh"
+#include "cuda/attn/mma_fwd.cuh"
+#include "cuda/attn/sequence.h"
+#include "emu/emu.h"
+
+namespace fattn::emu {
+namespace {
+
+using namespace cuda::attn;
+
+// Err: the empty string, or what failed (a kernel's exception: a deadlock, a misaligned access).
+struct EmuLauncher {
+    using Err = std::string;
+    Options opt;
+    static Err ok() { return {}; }
+
+    template <class Body> Err run(int64_t gx, int64_t gy, int64_t gz, int threads, size_t smem, Body body) {
+        if (gx <= 0 || gy <= 0 || gz <= 0) return ok();
+        try {
+            emu::launch({int(gx), int(gy), int(gz)}, threads, smem, [&](char *) { body(); }, opt);
+        } catch (const std::exception &e) {
+            return e.what();
+        }
+        return ok();
+    }
+    static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+    Err bias_map(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec) {
+        return run(int64_t(w.map_bytes), 1, 1, 256, 0, [&] { bias_map_kernel(p, w, map, vec); });
+    }
+    Err bias_ceiling(const AttnFwdParams &p, const Workspace &w, float *ceil, int64_t warps) {
+        return run(cdiv(warps, 8), 1, 1, 256, 0, [&] { bias_ceiling_kernel(p, w, ceil); });
+    }
+    Err delta(const AttnBwdParams &p, const KArgs &a, int64_t rows, bool v8) {
+        const int64_t blocks = cdiv(rows, 8);
+        switch (p.dtype) {
+        case FATTN_F16: return run(blocks, 1, 1, 256, 0, [&] { delta_kernel<__half>(p, a, rows, v8); });
+        case FATTN_BF16: return run(blocks, 1, 1, 256, 0, [&] { delta_kernel<__nv_bfloat16>(p, a, rows, v8); });
+        default: return run(blocks, 1, 1, 256, 0, [&] { delta_kernel<float>(p, a, rows, v8); });
+        }
+    }
+
+    template <typename T, int DB> Err mma_fwd(const AttnFwdParams &p, const KArgs &a) {
+        return run(cdiv(p.seqlen_q, mma_fwd_bm(DB, sizeof(T))), p.hq, p.batch, 32 * mma_fwd_warps(sizeof(T)),
+                   mma_fwd_smem(DB, sizeof(T)), [&] { mma_fwd_kernel<T, DB>(p, a); });
+    }
+    template <typename T, int DB> Err mma_bwd(const AttnBwdParams &p, const KArgs &a) {
+        Err e = run(cdiv(p.seqlen_kv, mma_bwd_bn()), p.hkv, p.batch, mma_threads(), mma_dkdv_smem(DB, sizeof(T)),
+                    [&] { mma_dkdv_kernel<T, DB>(p, a); });
+        if (e != ok()) return e;
+        return run(cdiv(p.seqlen_q, mma_dq_bm(DB, sizeof(T))), p.hq, p.batch, 32 * mma_fwd_warps(sizeof(T)),
+                   mma_dq_smem(DB, sizeof(T)), [&] { mma_dq_kernel<T, DB>(p, a); });
+    }
+    Err native_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
+        if (p.dtype == FATTN_BF16) return db == 64 ? mma_fwd<__nv_bfloat16, 64>(p, a) : mma_fwd<__nv_bfloat16, 128>(p, a);
+        return db == 64 ? mma_fwd<__half, 64>(p, a) : mma_fwd<__half, 128>(p, a);
+    }
+    Err native_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
+        if (p.dtype == FATTN_BF16) return db == 64 ? mma_bwd<__nv_bfloat16, 64>(p, a) : mma_bwd<__nv_bfloat16, 128>(p, a);
+        return db == 64 ? mma_bwd<__half, 64>(p, a) : mma_bwd<__half, 128>(p, a);
+    }
+    Err tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
+        return db == 64 ? mma_fwd<float, 64>(p, a) : mma_fwd<float, 128>(p, a);
+    }
+    Err tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
+        return db == 64 ? mma_bwd<float, 64>(p, a) : mma_bwd<float, 128>(p, a);
+    }
+    Err scalar_fwd(const AttnFwdParams &, const KArgs &, int) { return "the scalar f32 kernels are not emulated"; }
+    Err scalar_bwd(const AttnBwdParams &, const KArgs &, int) { return "the scalar f32 kernels are not emulated"; }
+
+    fattn_status check(const Err &e, const char *what, std::string *err) const {
+        if (e.empty()) return FATTN_OK;
+        if (err) *err = std::string("emulated cuda fused attn: ") + what + ": " + e;
+        return FATTN_ERR_INTERNAL;
+    }
+};
+
+}  // namespace
+
+cuda::DeviceInfo attn_device() {
+    cuda::DeviceInfo d;
+    d.sm_major = 8, d.sm_minor = 0, d.num_sms = 132;
+    d.smem_optin = 232448;
+    d.family = FATTN_CUDA_FAMILY_PORTABLE;
+    return d;
+}
+
+fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why) {
+    if (fattn_status s = choose(p, attn_device(), c, why); s != FATTN_OK) return s;
+    if (c->family == Family::SCALAR_F32) {
+        if (why) *why = "emulated cuda fused attn: the scalar f32 kernels (prec F32) are not emulated";
+        return FATTN_ERR_UNSUPPORTED;
+    }
+    return FATTN_OK;
+}
+
+size_t attn_workspace_bytes(const AttnFwdParams &p, const Choice &c, fattn_dir dir) {
+    return workspace_size(p, c, dir);
+}
+
+fattn_status attn_fwd(const AttnFwdParams &p, const Choice &c, void *workspace, std::string *err, bool reverse) {
+    EmuLauncher l;
+    l.opt.reverse = reverse;
+    return seq_fwd(l, p, c, workspace, err);
+}
+
+fattn_status attn_bwd(const AttnBwdParams &p, const Choice &c, void *workspace, std::string *err, bool reverse) {
+    EmuLauncher l;
+    l.opt.reverse = reverse;
+    return seq_bwd(l, p, attn_device(), c, workspace, err);
+}
+
+}  // namespace fattn::emu

@@ -1,0 +1,30 @@
+// attn_emu.h — the fused CUDA softmax-attention backend's portable kernels (src/cuda/attn: the
+// mma.sync families and their pre-passes) and its launch sequence (sequence.h) run on the CPU
+// through the emulation of emu.h: same source, same selection, same workspace layout, host
+// buffers. For tests (tests/emu/test_attn_emu.cpp) and debugging; not part of libfattn.
+#pragma once
+
+#include <string>
+
+#include "core/attn_params.h"
+#include "cuda/attn/attn_kernels.h"
+
+namespace fattn::emu {
+
+// The device the emulation stands for: sm_80, the portable family, the H200's 227 KiB of opt-in
+// shared memory per block.
+cuda::DeviceInfo attn_device();
+
+// The CUDA backend's selection for p on attn_device(). Families the emulation cannot run (the
+// strict-f32 scalar kernels) are refused here with a reason.
+fattn_status attn_choose(const AttnFwdParams &p, cuda::attn::Choice *c, std::string *why);
+size_t attn_workspace_bytes(const AttnFwdParams &p, const cuda::attn::Choice &c, fattn_dir dir);
+
+// One forward or backward on host buffers (p's pointers host memory; workspace of
+// attn_workspace_bytes). reverse: run the threads of every block in reverse order.
+fattn_status attn_fwd(const AttnFwdParams &p, const cuda::attn::Choice &c, void *workspace, std::string *err,
+                      bool reverse = false);
+fattn_status attn_bwd(const AttnBwdParams &p, const cuda::attn::Choice &c, void *workspace, std::string *err,
+                      bool reverse = false);
+
+}  // namespace fattn::emu
