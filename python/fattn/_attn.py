@@ -153,9 +153,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     window: (left, right), None or -1 = unbounded, measured from the same diagonal
     (window_align, default: the causal alignment, else "bottom_right").
     bias: additive, broadcastable to [B, Hq, Sq, Skv] (size-1 or stride-0 dims; may hold -inf).
-    A bias that requires grad gets its gradient on the CPU (summed over its broadcast dims in
-    the library, deterministic; eager and torch.compile) and on CUDA with algo="exact"; on CUDA
-    with the fused kernels that raises NotImplementedError. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
+    A bias that requires grad gets its gradient (summed over its broadcast dims in the library,
+    deterministic; eager and torch.compile) on the CPU and on CUDA, with either algo; CUDA's
+    fused kernels at prec="f32" (strict, no tensor cores) have none and raise the library's error. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
     Returns o [B, Sq, Hq, Dv] in q's dtype, and with return_lse also lse [B, Hq, Sq] float32
     (natural log of each row's softmax denominator; -inf for a fully masked row; no gradient).
     """
@@ -164,10 +164,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     _same_device(q, {"k": k, "v": v, "bias": bias, "cu_seqlens_q": cu_seqlens_q,
                      "cu_seqlens_k": cu_seqlens_k})
     bias_grad = bias is not None and bias.requires_grad and torch.is_grad_enabled()
-    if bias_grad and q.device.type != "cpu" and algo != "exact":
-        raise NotImplementedError("fattn: the gradient with respect to bias (dbias) is computed on "
-                                  "the CPU and, on " + q.device.type + ", by algo='exact' only; pass "
-                                  "bias.detach() or algo='exact'")
     squeeze = cu_seqlens_q is not None and q.dim() == 3
     if bias_grad:
         q, k, v, _ = _prepare(q, k, v, None, cu_seqlens_q)

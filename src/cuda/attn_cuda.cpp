@@ -55,10 +55,6 @@ void device_free(void *ptr, void *stream) {
 
 fattn_status attn_select(const AttnFwdParams &p, const DeviceInfo &dev, std::string *why) {
     if (p.algo == FATTN_ALGO_EXACT) return exact::select(p, dev, why);
-    if (p.want_dbias) {  // the fused kernels compute no bias gradient; the exact arm does
-        if (why) *why = "dbias: on a CUDA context the bias gradient is computed by the EXACT arm only (FATTN_ALGO_EXACT)";
-        return FATTN_ERR_UNSUPPORTED;
-    }
     attn::Choice c;
     return attn::choose(p, dev, &c, why);
 }

@@ -57,6 +57,22 @@ struct EmuLauncher {
         return run(cdiv(p.seqlen_q, mma_dq_bm(DB, sizeof(T))), p.hq, p.batch, 32 * mma_fwd_warps(sizeof(T)),
                    mma_dq_smem(DB, sizeof(T)), [&] { mma_dq_kernel<T, DB>(p, a); });
     }
+    Err dbias_zero(const AttnBwdParams &p, int64_t rows) {
+        return run(cdiv(rows, 8), 1, 1, 256, 0, [&] { dbias_zero_kernel(p, rows); });
+    }
+    template <typename T, int DB> Err mma_dbias(const AttnBwdParams &p, const KArgs &a) {
+        int64_t g[3];
+        mma_dbias_grid(p, g);
+        return run(g[0], g[1], g[2], mma_threads(), mma_dbias_smem(DB, sizeof(T)), [&] { mma_dbias_kernel<T, DB>(p, a); });
+    }
+    Err native_dbias(const AttnBwdParams &p, const KArgs &a, int db) {
+        if (p.dtype == FATTN_BF16)
+            return db == 64 ? mma_dbias<__nv_bfloat16, 64>(p, a) : mma_dbias<__nv_bfloat16, 128>(p, a);
+        return db == 64 ? mma_dbias<__half, 64>(p, a) : mma_dbias<__half, 128>(p, a);
+    }
+    Err tf32_dbias(const AttnBwdParams &p, const KArgs &a, int db) {
+        return db == 64 ? mma_dbias<float, 64>(p, a) : mma_dbias<float, 128>(p, a);
+    }
     Err native_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
         if (p.dtype == FATTN_BF16) return db == 64 ? mma_fwd<__nv_bfloat16, 64>(p, a) : mma_fwd<__nv_bfloat16, 128>(p, a);
         return db == 64 ? mma_fwd<__half, 64>(p, a) : mma_fwd<__half, 128>(p, a);

@@ -4,7 +4,8 @@
 // sequence the CUDA backend runs (sequence.h), against the float64 oracle: o, lse, dq, dk, dv
 // for causal / window masks, GQA, cross lengths, varlen, D != Dv, head-dim buckets 64 and 128,
 // additive biases broadcast every way, -inf tiles and a finfo.min padding row, strided views that
-// rule out the 16-byte loads. Also: results bitwise independent of the threads' order.
+// rule out the 16-byte loads; the bias gradient (mma_dbias_kernel) for every broadcast pattern.
+// Also: results bitwise independent of the threads' order.
 // Tolerance: rms(out - ref) / rms(ref) below 0.01 (bf16), 0.004 (f16), 0.002 (tf32).
 #include <gtest/gtest.h>
 
@@ -30,7 +31,9 @@ struct Case {
     int64_t B = 2, Sq = 130, Skv = 150, Hq = 4, Hkv = 2, D = 64, Dv = 64;
     int causal = 0;                 // 0 none, 1 top-left, 2 bottom-right
     int64_t wl = -1, wr = -1;       // window (with causal: wr is folded to 0)
-    int bias = 0;                   // 0 none; 1 [B,Hq,Sq,Skv]; 2 [1,1,Sq,Skv]; 3 [B,1,1,Skv]
+    int bias = 0;                   // 0 none; 1 [B,Hq,Sq,Skv]; 2 [1,1,Sq,Skv]; 3 [B,1,1,Skv];
+                                    // 4 [1,Hq,Sq,Skv]; 5 [B,Hq,1,Skv]
+    bool dbias = false;             // the backward also computes the bias gradient
     fattn_dtype bias_dt = FATTN_F32;
     bool varlen = false;            // B = 1, three packed sequences
     bool pad = 0;                   // extra elements per token row: no 16-byte loads
@@ -47,8 +50,9 @@ std::vector<uint8_t> pack(const std::vector<float> &x, fattn_dtype t) {
 struct Problem {
     Case c;
     std::vector<uint8_t> q, k, v, o, dout, dq, dk, dv, bias;
-    std::vector<float> lse;
+    std::vector<float> lse, dbias;
     std::vector<int32_t> cu_q, cu_kv;
+    int64_t nb = 1, nh = 1, ni = 1;  // the bias's (and dbias's) extents over B, Hq, Sq
     AttnBwdParams p{};
 
     explicit Problem(const Case &cs) : c(cs) {
@@ -109,7 +113,9 @@ struct Problem {
     // Values in [-2, 2], a -inf block covering whole 64×64 tiles, scattered -inf entries, and
     // (full bias) a padding row at -1e30 on every key: its ceiling needs the stats-mode forward.
     void make_bias() {
-        const int64_t nb = c.bias == 2 ? 1 : c.B, nh = c.bias == 1 ? c.Hq : 1, ni = c.bias == 3 ? 1 : c.Sq;
+        nb = c.bias == 2 || c.bias == 4 ? 1 : c.B;
+        nh = c.bias == 1 || c.bias == 4 || c.bias == 5 ? c.Hq : 1;
+        ni = c.bias == 3 || c.bias == 5 ? 1 : c.Sq;
         std::vector<float> b(size_t(nb * nh * ni * c.Skv));
         std::mt19937 rng(3);
         std::uniform_real_distribution<float> u(-2.f, 2.f);
@@ -127,6 +133,11 @@ struct Problem {
         p.bias_si = ni > 1 ? c.Skv : 0;
         p.bias_sh = nh > 1 ? ni * c.Skv : 0;
         p.bias_sb = nb > 1 ? nh * ni * c.Skv : 0;
+        if (c.dbias) {
+            dbias.assign(b.size(), NAN);
+            p.dbias = dbias.data(), p.want_dbias = true;
+            p.dbias_si = p.bias_si, p.dbias_sh = p.bias_sh, p.dbias_sb = p.bias_sb;
+        }
     }
 
     fattn_status run(std::string *err, bool reverse = false) {
@@ -154,6 +165,32 @@ double ratio(const std::vector<double> &ref, const std::vector<uint8_t> &buf, fa
     return std::sqrt(se / (sr > 0 ? sr : 1e-300));
 }
 
+// Which dbias entries some logit reaches: a (batch, head, row) summing into it whose row sees the key
+// (mask, same sequence, finite bias) and sees any key at all. Every other entry must be exactly 0.
+std::vector<bool> live_entries(const Problem &pr, const ref::Problem &rp, const ref::Tensors &rt) {
+    const int64_t B = rp.B, H = rp.Hq, Sq = rp.Sq, Skv = rp.Skv;
+    std::vector<bool> live(pr.dbias.size(), false);
+    for (int64_t s = 0; s < rp.num_seqs(); ++s) {
+        const int64_t b = rp.cu_q.empty() ? s : 0, q0 = rp.cu_q.empty() ? 0 : rp.cu_q[size_t(s)];
+        const int64_t k0 = rp.cu_kv.empty() ? 0 : rp.cu_kv[size_t(s)];
+        const int64_t lq = rp.cu_q.empty() ? Sq : rp.cu_q[size_t(s) + 1] - q0;
+        const int64_t lk = rp.cu_kv.empty() ? Skv : rp.cu_kv[size_t(s) + 1] - k0;
+        for (int64_t h = 0; h < H; ++h)
+            for (int64_t i = 0; i < lq; ++i) {
+                std::vector<int64_t> seen;
+                for (int64_t j = 0; j < lk; ++j) {
+                    const double bv = rt.bias[size_t(((b * H + h) * Sq + q0 + i) * Skv + k0 + j)];
+                    if (ref::key_allowed(rp.mask, i, j, lq, lk) && bv != -INFINITY) seen.push_back(j);
+                }
+                for (int64_t j : seen) {
+                    const int64_t rb = pr.nb > 1 ? b : 0, rh = pr.nh > 1 ? h : 0, ri = pr.ni > 1 ? q0 + i : 0;
+                    live[size_t(((rb * pr.nh + rh) * pr.ni + ri) * Skv + k0 + j)] = true;
+                }
+            }
+    }
+    return live;
+}
+
 class AttnEmu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttnEmu, MatchesOracle) {
@@ -165,7 +202,7 @@ TEST_P(AttnEmu, MatchesOracle) {
     ref::gather(pr.p, &rp, &rt);
     ref::Outputs ro;
     ref::attn_fwd(rp, rt, &ro);
-    ref::attn_bwd(rp, rt, &ro);
+    ref::attn_bwd(rp, rt, &ro, pr.c.dbias);
     const Case &c = pr.c;
     const double tol = c.dt == FATTN_BF16 ? 0.01 : c.dt == FATTN_F16 ? 0.004 : 0.002;
     std::string line;
@@ -192,6 +229,27 @@ TEST_P(AttnEmu, MatchesOracle) {
     }
     EXPECT_LT(lmax, c.dt == FATTN_BF16 ? 2e-2 : 4e-3);
     line += " lse " + std::to_string(lmax);
+    if (c.dbias) {
+        // against the oracle's dS summed over the broadcast dims; exactly 0 where nothing sums in
+        // (a -inf bias, a masked key, another sequence's key, a fully masked row)
+        std::vector<double> rd;
+        ref::reduce_dbias(rp, ro.dbias, pr.nb == 1 && c.B > 1, pr.nh == 1 && c.Hq > 1, pr.ni == 1 && c.Sq > 1, &rd);
+        ASSERT_EQ(rd.size(), pr.dbias.size());
+        double se = 0, sr = 0;
+        int64_t zeros = 0, nonzero_where_zero = 0;
+        for (size_t i = 0; i < rd.size(); ++i) {
+            se += (pr.dbias[i] - rd[i]) * (pr.dbias[i] - rd[i]);
+            sr += rd[i] * rd[i];
+        }
+        const std::vector<bool> live = live_entries(pr, rp, rt);
+        for (size_t i = 0; i < rd.size(); ++i) {
+            if (!live[i]) zeros++, nonzero_where_zero += pr.dbias[i] != 0.f;
+        }
+        const double r = std::sqrt(se / sr);
+        EXPECT_LT(r, 2 * tol) << "dbias";
+        EXPECT_EQ(nonzero_where_zero, 0) << "dbias entries with no contribution must be exactly 0 (" << zeros << " such)";
+        line += " dbias " + std::to_string(r) + " (" + std::to_string(zeros) + " exact zeros)";
+    }
     RecordProperty("err", line);
     if (getenv("FATTN_EMU_VERBOSE")) printf("%s:%s\n", c.name, line.c_str());
 }
@@ -206,6 +264,7 @@ TEST_P(AttnEmu, Determinism) {
     EXPECT_EQ(a.dq, b.dq);
     EXPECT_EQ(a.dk, b.dk);
     EXPECT_EQ(a.dv, b.dv);
+    EXPECT_EQ(0, std::memcmp(a.dbias.data(), b.dbias.data(), a.dbias.size() * 4));
 }
 
 Case mk(const char *n, fattn_dtype dt) {
@@ -235,6 +294,25 @@ std::vector<Case> cases() {
     v.push_back(c);
     c = mk("tf32_D128_mqa_bias", FATTN_F32);
     c.D = c.Dv = 128, c.Hq = 2, c.Hkv = 1, c.B = 1, c.bias = 1, c.Sq = 100, c.Skv = 90;
+    v.push_back(c);
+    // the bias gradient, every broadcast pattern
+    c = mk("dbias_bf16_full_causal_pad_row", FATTN_BF16);
+    c.bias = 1, c.dbias = true, c.causal = 1, c.Hq = 2, c.Hkv = 1;
+    v.push_back(c);
+    c = mk("dbias_f16_shared_11SS_gqa_window", FATTN_F16);
+    c.bias = 2, c.dbias = true, c.bias_dt = FATTN_F16, c.wl = 30, c.wr = 50;
+    v.push_back(c);
+    c = mk("dbias_tf32_keybias_B11S", FATTN_F32);
+    c.bias = 3, c.dbias = true, c.causal = 2;
+    v.push_back(c);
+    c = mk("dbias_bf16_1HSS_D128_strided", FATTN_BF16);
+    c.bias = 4, c.dbias = true, c.D = c.Dv = 128, c.pad = true, c.Sq = 70;
+    v.push_back(c);
+    c = mk("dbias_f16_BH1S_varlen", FATTN_F16);
+    c.bias = 5, c.dbias = true, c.varlen = true, c.causal = 1;
+    v.push_back(c);
+    c = mk("dbias_tf32_full_varlen_D32", FATTN_F32);
+    c.bias = 1, c.dbias = true, c.varlen = true, c.D = 32, c.Dv = 48;
     v.push_back(c);
     return v;
 }

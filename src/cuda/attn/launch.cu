@@ -31,6 +31,12 @@ struct CudaLauncher {
         }
         return cudaGetLastError();
     }
+    Err dbias_zero(const AttnBwdParams &p, int64_t rows) {
+        dbias_zero_kernel<<<unsigned((rows + 7) / 8), 256, 0, st>>>(p, rows);
+        return cudaGetLastError();
+    }
+    Err native_dbias(const AttnBwdParams &p, const KArgs &a, int db) { return attn::native_dbias(p, a, db, st); }
+    Err tf32_dbias(const AttnBwdParams &p, const KArgs &a, int db) { return attn::tf32_dbias(p, a, db, st); }
     Err native_fwd(const AttnFwdParams &p, const KArgs &a, int db) { return attn::native_fwd(p, a, db, st); }
     Err tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db) { return attn::tf32_fwd(p, a, db, st); }
     Err scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db) { return attn::scalar_fwd(p, a, db, st); }

@@ -18,11 +18,124 @@
 
 namespace fattn::cuda::attn {
 
+// The helpers below are the dQ kernel's steps, shared with the bias-gradient kernel (one source
+// for P and dS: after the portable backward, dbias is the gradient of exactly its P). A thread holds
+// rows row_of(r), r = 2t + half of its m-tile t, and keys n0 + j·8 + 2·t4 + {0, 1}.
+
+// lse2 = the row's LSE in log2 units (-inf: no row, or fully masked) and dl = its δ.
+template <int MT, class RowOf>
+__device__ __forceinline__ void bwd_row_stats(float (&lse2)[2 * MT], float (&dl)[2 * MT], RowOf row_of,
+                                              const AttnBwdParams &p, const KArgs &a, const SeqRange &sr,
+                                              int64_t h, int64_t lq) {
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+        const int64_t qi = row_of(r);
+        lse2[r] = -INFINITY;
+        dl[r] = 0.f;
+        if (qi < lq) {
+            // -inf marks a fully masked row; a finite LSE whose log2 would overflow (a padding
+            // row at finfo.min) is clamped: such a row only meets read bias tiles, which use lse'.
+            const float l = row_lse(p, sr, h, qi);
+            lse2[r] = l == -INFINITY ? -INFINITY : fmaxf(l * kLog2e, -FLT_MAX);
+            dl[r] = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi];
+        }
+    }
+}
+
+// S = Q·Kᵀ and dP = dO·Vᵀ for this warp's MT m-tiles against NS n8-tiles of keys (tiles in shared
+// memory, row stride ST); each K/V fragment feeds MT m-tiles.
+template <typename T, int DB, int MT, int NS, int NW, int ST>
+__device__ __forceinline__ void bwd_s_dp(float (&s)[MT][NS][4], float (&dp)[MT][NS][4], const T *sQ, const T *sdO,
+                                         const T *cK, const T *cV, int warp, int lane) {
+    using Op = MmaOp<T>;
+    constexpr int KD = DB / Op::K;
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+        for (int j = 0; j < NS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[t][j][e] = dp[t][j][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+        uint32_t aq[MT][4], ad[MT][4];
+#pragma unroll
+        for (int t = 0; t < MT; ++t) {
+            Op::template load_a<ST>(aq[t], sQ, (t * NW + warp) * 16, kk * Op::K, lane);
+            Op::template load_a<ST>(ad[t], sdO, (t * NW + warp) * 16, kk * Op::K, lane);
+        }
+#pragma unroll
+        for (int j2 = 0; j2 < NS / 2; ++j2) {
+            uint32_t b[4];
+            Op::template load_b2<ST>(b, cK, j2 * 16, kk * Op::K, lane);
+#pragma unroll
+            for (int t = 0; t < MT; ++t) {
+                Op::mma(s[t][2 * j2], aq[t], b[0], b[1]);
+                Op::mma(s[t][2 * j2 + 1], aq[t], b[2], b[3]);
+            }
+            Op::template load_b2<ST>(b, cV, j2 * 16, kk * Op::K, lane);
+#pragma unroll
+            for (int t = 0; t < MT; ++t) {
+                Op::mma(dp[t][2 * j2], ad[t], b[0], b[1]);
+                Op::mma(dp[t][2 * j2 + 1], ad[t], b[2], b[3]);
+            }
+        }
+    }
+}
+
+// P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked); dS = P ∘ (dP − δ),
+// into s. Keys [n0, n0 + 8·NS) of the rows [m0, m0 + bm): full = tile_full of that rectangle,
+// use_bias = the tile reads the bias (kBiasRead); lq, lkv the sequence's lengths, bb = seq_bias,
+// sl2 = scale·log2e.
+template <int MT, int NS, class RowOf>
+__device__ __forceinline__ void bwd_ds(float (&s)[MT][NS][4], const float (&dp)[MT][NS][4], const float (&lse2)[2 * MT],
+                                       const float (&dl)[2 * MT], RowOf row_of, const AttnBwdParams &p, const KArgs &a,
+                                       const SeqRange &sr, int64_t h, int64_t lq, int64_t lkv, int64_t bb, float sl2,
+                                       int64_t n0, bool full, bool use_bias, int t4) {
+    if (full && !use_bias) {  // interior tile: every row has keys, so lse is finite
+#pragma unroll
+        for (int t = 0; t < MT; ++t)
+#pragma unroll
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int r = 2 * t + (e >> 1);
+                    s[t][j][e] = fast_exp2(s[t][j][e] * sl2 - lse2[r]) * (dp[t][j][e] - dl[r]);
+                }
+        return;
+    }
+#pragma unroll
+    for (int r = 0; r < 2 * MT; ++r) {
+        const int t = r >> 1, e0 = 2 * (r & 1);
+        const int64_t qi = row_of(r);
+        int64_t lo, hi;
+        key_range(p, qi, lq, lkv, &lo, &hi);
+        if (qi >= lq || lse2[r] == -INFINITY) hi = -1;  // no row, or a fully masked one
+        const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
+        // A read bias enters relative to the row's ceiling, against lse' (common.cuh).
+        float c = 0.f, l2 = lse2[r];
+        if (use_bias && hi >= 0) c = row_ceil(p, a, sr, h, qi), l2 = row_lse_rel(p, a, sr, h, qi) * kLog2e;
+#pragma unroll
+        for (int j = 0; j < NS; ++j) {
+            const int64_t kj0 = n0 + j * 8 + 2 * t4;
+            float bv[2];
+            load_bias_pair(p.bias, p.bias_dtype, a.bias_pair, use_bias && hi >= 0, rb, kj0, lkv, bv);
+#pragma unroll
+            for (int e = e0; e < e0 + 2; ++e) {
+                const int64_t kj = kj0 + (e & 1);
+                const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
+                const float x = s[t][j][e] * sl2 + (bv[e & 1] - c) * kLog2e;
+                const float pr = ok ? fast_exp2(x - l2) : 0.f;
+                s[t][j][e] = pr * (dp[t][j][e] - dl[r]);
+            }
+        }
+    }
+}
+
 template <typename T, int DB>
 __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(const AttnBwdParams p, const KArgs a) {
     constexpr int NW = mma_fwd_warps(sizeof(T)), NT = 32 * NW, MT = mma_dq_mt(DB, sizeof(T));
     constexpr int BM = mma_dq_bm(DB, sizeof(T)), BN = mma_dq_bn(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
-    constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
+    constexpr int NS = BN / 8, NO = DB / 8;
     using Op = MmaOp<T>;
     FATTN_DYN_SMEM(mma_smem);
     T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
@@ -39,6 +152,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     const T *gdO = seq_dout<T>(p, sr, h);
     const T *gK = seq_k<T>(p, sr, hk);
     const T *gV = seq_v<T>(p, sr, hk);
+
     const int64_t bb = seq_bias(p, sr, h);
 
     const KeyTiles kt(p, a, sr, h, m0, m1, BN);
@@ -58,19 +172,7 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
     // Rows as in the forward: m-tile t of this warp is rows (t·NW + warp)·16; index r = 2t + half.
     auto row_of = [&](int r) { return m0 + ((r >> 1) * NW + warp) * 16 + g + (r & 1) * 8; };
     float lse2[2 * MT], dl[2 * MT];
-#pragma unroll
-    for (int r = 0; r < 2 * MT; ++r) {
-        const int64_t qi = row_of(r);
-        lse2[r] = -INFINITY;
-        dl[r] = 0.f;
-        if (qi < lq) {
-            // -inf marks a fully masked row; a finite LSE whose log2 would overflow (a padding
-            // row at finfo.min) is clamped: such a row only meets read bias tiles, which use lse'.
-            const float l = row_lse(p, sr, h, qi);
-            lse2[r] = l == -INFINITY ? -INFINITY : fmaxf(l * kLog2e, -FLT_MAX);
-            dl[r] = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + qi];
-        }
-    }
+    bwd_row_stats<MT>(lse2, dl, row_of, p, a, sr, h, lq);
 
     float dq[MT][NO][4];
 #pragma unroll
@@ -87,82 +189,12 @@ __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_dq_kernel(c
         __syncthreads();
         const T *cK = sK + buf * BN * ST, *cV = sV + buf * BN * ST;
 
-        // S = Q·Kᵀ and dP = dO·Vᵀ; each K/V fragment feeds MT m-tiles.
         float s[MT][NS][4], dp[MT][NS][4];
-#pragma unroll
-        for (int t = 0; t < MT; ++t)
-#pragma unroll
-            for (int j = 0; j < NS; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[t][j][e] = dp[t][j][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KD; ++kk) {
-            uint32_t aq[MT][4], ad[MT][4];
-#pragma unroll
-            for (int t = 0; t < MT; ++t) {
-                Op::template load_a<ST>(aq[t], sQ, (t * NW + warp) * 16, kk * Op::K, lane);
-                Op::template load_a<ST>(ad[t], sdO, (t * NW + warp) * 16, kk * Op::K, lane);
-            }
-#pragma unroll
-            for (int j2 = 0; j2 < NS / 2; ++j2) {
-                uint32_t b[4];
-                Op::template load_b2<ST>(b, cK, j2 * 16, kk * Op::K, lane);
-#pragma unroll
-                for (int t = 0; t < MT; ++t) {
-                    Op::mma(s[t][2 * j2], aq[t], b[0], b[1]);
-                    Op::mma(s[t][2 * j2 + 1], aq[t], b[2], b[3]);
-                }
-                Op::template load_b2<ST>(b, cV, j2 * 16, kk * Op::K, lane);
-#pragma unroll
-                for (int t = 0; t < MT; ++t) {
-                    Op::mma(dp[t][2 * j2], ad[t], b[0], b[1]);
-                    Op::mma(dp[t][2 * j2 + 1], ad[t], b[2], b[3]);
-                }
-            }
-        }
-        // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked);
-        // dS = P ∘ (dP − δ), kept in s.
+        bwd_s_dp<T, DB, MT, NS, NW, ST>(s, dp, sQ, sdO, cK, cV, warp, lane);
         const int64_t n0 = int64_t(n) * BN;
         const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
-        const bool use_bias = p.bias && kt.state(n) == kBiasRead;
-        if (full && !use_bias) {  // interior tile: every row has keys, so lse is finite
-#pragma unroll
-            for (int t = 0; t < MT; ++t)
-#pragma unroll
-                for (int j = 0; j < NS; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int r = 2 * t + (e >> 1);
-                        s[t][j][e] = fast_exp2(s[t][j][e] * sl2 - lse2[r]) * (dp[t][j][e] - dl[r]);
-                    }
-        } else {
-#pragma unroll
-            for (int r = 0; r < 2 * MT; ++r) {
-                const int t = r >> 1, e0 = 2 * (r & 1);
-                const int64_t qi = row_of(r);
-                int64_t lo, hi;
-                key_range(p, qi, lq, lkv, &lo, &hi);
-                if (qi >= lq || lse2[r] == -INFINITY) hi = -1;  // no row, or a fully masked one
-                const int64_t rb = bb + (sr.q_begin + qi) * p.bias_si + sr.kv_begin;
-                // A read bias enters relative to the row's ceiling, against lse' (common.cuh).
-                float c = 0.f, l2 = lse2[r];
-                if (use_bias && hi >= 0) c = row_ceil(p, a, sr, h, qi), l2 = row_lse_rel(p, a, sr, h, qi) * kLog2e;
-#pragma unroll
-                for (int j = 0; j < NS; ++j) {
-                    const int64_t kj0 = n0 + j * 8 + 2 * t4;
-                    float bv[2];
-                    load_bias_pair(p.bias, p.bias_dtype, a.bias_pair, use_bias && hi >= 0, rb, kj0, lkv, bv);
-#pragma unroll
-                    for (int e = e0; e < e0 + 2; ++e) {
-                        const int64_t kj = kj0 + (e & 1);
-                        const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
-                        const float x = s[t][j][e] * sl2 + (bv[e & 1] - c) * kLog2e;
-                        const float pr = ok ? fast_exp2(x - l2) : 0.f;
-                        s[t][j][e] = pr * (dp[t][j][e] - dl[r]);
-                    }
-                }
-            }
-        }
+        bwd_ds<MT, NS>(s, dp, lse2, dl, row_of, p, a, sr, h, lq, lkv, bb, sl2, n0, full,
+                       p.bias && kt.state(n) == kBiasRead, t4);
         // dQ += dS·K (K read transposed: k = key, n = head dim); each K fragment feeds MT m-tiles.
 #pragma unroll
         for (int kk = 0; kk < BN / Op::K; ++kk) {
@@ -364,6 +396,143 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
             if (c < p.dim_v) gdV[c] = from_f<T>(dv[d][2 * r]);
             if (c + 1 < p.dim_v) gdV[c + 1] = from_f<T>(dv[d][2 * r + 1]);
         }
+    }
+}
+
+// The bias gradient: dbias = dS summed over the bias's broadcast dims (AttnBwdParams::dbias), in a
+// fixed order, without atomics and without a workspace. A CTA owns one piece of dbias and sums
+// every contribution to it itself, recomputing S and dP (bwd_s_dp, bwd_ds: the dQ kernel's P):
+//   grid x: the 64 × 64 tile (query tile, key tile) of its plane, or the 64-key tile when the bias
+//           is broadcast over queries (dbias_si == 0: the CTA also sums over the query tiles);
+//   grid y: the dbias head (0 when summed over heads), z: the sequence (varlen, or a dbias per
+//           batch) or 0 (dense, summed over batches).
+// Order: sequences, then heads, then query tiles, each tile's dS added elementwise to the CTA's
+// accumulators; with dbias_si == 0 the 64 rows are then summed (the two rows of a thread, a xor
+// tree over the 8 row groups of a warp, the 4 warps in order). Tiles no row may see (masks) or
+// whose bias is all -inf add nothing; an element no tile reaches is written as 0. The exact-zero
+// property of dead tiles makes skipping them exact. Varlen: entries between two sequences are
+// zeroed by the launch sequence first (dbias_zero_kernel).
+// The kernel's grid (x, y, z), host side: see above.
+inline void mma_dbias_grid(const AttnBwdParams &p, int64_t (&grid)[3]) {
+    const int64_t nm = (p.seqlen_q + mma_dbias_bm() - 1) / mma_dbias_bm();
+    const int64_t nn = (p.seqlen_kv + mma_dbias_bn() - 1) / mma_dbias_bn();
+    grid[0] = p.dbias_si ? nm * nn : nn;
+    grid[1] = p.dbias_sh ? p.hq : 1;
+    grid[2] = p.cu_seqlens_q || p.dbias_sb ? p.batch : 1;
+}
+
+template <typename T, int DB>
+__global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, const KArgs a) {
+    constexpr int NW = 4, NT = 32 * NW, BM = mma_dbias_bm(), BN = mma_dbias_bn(), ST = mma_stride(DB, sizeof(T));
+    constexpr int NS = BN / 8;
+    static_assert(BM == 16 * NW, "one m-tile per warp");
+    FATTN_DYN_SMEM(mma_smem);
+    T *sQ = reinterpret_cast<T *>(mma_smem);  // [BM, ST]
+    T *sdO = sQ + BM * ST;                    // [BM, ST]
+    T *sK = sdO + BM * ST;                    // [BN, ST]
+    T *sV = sK + BN * ST;                     // [BN, ST]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
+    const bool sum_rows = p.dbias_si == 0;
+    const int64_t n_nt = (p.seqlen_kv + BN - 1) / BN;
+    const int64_t mt = sum_rows ? 0 : int64_t(blockIdx.x) / n_nt, nt = sum_rows ? int64_t(blockIdx.x) : blockIdx.x % n_nt;
+    const int64_t hout = blockIdx.y, zout = blockIdx.z;
+    const bool per_seq = p.cu_seqlens_q || p.dbias_sb != 0;
+    const int64_t s_lo = per_seq ? zout : 0, s_hi = per_seq ? zout + 1 : p.batch;
+    const int64_t h_lo = p.dbias_sh ? hout : 0, h_hi = p.dbias_sh ? hout + 1 : p.hq;
+    const SeqRange sr0 = seq_range(p, s_lo);  // dense sequences share their lengths
+    const int64_t n0 = nt * BN, n1 = n0 + BN < sr0.kv_len ? n0 + BN : sr0.kv_len;
+    if (n0 >= sr0.kv_len || (!sum_rows && mt * BM >= sr0.q_len)) return;  // past the sequence's end: no element
+
+    float acc[NS][4];
+#pragma unroll
+    for (int j = 0; j < NS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const float sl2 = p.scale * kLog2e;
+    for (int64_t sq = s_lo; sq < s_hi; ++sq) {
+        const SeqRange sr = seq_range(p, sq);
+        const int64_t lq = sr.q_len, lkv = sr.kv_len;
+        int64_t t_lo = mt, t_hi = mt;
+        if (sum_rows) {
+            int64_t i_lo, i_hi;
+            query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
+            t_lo = i_lo / BM, t_hi = i_hi >= i_lo ? i_hi / BM : -1;
+        }
+        for (int64_t h = h_lo; h < h_hi; ++h) {
+            const int64_t hk = h / p.group(), bb = seq_bias(p, sr, h);
+            const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
+            bool kv_loaded = false;
+            for (int64_t t = t_lo; t <= t_hi; ++t) {
+                const int64_t m0 = t * BM, m1 = m0 + BM < lq ? m0 + BM : lq;
+                int64_t nf, nl;
+                key_tiles(p, m0, m1, lq, lkv, BN, &nf, &nl);
+                if (nt < nf || nt > nl) continue;  // no row of the tile sees these keys
+                const int st = p.bias ? bias_tile_state(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
+                                                        sr.kv_begin + n1)
+                                      : kBiasZero;
+                if (st == kBiasDead) continue;
+                if (!kv_loaded) {
+                    mma_load_tile<T, BN, DB, NT>(sK, seq_k<T>(p, sr, hk) + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
+                    mma_load_tile<T, BN, DB, NT>(sV, seq_v<T>(p, sr, hk) + n0 * p.v_ss, p.v_ss, lkv - n0, p.dim_v, a.vec);
+                    kv_loaded = true;
+                }
+                mma_load_tile<T, BM, DB, NT>(sQ, seq_q<T>(p, sr, h) + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
+                mma_load_tile<T, BM, DB, NT>(sdO, seq_dout<T>(p, sr, h) + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, a.vec);
+                cp_async_commit();
+                auto row_of = [&](int r) { return m0 + warp * 16 + g + (r & 1) * 8; };
+                float lse2[2], dl[2];
+                bwd_row_stats<1>(lse2, dl, row_of, p, a, sr, h, lq);
+                cp_async_wait<0>();
+                __syncthreads();
+                float sc[1][NS][4], dp[1][NS][4];
+                bwd_s_dp<T, DB, 1, NS, NW, ST>(sc, dp, sQ, sdO, sK, sV, warp, lane);
+                const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
+                bwd_ds<1, NS>(sc, dp, lse2, dl, row_of, p, a, sr, h, lq, lkv, bb, sl2, n0, full, st == kBiasRead, t4);
+#pragma unroll
+                for (int j = 0; j < NS; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[j][e] += sc[0][j][e];
+                __syncthreads();  // the next tile's loads overwrite shared memory
+            }
+        }
+    }
+
+    const int64_t zoff = p.cu_seqlens_q ? 0 : zout * p.dbias_sb;  // dense: the batch's plane (0 when summed)
+    float *out = p.dbias + zoff + hout * p.dbias_sh + sr0.kv_begin;
+    if (!sum_rows) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int64_t qi = mt * BM + warp * 16 + g + r * 8;
+            if (qi >= sr0.q_len) continue;
+            float *row = out + (sr0.q_begin + qi) * p.dbias_si;
+#pragma unroll
+            for (int j = 0; j < NS; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int64_t kj = n0 + j * 8 + 2 * t4 + e;
+                    if (kj < sr0.kv_len) row[kj] = acc[j][2 * r + e];
+                }
+        }
+        return;
+    }
+    // Sum over the rows: a thread's two rows, then the 8 row groups of the warp (xor over lane bits
+    // 2-4: partners add the same two values, so every lane ends with the same bits), then the warps.
+    float *red = reinterpret_cast<float *>(mma_smem);  // [NW][BN]
+#pragma unroll
+    for (int j = 0; j < NS; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            float v = acc[j][e] + acc[j][2 + e];
+            v += __shfl_xor_sync(0xffffffffu, v, 4);
+            v += __shfl_xor_sync(0xffffffffu, v, 8);
+            v += __shfl_xor_sync(0xffffffffu, v, 16);
+            if (g == 0) red[warp * BN + j * 8 + 2 * t4 + e] = v;
+        }
+    __syncthreads();
+    for (int c = threadIdx.x; c < BN; c += NT) {
+        float v = red[c];
+#pragma unroll
+        for (int w = 1; w < NW; ++w) v += red[w * BN + c];
+        if (n0 + c < sr0.kv_len) out[n0 + c] = v;
     }
 }
 

@@ -23,4 +23,12 @@ cudaError_t mma_bwd_launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t 
     return launch_kernel(mma_dq_kernel<T, DB>, gq, 32 * mma_fwd_warps(sizeof(T)), mma_dq_smem(DB, sizeof(T)), st, p, a);
 }
 
+// The bias gradient (after the dK/dV and dQ kernels; it reads δ, lse and the bias map as they do).
+template <typename T, int DB>
+cudaError_t mma_dbias_launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
+    int64_t g[3];
+    mma_dbias_grid(p, g);
+    return launch_kernel(mma_dbias_kernel<T, DB>, dim3(unsigned(g[0]), unsigned(g[1]), unsigned(g[2])), mma_threads(), mma_dbias_smem(DB, sizeof(T)), st, p, a);
+}
+
 }  // namespace fattn::cuda::attn

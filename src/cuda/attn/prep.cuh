@@ -121,6 +121,16 @@ __global__ void __launch_bounds__(256) delta_kernel(const AttnBwdParams p, KArgs
     }
 }
 
+// dbias = 0 over its whole extent ([1, Hq|1, total_q|1, total_kv], varlen): the entries between
+// two sequences, which no CTA of the bias-gradient kernel owns. One warp per row.
+__global__ void __launch_bounds__(256) dbias_zero_kernel(const AttnBwdParams p, int64_t rows) {
+    const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    if (w >= rows) return;
+    const int64_t ni = p.dbias_si ? p.total_q : 1, h = w / ni, i = w % ni;
+    float *row = p.dbias + h * p.dbias_sh + i * p.dbias_si;
+    for (int64_t j = threadIdx.x % 32; j < p.total_kv; j += 32) row[j] = 0.f;
+}
+
 inline bool aligned16(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 inline bool aligned8(const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 7) == 0; }
 

@@ -99,13 +99,19 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         c->family = c->fwd_family = f;
         c->d_bucket = dmax <= 64 ? 64 : 128;
         if (!smem_ok(mma_fwd_smem(c->d_bucket, es), "the " + kernels + " forward kernel") ||
-            !smem_ok(mma_dq_smem(c->d_bucket, es), "the " + kernels + " dQ kernel"))
+            !smem_ok(mma_dq_smem(c->d_bucket, es), "the " + kernels + " dQ kernel") ||
+            (p.want_dbias && !smem_ok(mma_dbias_smem(c->d_bucket, es), "the " + kernels + " bias-gradient kernel")))
             return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
     };
+    // The bias gradient is the mma.sync kernel's (mma_bwd.cuh: mma_dbias_kernel), after whichever
+    // backward ran (it needs only the LSE, δ and the bias map, which every family's sequence
+    // computes): dq, dk, dv are the same bits with and without dbias.
     switch (p.prec) {
     case FATTN_PREC_F32:
         if (dev.family == FATTN_CUDA_FAMILY_SM90) return no("family SM90 has no strict-F32 kernels (prec F32)");
+        if (p.want_dbias)
+            return no("dbias: the strict-f32 kernels (prec F32) compute no bias gradient; use prec TF32 or algo EXACT");
         c->family = c->fwd_family = Family::SCALAR_F32;
         c->d_bucket = dmax <= 64 ? 64 : dmax <= 128 ? 128 : 256;
         if (!smem_ok(sc_dkdv_smem(c->d_bucket), "the f32 dK/dV kernel")) return FATTN_ERR_UNSUPPORTED;

@@ -1,12 +1,13 @@
 // sequence.h — the forward and backward launch sequences of the fused CUDA attention kernels,
 // written once against a launcher R: carve the workspace, run the pre-passes (bias tile map and
 // ceilings; δ and lse' for the backward; the stats-mode forward for rows with a large ceiling),
-// then the family's kernels. launch.cu instantiates it with the CUDA launcher; src/emu/attn_emu.cpp
+// then the family's kernels, and the bias gradient's when asked for. launch.cu instantiates it with the CUDA launcher; src/emu/attn_emu.cpp
 // with the CPU emulation's, so the emulation runs this very sequence.
 //
 // R provides, each returning R::Err (R::ok() when nothing failed):
 //   bias_map(p, w, map, vec), bias_ceiling(p, w, ceil, warps), delta(p, a, rows, vec8),
 //   native_fwd / tf32_fwd / scalar_fwd (p, a, db), native_bwd / tf32_bwd / scalar_bwd (p, a, db),
+//   native_dbias / tf32_dbias (p, a, db), dbias_zero(p, rows),
 //   with FATTN_HAVE_SM90: sm90_fwd, sm90_fwd_tf32, sm90_bwd, sm90_bwd_tf32 (as launch.h);
 //   check(e, what, err): the status of e (and its message).
 #pragma once
@@ -120,20 +121,38 @@ fattn_status seq_bwd(R &r, const AttnBwdParams &p, const DeviceInfo &dev, const 
         }
         if (fattn_status s = r.check(se, "row statistics (stats-mode forward)", err); s != FATTN_OK) return s;
     }
+    fattn_status s = FATTN_ERR_UNSUPPORTED;
     switch (c.family) {
 #ifdef FATTN_HAVE_SM90
-    case Family::SM90_NATIVE: return r.check(r.sm90_bwd(p, a, c.d_bucket), "backward (sm90)", err);
+    case Family::SM90_NATIVE: s = r.check(r.sm90_bwd(p, a, c.d_bucket), "backward (sm90)", err); break;
     case Family::SM90_TF32:
-        return r.check(r.sm90_bwd_tf32(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_BWD), workspace),
-                       "backward (sm90 tf32)", err);
+        s = r.check(r.sm90_bwd_tf32(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_BWD), workspace),
+                    "backward (sm90 tf32)", err);
+        break;
 #endif
-    case Family::MMA_NATIVE: return r.check(r.native_bwd(p, a, c.d_bucket), "backward (mma)", err);
-    case Family::MMA_TF32: return r.check(r.tf32_bwd(p, a, c.d_bucket), "backward (tf32)", err);
-    case Family::SCALAR_F32: return r.check(r.scalar_bwd(p, a, c.d_bucket), "backward (f32)", err);
-    default: break;
+    case Family::MMA_NATIVE: s = r.check(r.native_bwd(p, a, c.d_bucket), "backward (mma)", err); break;
+    case Family::MMA_TF32: s = r.check(r.tf32_bwd(p, a, c.d_bucket), "backward (tf32)", err); break;
+    case Family::SCALAR_F32: s = r.check(r.scalar_bwd(p, a, c.d_bucket), "backward (f32)", err); break;
+    default:
+        if (err) *err = "cuda fused attn: no backward kernel for this family";
+        break;
     }
-    if (err) *err = "cuda fused attn: no backward kernel for this family";
-    return FATTN_ERR_UNSUPPORTED;
+    if (s != FATTN_OK || !p.dbias) return s;
+    // The bias gradient: the mma.sync kernel for the input type, after any family's backward
+    // (choose() refuses it for the strict-f32 one). Varlen: the entries between two sequences,
+    // which no CTA owns, are zeroed first.
+    const bool native = c.family == Family::MMA_NATIVE || c.family == Family::SM90_NATIVE;
+    if (!native && c.family != Family::MMA_TF32 && c.family != Family::SM90_TF32) {
+        if (err) *err = "cuda fused attn: the bias gradient has no kernel for the strict-f32 family";
+        return FATTN_ERR_UNSUPPORTED;
+    }
+    if (p.cu_seqlens_q) {
+        const int64_t rows = (p.dbias_sh ? p.hq : 1) * (p.dbias_si ? p.total_q : 1);
+        if (rows > 0)
+            if (fattn_status z = r.check(r.dbias_zero(p, rows), "dbias zero", err); z != FATTN_OK) return z;
+    }
+    return native ? r.check(r.native_dbias(p, a, c.d_bucket), "bias gradient (mma)", err)
+                  : r.check(r.tf32_dbias(p, a, c.d_bucket), "bias gradient (tf32)", err);
 }
 
 }  // namespace fattn::cuda::attn

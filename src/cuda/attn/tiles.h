@@ -57,6 +57,15 @@ constexpr size_t mma_dkdv_smem(int db, size_t es) {  // K, V + double-buffered Q
            size_t(4 * mma_bwd_bm(db, es)) * sizeof(float);
 }
 
+// Bias gradient (mma_dbias_kernel): a CTA owns a 64 × 64 tile of dbias (or, with the bias broadcast
+// over queries, a 64-key column of it) and recomputes S and dP for every (batch, head, query tile)
+// that sums into it; 4 warps × 16 rows, Q, dO, K, V single-buffered.
+constexpr int mma_dbias_bm() { return 64; }
+constexpr int mma_dbias_bn() { return 64; }
+constexpr size_t mma_dbias_smem(int db, size_t es) {
+    return size_t(2 * mma_dbias_bm() + 2 * mma_dbias_bn()) * mma_stride(db, es) * es;
+}
+
 // ---- strict-f32 scalar kernels, templated on DB (64, 128 or 256) ----
 constexpr int sc_threads() { return 128; }
 // 16 rows per CTA: 8 threads per row (128 threads), each owning DB/8 output columns.
