@@ -9,7 +9,9 @@ Arms, at equal shape, interleaved per case (LESSONS: unpaired arms mislead):
   flash, cudnn, efficient, math   SDPA with that backend forced (torch.nn.attention.sdpa_kernel)
   flash-det, efficient-det        the same under torch.use_deterministic_algorithms(True)
 Shapes: the project's target table (docs/PERF.md, "TARGETS.md shapes"; B·S = 16k and Hq·D = 2048 for bf16; B·S = 8k, H16 for f32;
-a ±256 window given as a dense -inf bias; GQA 32q/8kv; long S).
+a ±256 window given as a dense -inf bias; GQA 32q/8kv; long S); and learned biases that require
+grad (full, shared, per-key), where fwd+bwd also returns the bias's gradient (arms: fattn, its
+exact arm, mem-efficient, math).
 Per arm and case: fwd and fwd+bwd time (median of CUDA-event-timed reps, L2 flushed before each),
 TFLOP/s (FlashAttention's convention: fwd 4·B·Hq·Sq·Skv·D, halved when causal; fwd+bwd 3.5x
 fwd), peak memory above the inputs (torch's allocator high-water; fattn allocates through
@@ -46,9 +48,13 @@ SDPA_BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_
 
 
 # ------------------------------------------------------------------------------ cases
-def case(name, dtype, B, S, Hq, D, causal=False, Hkv=None, window_bias=None, series=None):
+def case(name, dtype, B, S, Hq, D, causal=False, Hkv=None, window_bias=None, series=None,
+         learned_bias=None):
+    """learned_bias: "full" [B, Hq, S, S], "shared" [1, 1, S, S] or "key" [B, 1, 1, S], random
+    values that require grad: fwd+bwd also returns the bias's gradient (summed over its
+    broadcast dims)."""
     return dict(name=name, dtype=dtype, B=B, S=S, Hq=Hq, Hkv=Hkv or Hq, D=D, causal=causal,
-                window_bias=window_bias, series=series)
+                window_bias=window_bias, series=series, learned_bias=learned_bias)
 
 
 def cases(quick, smoke=False):
@@ -59,6 +65,7 @@ def cases(quick, smoke=False):
         out.append(case("bf16 D32 S128 causal", bf, 1, 128, 4, 32, True, series="bf16 D32 causal"))
         out.append(case("f32 D32 S64 GQA", f32, 1, 64, 4, 32, Hkv=2))
         out.append(case("f32 D32 S64 window ±8 as bias", f32, 1, 64, 4, 32, window_bias=8))
+        out.append(case("f32 D32 S64 learned bias [B,H,S,S]", f32, 2, 64, 4, 32, learned_bias="full"))
         return out
     if quick:
         for c in (False, True):
@@ -81,10 +88,19 @@ def cases(quick, smoke=False):
     for dt, tag in ((bf, "bf16"), (f32, "f32")):
         out.append(case(f"{tag} D128 S4096 window ±256 as bias", dt, 1, 4096, 16, 128,
                         window_bias=256))
+    # the bias gradient (mem-efficient is the only SDPA backend that computes one)
+    for kind, shape in (("full", "[B,H,S,S]"), ("shared", "[1,1,S,S]"), ("key", "[B,1,1,S]")):
+        out.append(case(f"bf16 D64 S4096 learned bias {shape}", bf, 2, 4096, 16, 64, learned_bias=kind))
+    out.append(case("f32 D64 S4096 learned bias [B,H,S,S]", f32, 2, 4096, 16, 64, learned_bias="full"))
     return out
 
 
 def arms_for(c, quick):
+    if c["learned_bias"]:  # flash and cuDNN take no bias gradient; math only where it fits
+        arms = ["fattn", "fattn-exact", "efficient", "efficient-det"]
+        if c["B"] * c["Hq"] * c["S"] ** 2 * 12 < 40e9:
+            arms.append("math")
+        return arms
     arms = ["fattn"]
     if c["dtype"] == torch.float32:
         arms.append("fattn-f32")
@@ -173,9 +189,11 @@ def bench_arm(arm, c, inputs, reps, flush):
             sync()
             res["fwd_ms"] = time_ms(lambda: fn(q, k, v), reps, flush)
 
+        wrt = (q, k, v) + ((bias,) if bias is not None and bias.requires_grad else ())
+
         def fwd_bwd():
             o = fn(q, k, v)
-            return torch.autograd.grad(o, (q, k, v), do)
+            return torch.autograd.grad(o, wrt, do)
 
         with Deterministic(arm.endswith("-det")):
             g1 = fwd_bwd()
@@ -217,6 +235,9 @@ def make_inputs(c):
     q, k, v = rnd(B, S, Hq, D), rnd(B, S, Hkv, D), rnd(B, S, Hkv, D)
     do = torch.randn(B, S, Hq, D, device=DEV, generator=g).to(c["dtype"])
     bias = None
+    if c["learned_bias"]:
+        shape = {"full": (B, Hq, S, S), "shared": (1, 1, S, S), "key": (B, 1, 1, S)}[c["learned_bias"]]
+        bias = rnd(*shape)
     if c["window_bias"]:
         i = torch.arange(S, device=DEV)
         ok = (i[None, :] - i[:, None]).abs() <= c["window_bias"]
