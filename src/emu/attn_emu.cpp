@@ -51,7 +51,7 @@ struct EmuLauncher {
                    mma_fwd_smem(DB, sizeof(T)), [&] { mma_fwd_kernel<T, DB>(p, a); });
     }
     template <typename T, int DB> Err mma_bwd(const AttnBwdParams &p, const KArgs &a) {
-        Err e = run(cdiv(p.seqlen_kv, mma_bwd_bn()), p.hkv, p.batch, mma_threads(), mma_dkdv_smem(DB, sizeof(T)),
+        Err e = run(cdiv(p.seqlen_kv, mma_bwd_bn()) * mma_dkdv_splits(DB), p.hkv, p.batch, mma_threads(), mma_dkdv_smem(DB, sizeof(T)),
                     [&] { mma_dkdv_kernel<T, DB>(p, a); });
         if (e != ok()) return e;
         return run(cdiv(p.seqlen_q, mma_dq_bm(DB, sizeof(T))), p.hq, p.batch, 32 * mma_fwd_warps(sizeof(T)),
@@ -62,30 +62,32 @@ struct EmuLauncher {
     }
     template <typename T, int DB> Err mma_dbias(const AttnBwdParams &p, const KArgs &a) {
         int64_t g[3];
-        mma_dbias_grid(p, g);
+        mma_dbias_grid(p, DB, sizeof(T), g);
         return run(g[0], g[1], g[2], mma_threads(), mma_dbias_smem(DB, sizeof(T)), [&] { mma_dbias_kernel<T, DB>(p, a); });
     }
+    // prec NATIVE (bf16 / f16) and TF32 (f32), every head-dim bucket
+    template <class K> Err native(const AttnFwdParams &p, int db, K &&k) {
+        return mma_bucket(db, [&](auto b) {
+            return p.dtype == FATTN_BF16 ? k(b, __nv_bfloat16{}) : k(b, __half{});
+        });
+    }
     Err native_dbias(const AttnBwdParams &p, const KArgs &a, int db) {
-        if (p.dtype == FATTN_BF16)
-            return db == 64 ? mma_dbias<__nv_bfloat16, 64>(p, a) : mma_dbias<__nv_bfloat16, 128>(p, a);
-        return db == 64 ? mma_dbias<__half, 64>(p, a) : mma_dbias<__half, 128>(p, a);
+        return native(p, db, [&](auto b, auto t) { return mma_dbias<decltype(t), b.value>(p, a); });
     }
     Err tf32_dbias(const AttnBwdParams &p, const KArgs &a, int db) {
-        return db == 64 ? mma_dbias<float, 64>(p, a) : mma_dbias<float, 128>(p, a);
+        return mma_bucket(db, [&](auto b) { return mma_dbias<float, b.value>(p, a); });
     }
     Err native_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
-        if (p.dtype == FATTN_BF16) return db == 64 ? mma_fwd<__nv_bfloat16, 64>(p, a) : mma_fwd<__nv_bfloat16, 128>(p, a);
-        return db == 64 ? mma_fwd<__half, 64>(p, a) : mma_fwd<__half, 128>(p, a);
+        return native(p, db, [&](auto b, auto t) { return mma_fwd<decltype(t), b.value>(p, a); });
     }
     Err native_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
-        if (p.dtype == FATTN_BF16) return db == 64 ? mma_bwd<__nv_bfloat16, 64>(p, a) : mma_bwd<__nv_bfloat16, 128>(p, a);
-        return db == 64 ? mma_bwd<__half, 64>(p, a) : mma_bwd<__half, 128>(p, a);
+        return native(p, db, [&](auto b, auto t) { return mma_bwd<decltype(t), b.value>(p, a); });
     }
     Err tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
-        return db == 64 ? mma_fwd<float, 64>(p, a) : mma_fwd<float, 128>(p, a);
+        return mma_bucket(db, [&](auto b) { return mma_fwd<float, b.value>(p, a); });
     }
     Err tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
-        return db == 64 ? mma_bwd<float, 64>(p, a) : mma_bwd<float, 128>(p, a);
+        return mma_bucket(db, [&](auto b) { return mma_bwd<float, b.value>(p, a); });
     }
     Err scalar_fwd(const AttnFwdParams &, const KArgs &, int) { return "the scalar f32 kernels are not emulated"; }
     Err scalar_bwd(const AttnBwdParams &, const KArgs &, int) { return "the scalar f32 kernels are not emulated"; }

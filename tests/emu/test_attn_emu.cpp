@@ -2,7 +2,7 @@
 // (src/cuda/attn: mma.sync bf16 / f16 at prec NATIVE, tf32 at prec TF32, with the bias map,
 // ceiling, δ and stats-mode pre-passes) run through the CPU emulation (src/emu) and the launch
 // sequence the CUDA backend runs (sequence.h), against the float64 oracle: o, lse, dq, dk, dv
-// for causal / window masks, GQA, cross lengths, varlen, D != Dv, head-dim buckets 64 and 128,
+// for causal / window masks, GQA, cross lengths, varlen, D != Dv, head-dim buckets 64, 128, 256,
 // additive biases broadcast every way, -inf tiles and a finfo.min padding row, strided views that
 // rule out the 16-byte loads; the bias gradient (mma_dbias_kernel) for every broadcast pattern.
 // Also: results bitwise independent of the threads' order.
@@ -295,6 +295,16 @@ std::vector<Case> cases() {
     c = mk("tf32_D128_mqa_bias", FATTN_F32);
     c.D = c.Dv = 128, c.Hq = 2, c.Hkv = 1, c.B = 1, c.bias = 1, c.Sq = 100, c.Skv = 90;
     v.push_back(c);
+    // head-dim bucket 256 (head dims 129-256: D160 with Dv 256, D256; the dK/dV column split)
+    c = mk("bf16_D256_gqa_causal", FATTN_BF16);
+    c.D = c.Dv = 256, c.Sq = 100, c.Skv = 120, c.causal = 1;
+    v.push_back(c);
+    c = mk("f16_D160_Dv256_bias_strided", FATTN_F16);
+    c.D = 160, c.Dv = 256, c.B = 1, c.Hq = c.Hkv = 2, c.Sq = 90, c.Skv = 70, c.bias = 1, c.pad = true;
+    v.push_back(c);
+    c = mk("tf32_D192_varlen_window", FATTN_F32);
+    c.D = c.Dv = 192, c.varlen = true, c.wl = 20, c.wr = 10;
+    v.push_back(c);
     // the bias gradient, every broadcast pattern
     c = mk("dbias_bf16_full_causal_pad_row", FATTN_BF16);
     c.bias = 1, c.dbias = true, c.causal = 1, c.Hq = 2, c.Hkv = 1;
@@ -313,6 +323,9 @@ std::vector<Case> cases() {
     v.push_back(c);
     c = mk("dbias_tf32_full_varlen_D32", FATTN_F32);
     c.bias = 1, c.dbias = true, c.varlen = true, c.D = 32, c.Dv = 48;
+    v.push_back(c);
+    c = mk("dbias_tf32_D256_shared", FATTN_F32);
+    c.bias = 2, c.dbias = true, c.D = c.Dv = 256, c.B = 1, c.Hq = 2, c.Hkv = 1, c.Sq = 70, c.Skv = 80;
     v.push_back(c);
     return v;
 }

@@ -210,7 +210,11 @@ struct CtaTile {
     int64_t lq, lkv, r0;
 
     __device__ __forceinline__ static CtaTile queries(const AttnFwdParams &p, int bm) { return CtaTile(p, bm, false); }
-    __device__ __forceinline__ static CtaTile keys(const AttnFwdParams &p, int bn) { return CtaTile(p, bn, true); }
+    // split: CTAs per key tile along grid x (x = tile · split + part; the dK/dV kernel's output
+    // column blocks at head-dim bucket 256).
+    __device__ __forceinline__ static CtaTile keys(const AttnFwdParams &p, int bn, int split = 1) {
+        return CtaTile(p, bn, true, split);
+    }
     __device__ __forceinline__ bool past_end() const { return r0 >= len; }
     __device__ __forceinline__ int64_t r1() const { return r0 + rows < len ? r0 + rows : len; }
 
@@ -218,9 +222,9 @@ struct CtaTile {
     int64_t len;
     int rows;
 
-    __device__ __forceinline__ CtaTile(const AttnFwdParams &p, int rows_, bool on_keys)
+    __device__ __forceinline__ CtaTile(const AttnFwdParams &p, int rows_, bool on_keys, int split = 1)
         : head(blockIdx.y), sr(seq_range(p, blockIdx.z)), lq(sr.q_len), lkv(sr.kv_len),
-          r0(int64_t(blockIdx.x) * rows_), len(on_keys ? lkv : lq), rows(rows_) {}
+          r0(int64_t(blockIdx.x / unsigned(split)) * rows_), len(on_keys ? lkv : lq), rows(rows_) {}
 };
 
 // Key tiles [n_first, n_last] (tile size bn) that rows [m0, m1) of a sequence may see.

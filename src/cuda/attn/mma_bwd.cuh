@@ -4,14 +4,15 @@
 // Why two kernels instead of FlashAttention-2's single pass with atomicAdd on dQ: FA2's dQ is a
 // sum over key tiles accumulated by many CTAs in arrival order, so its bits change run to run.
 // Here every output has exactly one owner that sums in a fixed order:
-//   dK/dV: a CTA owns (64-key tile, kv head, sequence) and loops over the query heads of its GQA
-//          group, then over the query tiles, in that order (GQA reduced inside the kernel, K/V
-//          never expanded);
+//   dK/dV: a CTA owns (64-key tile, kv head, sequence; at head-dim bucket 256 also one half of
+//          the output columns) and loops over the query heads of its GQA group, then over the
+//          query tiles, in that order (GQA reduced inside the kernel, K/V never expanded);
 //   dQ:    a CTA owns (query tile, q head, sequence) and loops over the key tiles in order,
 //          recomputing P from the saved LSE and dP = dO·Vᵀ.
 // The price is recomputing S and dP in the dQ kernel (7 GEMM-sized products instead of 5); the
 // gain is bitwise determinism by construction and no dQ accumulation buffer (memory stays linear).
-// δ = rowsum(dO∘O) comes from a small preprocess kernel (aux.cu).
+// δ = rowsum(dO∘O) comes from a small preprocess kernel (prep.cuh). The bias gradient has its own
+// kernel (mma_dbias_kernel, at the end).
 #pragma once
 
 #include "cuda/attn/mma.cuh"
@@ -237,7 +238,9 @@ template <typename T, int DB>
 __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, const KArgs a) {
     constexpr int NT = mma_threads();
     constexpr int BN = mma_bwd_bn(), BM = mma_bwd_bm(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
-    constexpr int NQ = BM / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
+    // DC output columns of dK and dV per CTA (all DB but at bucket 256: tiles.h)
+    constexpr int DC = mma_dkdv_cols(DB), NSPLIT = mma_dkdv_splits(DB);
+    constexpr int NQ = BM / 8, NO = DC / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
     FATTN_DYN_SMEM(mma_smem);
     T *sK = reinterpret_cast<T *>(mma_smem);  // [BN, ST]
@@ -248,10 +251,11 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
     float *sD = sL + 2 * BM;                                   // [2][BM] delta
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-    const CtaTile cta = CtaTile::keys(p, BN);
+    const CtaTile cta = CtaTile::keys(p, BN, NSPLIT);
     if (cta.past_end()) return;
     const SeqRange sr = cta.sr;
     const int64_t hk = cta.head, lq = cta.lq, lkv = cta.lkv, n0 = cta.r0, n1 = cta.r1();
+    const int c0 = NSPLIT > 1 ? int(blockIdx.x % NSPLIT) * DC : 0;  // this CTA's output columns
     const T *gK = seq_k<T>(p, sr, hk);
     const T *gV = seq_v<T>(p, sr, hk);
     // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
@@ -369,10 +373,10 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
 #pragma unroll
             for (int d2 = 0; d2 < NO / 2; ++d2) {
                 uint32_t b[4];
-                Op::template load_bt2<ST>(b, cdO, kk * Op::K, d2 * 16, lane);
+                Op::template load_bt2<ST>(b, cdO, kk * Op::K, c0 + d2 * 16, lane);
                 Op::mma(dv[2 * d2], ap, b[0], b[1]);
                 Op::mma(dv[2 * d2 + 1], ap, b[2], b[3]);
-                Op::template load_bt2<ST>(b, cQ, kk * Op::K, d2 * 16, lane);
+                Op::template load_bt2<ST>(b, cQ, kk * Op::K, c0 + d2 * 16, lane);
                 Op::mma(dk[2 * d2], as, b[0], b[1]);
                 Op::mma(dk[2 * d2 + 1], as, b[2], b[3]);
             }
@@ -390,7 +394,7 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
         T *gdV = static_cast<T *>(p.dv) + sr.batch_index * p.dv_sb + (sr.kv_begin + kj[r]) * p.dv_ss + hk * p.dv_sh;
 #pragma unroll
         for (int d = 0; d < NO; ++d) {
-            const int c = d * 8 + 2 * t4;
+            const int c = c0 + d * 8 + 2 * t4;
             if (c < p.d) gdK[c] = from_f<T>(dk[d][2 * r] * p.scale);
             if (c + 1 < p.d) gdK[c + 1] = from_f<T>(dk[d][2 * r + 1] * p.scale);
             if (c < p.dim_v) gdV[c] = from_f<T>(dv[d][2 * r]);
@@ -402,8 +406,9 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
 // The bias gradient: dbias = dS summed over the bias's broadcast dims (AttnBwdParams::dbias), in a
 // fixed order, without atomics and without a workspace. A CTA owns one piece of dbias and sums
 // every contribution to it itself, recomputing S and dP (bwd_s_dp, bwd_ds: the dQ kernel's P):
-//   grid x: the 64 × 64 tile (query tile, key tile) of its plane, or the 64-key tile when the bias
+//   grid x: the 64 × BN tile (query tile, key tile) of its plane, or the BN-key tile when the bias
 //           is broadcast over queries (dbias_si == 0: the CTA also sums over the query tiles);
+//           BN = 64 (32 for tf32 at head-dim bucket 256, tiles.h);
 //   grid y: the dbias head (0 when summed over heads), z: the sequence (varlen, or a dbias per
 //           batch) or 0 (dense, summed over batches).
 // Order: sequences, then heads, then query tiles, each tile's dS added elementwise to the CTA's
@@ -413,9 +418,9 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
 // property of dead tiles makes skipping them exact. Varlen: entries between two sequences are
 // zeroed by the launch sequence first (dbias_zero_kernel).
 // The kernel's grid (x, y, z), host side: see above.
-inline void mma_dbias_grid(const AttnBwdParams &p, int64_t (&grid)[3]) {
+inline void mma_dbias_grid(const AttnBwdParams &p, int db, size_t es, int64_t (&grid)[3]) {
     const int64_t nm = (p.seqlen_q + mma_dbias_bm() - 1) / mma_dbias_bm();
-    const int64_t nn = (p.seqlen_kv + mma_dbias_bn() - 1) / mma_dbias_bn();
+    const int64_t nn = (p.seqlen_kv + mma_dbias_bn(db, es) - 1) / mma_dbias_bn(db, es);
     grid[0] = p.dbias_si ? nm * nn : nn;
     grid[1] = p.dbias_sh ? p.hq : 1;
     grid[2] = p.cu_seqlens_q || p.dbias_sb ? p.batch : 1;
@@ -423,7 +428,8 @@ inline void mma_dbias_grid(const AttnBwdParams &p, int64_t (&grid)[3]) {
 
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, const KArgs a) {
-    constexpr int NW = 4, NT = 32 * NW, BM = mma_dbias_bm(), BN = mma_dbias_bn(), ST = mma_stride(DB, sizeof(T));
+    constexpr int NW = 4, NT = 32 * NW, BM = mma_dbias_bm(), BN = mma_dbias_bn(DB, sizeof(T));
+    constexpr int ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8;
     static_assert(BM == 16 * NW, "one m-tile per warp");
     FATTN_DYN_SMEM(mma_smem);

@@ -16,7 +16,8 @@ cudaError_t mma_fwd_launch(const AttnFwdParams &p, const KArgs &a, cudaStream_t 
 
 template <typename T, int DB>
 cudaError_t mma_bwd_launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
-    const dim3 gkv(ceil_div_u(p.seqlen_kv, mma_bwd_bn()), unsigned(p.hkv), unsigned(p.batch));
+    const dim3 gkv(ceil_div_u(p.seqlen_kv, mma_bwd_bn()) * unsigned(mma_dkdv_splits(DB)), unsigned(p.hkv),
+                   unsigned(p.batch));
     cudaError_t e = launch_kernel(mma_dkdv_kernel<T, DB>, gkv, mma_threads(), mma_dkdv_smem(DB, sizeof(T)), st, p, a);
     if (e != cudaSuccess) return e;
     const dim3 gq(ceil_div_u(p.seqlen_q, mma_dq_bm(DB, sizeof(T))), unsigned(p.hq), unsigned(p.batch));
@@ -27,7 +28,7 @@ cudaError_t mma_bwd_launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t 
 template <typename T, int DB>
 cudaError_t mma_dbias_launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     int64_t g[3];
-    mma_dbias_grid(p, g);
+    mma_dbias_grid(p, DB, sizeof(T), g);
     return launch_kernel(mma_dbias_kernel<T, DB>, dim3(unsigned(g[0]), unsigned(g[1]), unsigned(g[2])), mma_threads(), mma_dbias_smem(DB, sizeof(T)), st, p, a);
 }
 

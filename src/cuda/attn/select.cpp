@@ -87,19 +87,17 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                         " bytes of shared memory per block, device allows " + std::to_string(dev.smem_optin);
         return false;
     };
-    // The mma.sync families (prec NATIVE: es 2, prec TF32: es 4): sm_80+, head dims up to 128, the
-    // forward and dQ kernels' shared memory. prec: the precision's name; sm_note: what needs sm_80;
+    // The mma.sync families (prec NATIVE: es 2, prec TF32: es 4): sm_80+, head dims up to 256
+    // (buckets 64, 128, 256), each kernel's shared memory. prec: the precision's name; sm_note: what needs sm_80;
     // kernels: the kernels' name in the shared-memory message.
     auto mma_family = [&](Family f, size_t es, const std::string &prec, const std::string &sm_note,
                           const std::string &kernels) {
         if (sm < 80) return no(prec + " needs sm_80+" + sm_note + ", device is sm_" + std::to_string(sm));
-        if (dmax > 128)
-            return no(prec + ": head dim " + std::to_string(dmax) +
-                      " > 128 is not instantiated for tensor cores (use prec F32)");
         c->family = c->fwd_family = f;
-        c->d_bucket = dmax <= 64 ? 64 : 128;
+        c->d_bucket = dmax <= 64 ? 64 : dmax <= 128 ? 128 : 256;  // dmax <= 256: checked above
         if (!smem_ok(mma_fwd_smem(c->d_bucket, es), "the " + kernels + " forward kernel") ||
             !smem_ok(mma_dq_smem(c->d_bucket, es), "the " + kernels + " dQ kernel") ||
+            !smem_ok(mma_dkdv_smem(c->d_bucket, es), "the " + kernels + " dK/dV kernel") ||
             (p.want_dbias && !smem_ok(mma_dbias_smem(c->d_bucket, es), "the " + kernels + " bias-gradient kernel")))
             return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;

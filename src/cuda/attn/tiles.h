@@ -4,10 +4,18 @@
 #pragma once
 
 #include <cstddef>
+#include <type_traits>
 
 namespace fattn::cuda::attn {
 
 // ---- tensor-core (mma.sync) kernels, templated on the element type and head-dim bucket DB ----
+// Buckets 64, 128 and 256 (head dims up to the bucket; padded columns are zero-filled and masked
+// on store). f(std::integral_constant<int, DB>) for db's bucket: the launchers' dispatch.
+template <class F> inline auto mma_bucket(int db, F &&f) {
+    return db == 64    ? f(std::integral_constant<int, 64>{})
+           : db == 128 ? f(std::integral_constant<int, 128>{})
+                       : f(std::integral_constant<int, 256>{});
+}
 // dK/dV: 4 warps, one warp owns 16 key rows (the M of m16n8k16); 2 CTAs per SM.
 constexpr int mma_threads() { return 128; }
 // Forward and dQ: 4 warps × 16 query rows. 8 warps (128 rows sharing each K/V tile) was measured
@@ -19,15 +27,20 @@ constexpr int mma_fwd_warps(size_t) { return 4; }
 // 128-row tile with 4 warps): at MT = 1 the forward is bound by shared-memory bandwidth (0.56
 // ldmatrix.x4 per mma; ~4 cycles each against ~1.5 per mma.sync). Not for tf32 at D128: its
 // 128-row Q tile plus K/V would leave one CTA per SM (135 KB of shared memory), too few warps to
-// hide the loads, and the accumulators spill.
-constexpr int mma_fwd_mt(int db, size_t es) { return es == 4 && db > 64 ? 1 : 2; }
+// hide the loads, and the accumulators spill. Head-dim bucket 256: one m-tile (the O accumulators
+// alone take 128 registers).
+constexpr int mma_fwd_mt(int db, size_t es) { return (es == 4 && db > 64) || db > 128 ? 1 : 2; }
 constexpr int mma_fwd_bm(int db, size_t es) { return 16 * mma_fwd_warps(es) * mma_fwd_mt(db, es); }
 // dQ: m-tiles per warp and keys per step. MT = 2 shares each K/V fragment between two m-tiles as
 // in the forward; its S, dP (2 × 2 × 16 registers) and dQ accumulators fit with 32 keys per step.
 // H200, bf16 D128 S4096 B4 H16 fwd+bwd: MT 1 (64 keys) 11.28 ms, MT 2 (32 keys) 10.77 ms.
-constexpr int mma_dq_mt(int, size_t es) { return es == 4 ? 1 : 2; }
+// Bucket 256: one m-tile and 32 keys (16 with tf32, so the tiles fit in shared memory): the dQ
+// accumulators take 128 registers.
+constexpr int mma_dq_mt(int db, size_t es) { return es == 4 || db > 128 ? 1 : 2; }
 constexpr int mma_dq_bm(int db, size_t es) { return 16 * mma_fwd_warps(es) * mma_dq_mt(db, es); }
-constexpr int mma_dq_bn(int db, size_t es) { return mma_dq_mt(db, es) == 2 ? 32 : (es == 4 ? 32 : 64); }
+constexpr int mma_dq_bn(int db, size_t es) {
+    return db > 128 ? (es == 4 ? 16 : 32) : mma_dq_mt(db, es) == 2 ? 32 : (es == 4 ? 32 : 64);
+}
 // Forward keys per step: 64 (tf32: 32, so two CTAs' tiles fit in shared memory; one CTA of 4
 // warps per SM cannot hide the load latency). At D128 with MT = 2 the O and S accumulators
 // (128 + 64 registers) spill ~90 B, yet 64 keys ran faster than 32 on the H200 (bf16 D128 S4096
@@ -40,6 +53,11 @@ constexpr int mma_bwd_bn() { return 64; }
 // With tf32 at DB 128, 16 query columns keep two CTAs' tiles within shared memory. (Staging 64
 // rows and computing them in two 32-column sub-steps spilled 300-500 B: not taken.)
 constexpr int mma_bwd_bm(int db, size_t es) { return db > 64 ? (es == 4 ? 16 : 32) : 64; }
+// dK/dV output columns per CTA: at bucket 256 the dK+dV accumulators of all 256 columns would take
+// 256 registers, so a CTA owns 128 of them (two CTAs per key tile, each recomputing Sᵀ and dPᵀ
+// over the full head dim: 1.5× the mma work of one pass, no cross-CTA reduction).
+constexpr int mma_dkdv_cols(int db) { return db > 128 ? 128 : db; }
+constexpr int mma_dkdv_splits(int db) { return db / mma_dkdv_cols(db); }
 // Shared-memory row stride in elements: +16 bytes shifts each row by 4 banks, so the 8 row
 // addresses of one ldmatrix (2-byte types) or the 8 g-rows × 4 t-columns of a tf32 fragment
 // load hit distinct banks (no conflicts, no swizzle). es = element size in bytes.
@@ -60,10 +78,11 @@ constexpr size_t mma_dkdv_smem(int db, size_t es) {  // K, V + double-buffered Q
 // Bias gradient (mma_dbias_kernel): a CTA owns a 64 × 64 tile of dbias (or, with the bias broadcast
 // over queries, a 64-key column of it) and recomputes S and dP for every (batch, head, query tile)
 // that sums into it; 4 warps × 16 rows, Q, dO, K, V single-buffered.
+// tf32 at bucket 256: 32 keys, so the four tiles fit in shared memory.
 constexpr int mma_dbias_bm() { return 64; }
-constexpr int mma_dbias_bn() { return 64; }
+constexpr int mma_dbias_bn(int db, size_t es) { return es == 4 && db > 128 ? 32 : 64; }
 constexpr size_t mma_dbias_smem(int db, size_t es) {
-    return size_t(2 * mma_dbias_bm() + 2 * mma_dbias_bn()) * mma_stride(db, es) * es;
+    return size_t(2 * mma_dbias_bm() + 2 * mma_dbias_bn(db, es)) * mma_stride(db, es) * es;
 }
 
 // ---- strict-f32 scalar kernels, templated on DB (64, 128 or 256) ----
