@@ -45,6 +45,7 @@
 #include <stddef.h>
 
 #include "fattn/fattn.h"
+#include "ggml-backend.h"
 #include "ggml.h"
 
 #ifdef __cplusplus
@@ -140,6 +141,20 @@ fattn_status fattn_ggml_attn_memory_ex(const struct ggml_tensor * q, const struc
                                        const struct ggml_tensor * v,
                                        const fattn_ggml_attn_opts * opts,
                                        fattn_attn_memory_info * out);
+
+/* The fattn nodes of graph (forward and backward) that backend would not run: FATTN_OK when it
+ * takes them all, else FATTN_ERR_UNSUPPORTED with the first such node named in why (may be
+ * NULL). A ggml scheduler runs a node its backend refuses on the CPU, copying tensors there and
+ * back; a trainer asks this at start-up, at its real shapes, and stops instead. CPU backend:
+ * every node. CUDA backend (a FATTN_GGML_CUDA build, ggml patch 0003): F32 q, k, v where
+ * fattn_attn_supports() of the device says yes. */
+fattn_status fattn_ggml_graph_check(struct ggml_cgraph * graph, ggml_backend_t backend, char * why,
+                                    size_t why_len);
+
+/* The precision the op runs on CUDA device `device` (never AUTO; AUTO for f32 inputs resolves
+ * to TF32 on sm_80+), or FATTN_PREC_AUTO if o is not an fattn_ggml_attn output or there is no
+ * such device (or no CUDA in this build). */
+fattn_prec fattn_ggml_attn_prec_cuda(const struct ggml_tensor * o, int device);
 
 /* Message of the calling thread's last failed fattn_ggml call ("" if none). */
 const char * fattn_ggml_last_error(void);

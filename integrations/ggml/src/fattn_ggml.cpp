@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <mutex>
@@ -31,6 +32,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#ifdef FATTN_GGML_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace {
 
@@ -629,6 +634,126 @@ void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
     });
 }
 
+// ------------------------------------------------------------------ the CUDA backend
+// With FATTN_GGML_CUDA, fa and bwd nodes of F32 q, k, v also carry a CUDA function (ggml patch
+// 0003): on ggml's CUDA backend fattn's CUDA kernels run on ggml's stream, reading and writing
+// the tensors where ggml put them. Same node layout as above; F32 only (the 16-bit forms widen
+// O and the gradients in place on the host), so for F16 / BF16 the CUDA backend's supports_op
+// says no and ggml would run the node on the CPU: fattn_ggml_backend_check names such nodes.
+#ifdef FATTN_GGML_WITH_CUDA
+
+// One fattn CUDA context per (device, stream) and thread, kept for the thread's life: making a
+// context queries the device, too slow for every node.
+fattn_ctx_t *cuda_ctx(int device, void *stream) {
+    struct Entry {
+        int device;
+        void *stream;
+        fattn_ctx_t *ctx;
+    };
+    struct Cache {
+        std::vector<Entry> e;
+        ~Cache() {
+            for (Entry &x : e) fattn_ctx_free(x.ctx);
+        }
+    };
+    thread_local Cache cache;
+    for (const Entry &x : cache.e)
+        if (x.device == device && x.stream == stream) return x.ctx;
+    fattn_ctx_t *ctx = nullptr;
+    if (fattn_ctx_init_cuda(device, stream, &ctx) != FATTN_OK) return nullptr;
+    cache.e.push_back({device, stream, ctx});
+    return ctx;
+}
+
+int current_device() {
+    int d = 0;
+    return cudaGetDevice(&d) == cudaSuccess ? d : -1;
+}
+
+// The node's fattn views and params with stand-ins where ggml has not placed a tensor yet
+// (supports_op may ask before allocation), as the build-time probe does.
+struct NodeProbe {
+    fattn_tensor tq, tk, tv;
+    Seqlens sl;
+    fattn_attn_params p;
+    NodeProbe(const Op *op, const ggml_tensor *dst, int first) {
+        const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+        tq = bshd(q, data_or_fake(q, 0)), tk = bshd(k, data_or_fake(k, 1)), tv = bshd(v, data_or_fake(v, 2));
+        const ggml_tensor *mask = op->set.has_mask ? dst->src[first] : nullptr;
+        const int iv = first + (op->set.has_mask ? 1 : 0);
+        sl = op->set.has_varlen ? stand_in_seqlens(dst->src[iv], q->ne[1], k->ne[1]) : Seqlens();
+        p = make_params(op->set, mask, mask ? data_or_fake(mask, 3) : nullptr, q->ne[1], sl);
+    }
+};
+
+// ggml_custom_cuda_supports_t of both nodes: F32 q, k, v, and fattn_attn_supports on the device.
+bool cuda_supports(const ggml_tensor *dst, int device, void *userdata) {
+    const Op *op = static_cast<const Op *>(userdata);
+    if (dst->src[0]->type != GGML_TYPE_F32) return false;
+    fattn_ctx_t *fc = cuda_ctx(device, nullptr);
+    if (!fc) return false;
+    const NodeProbe pr(op, dst, op->magic == kMagicFwd ? 3 : 5);
+    return fattn_attn_supports(fc, &pr.p, &pr.tq, &pr.tk, &pr.tv, nullptr, 0) == FATTN_OK;
+}
+
+// A failed call: the node's output becomes NaN (all bits set) on the stream, and the message is
+// kept for fattn_ggml_compute_error.
+void cuda_fail(ggml_tensor *dst, void *stream, const char *what, fattn_status s, fattn_ctx_t *fc) {
+    cudaMemsetAsync(dst->data, 0xFF, ggml_nbytes(dst), static_cast<cudaStream_t>(stream));
+    record_compute_failure(string(what) + " (" + (dst->name[0] ? dst->name : "?") + ", CUDA): " +
+                           fattn_status_string(s) + ": " +
+                           (fc ? fattn_ctx_last_error(fc) : "no fattn CUDA context for the device"));
+}
+
+void fwd_cuda(ggml_tensor *dst, void *stream, void *userdata) {
+    const Op *op = static_cast<const Op *>(userdata);
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2];
+    const int64_t Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
+    float *base = static_cast<float *>(dst->data);
+    fattn_ctx_t *fc = cuda_ctx(current_device(), stream);
+    fattn_status s = FATTN_ERR_BACKEND_UNAVAILABLE;
+    if (fc) {
+        const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
+        const fattn_tensor to = bshd_contiguous(base, Dv, Sq, Hq, B);
+        const fattn_tensor tl = lse_view(base + Dv * Sq * Hq * B, Sq, Hq, B);
+        const fattn_attn_params p = node_params(op->set, dst, 3);
+        s = fattn_attn_fwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0);
+    }
+    if (s != FATTN_OK) cuda_fail(dst, stream, "fattn_attn_fwd", s, fc);
+}
+
+void bwd_cuda(ggml_tensor *dst, void *stream, void *userdata) {
+    const Op *op = static_cast<const Op *>(userdata);
+    const ggml_tensor *q = dst->src[0], *k = dst->src[1], *v = dst->src[2], *fa = dst->src[3],
+                      *dout = dst->src[4];
+    const int64_t D = q->ne[0], Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
+    const int64_t Skv = k->ne[1], Hkv = k->ne[2];
+    const int64_t nq = D * Sq * Hq * B, nk = D * Skv * Hkv * B;
+    float *fab = static_cast<float *>(fa->data), *g = static_cast<float *>(dst->data);
+    fattn_ctx_t *fc = cuda_ctx(current_device(), stream);
+    fattn_status s = FATTN_ERR_BACKEND_UNAVAILABLE;
+    if (fc) {
+        const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
+        const fattn_tensor to = bshd_contiguous(fab, Dv, Sq, Hq, B);
+        const fattn_tensor tl = lse_view(fab + Dv * Sq * Hq * B, Sq, Hq, B);
+        const fattn_tensor tdo = bshd(dout, dout->data);
+        const fattn_tensor tdq = bshd_contiguous(g, D, Sq, Hq, B);
+        const fattn_tensor tdk = bshd_contiguous(g + nq, D, Skv, Hkv, B);
+        const fattn_tensor tdv = bshd_contiguous(g + nq + nk, Dv, Skv, Hkv, B);
+        const fattn_attn_params p = node_params(op->set, dst, 5);
+        s = fattn_attn_bwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, &tdo, &tdq, &tdk, &tdv, nullptr, 0);
+    }
+    if (s != FATTN_OK) cuda_fail(dst, stream, "fattn_attn_bwd", s, fc);
+}
+
+// Give a node its CUDA function (F32 q, k, v only).
+void offer_cuda(ggml_tensor *node, bool fwd) {
+    if (node->src[0]->type == GGML_TYPE_F32) ggml_custom_set_cuda(node, fwd ? fwd_cuda : bwd_cuda, cuda_supports);
+}
+#else
+void offer_cuda(ggml_tensor *, bool) {}
+#endif
+
 // ------------------------------------------------------------------ backward graph
 
 // Elements of the bwd node of fa: the gradients, plus the 16-bit scratch (O, dO) for F16 / BF16.
@@ -652,6 +777,7 @@ void build_back(ggml_context *ctx, ggml_tensor *fa, const Op *fop, ggml_tensor *
     ggml_tensor *g = ggml_custom_4d(ctx, GGML_TYPE_F32, back_elements(fa), 1, 1, 1, args, n_args,
                                     bwd_compute, GGML_N_TASKS_MAX, bop);
     ggml_format_name(g, "fattn_attn_back");
+    offer_cuda(g, false);
     auto part = [&](const ggml_tensor *like, int64_t offset) {
         const size_t es = sizeof(float);
         return ggml_view_4d(ctx, g, like->ne[0], like->ne[1], like->ne[2], like->ne[3],
@@ -743,6 +869,7 @@ struct ggml_tensor *fattn_ggml_attn_ex(struct ggml_context *ctx, struct ggml_ten
                                      fwd_compute, GGML_N_TASKS_MAX, op);
     ggml_format_name(fa, "fattn_attn");
     ggml_custom_set_backward(fa, attn_backward, op);
+    offer_cuda(fa, true);
     const size_t es = sizeof(float);
     ggml_tensor *o = ggml_view_4d(ctx, fa, Dv, Sq, Hq, B, Dv * es, Dv * Sq * es, Dv * Sq * Hq * es, 0);
     ggml_format_name(o, "fattn_attn.o");
@@ -770,6 +897,46 @@ int fattn_ggml_is_attn(const struct ggml_tensor *t) { return fwd_of_o(t) ? 1 : 0
 fattn_prec fattn_ggml_attn_prec(const struct ggml_tensor *o) {
     const Op *op = fwd_of_o(o);
     return op ? op->resolved : FATTN_PREC_AUTO;
+}
+
+fattn_status fattn_ggml_graph_check(struct ggml_cgraph *graph, ggml_backend_t backend, char *why,
+                                    size_t why_len) {
+    auto put = [&](const string &m) {
+        if (why && why_len) std::snprintf(why, why_len, "%s", m.c_str());
+    };
+    if (!graph || !backend) {
+        put(graph ? "backend: is NULL" : "graph: is NULL");
+        return fail(FATTN_ERR_NULL_POINTER, graph ? "backend: is NULL" : "graph: is NULL");
+    }
+    for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
+        ggml_tensor *n = ggml_graph_node(graph, i);
+        if (!op_of(n, fwd_compute, kMagicFwd) && !op_of(n, bwd_compute, kMagicBwd)) continue;
+        if (ggml_backend_supports_op(backend, n)) continue;
+        const ggml_tensor *q = n->src[0];
+        const string m = string("fattn_ggml: backend ") + ggml_backend_name(backend) + " does not run node " +
+                         (n->name[0] ? n->name : "?") + " (q " + ggml_type_name(q->type) + " [" + S(q->ne[0]) +
+                         ", " + S(q->ne[1]) + ", " + S(q->ne[2]) + ", " + S(q->ne[3]) +
+                         "]); ggml would run it on the CPU" +
+                         (q->type != GGML_TYPE_F32 ? " (the CUDA path takes F32 q, k, v)" : "");
+        put(m);
+        return fail(FATTN_ERR_UNSUPPORTED, m);
+    }
+    put("");
+    return FATTN_OK;
+}
+
+fattn_prec fattn_ggml_attn_prec_cuda(const struct ggml_tensor *o, int device) {
+    const Op *op = fwd_of_o(o);
+    if (!op) return FATTN_PREC_AUTO;
+#ifdef FATTN_GGML_WITH_CUDA
+    fattn_ctx_t *fc = cuda_ctx(device, nullptr);
+    if (!fc) return FATTN_PREC_AUTO;
+    const NodeProbe pr(op, o->view_src, 3);
+    return fattn_resolve_prec(fc, &pr.p, &pr.tq);
+#else
+    (void)device;
+    return FATTN_PREC_AUTO;
+#endif
 }
 
 fattn_status fattn_ggml_attn_back(struct ggml_context *ctx, struct ggml_tensor *o,

@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +36,9 @@
 #include "ggml-cpu.h"
 #include "ggml-opt.h"
 #include "ggml.h"
+#ifdef FATTN_GGML_TRAINER_CUDA
+#include "ggml-cuda.h"
+#endif
 #ifndef FATTN_GGML_TRAINER_NO_FATTN
 #include "fattn_ggml.h"
 #endif
@@ -57,6 +61,10 @@ struct Options {
     string self_test = "on";  // on | off | only
     string dump_graph;
     double min_drop = -1;     // >= 0: exit 1 unless the loss fell by at least this much
+    string backend = "cpu";   // cpu | cuda (device 0; a FATTN_GGML_CUDA build)
+    bool compare = false;     // exact and the --attn arm side by side, interleaved, same batches
+    double budget_mib = 0;    // > 0: the longest S of each arm whose step fits this many MiB
+    double min_gain = -1;     // >= 0 with --mem-budget: exit 1 unless flash's S / exact's S >= this
 };
 
 struct Rng {
@@ -372,7 +380,8 @@ ggml_opt_optimizer_params opt_params(void *ud) {
                  "usage: %s [--data FILE] [--attn exact|flash|flash-f32] [--steps N] [--seq S] "
                  "[--batch B]\n  [--dim d] [--heads H] [--kv-heads Hkv] [--layers L] [--lr x] "
                  "[--threads T] [--seed s]\n  [--self-test on|off|only] [--dump-graph FILE] "
-                 "[--log-every n] [--min-drop x]\n",
+                 "[--log-every n] [--min-drop x]\n  [--backend cpu|cuda] [--compare on|off] "
+                 "[--mem-budget MiB [--min-gain x]]\n",
                  argv0);
     std::exit(rc);
 }
@@ -419,15 +428,20 @@ Options parse(int argc, char **argv) {
         else if (a == "--dump-graph") o.dump_graph = v;
         else if (a == "--log-every") o.log_every = std::max(1, std::atoi(v));
         else if (a == "--min-drop") o.min_drop = std::atof(v);
+        else if (a == "--backend") o.backend = v;
+        else if (a == "--compare") o.compare = string(v) == "on";
+        else if (a == "--mem-budget") o.budget_mib = std::atof(v);
+        else if (a == "--min-gain") o.min_gain = std::atof(v);
         else usage(argv[0], 2);
     }
     if (o.self_test != "on" && o.self_test != "off" && o.self_test != "only") usage(argv[0], 2);
+    if (o.backend != "cpu" && o.backend != "cuda") usage(argv[0], 2);
     if (o.seq < 2 || o.batch < 1 || o.dim < 1 || o.heads < 1 || o.kv_heads < 1 || o.layers < 1 ||
         o.dim % o.heads || o.heads % o.kv_heads || o.steps < 0 || !(o.lr > 0)) {
         std::fprintf(stderr, "bad sizes: need seq >= 2, dim %% heads == 0, heads %% kv-heads == 0, lr > 0\n");
         std::exit(2);
     }
-    if (o.kv_heads != o.heads && o.batch > 1 && (o.arm == ARM_EXACT || o.self_test != "off")) {
+    if (o.kv_heads != o.heads && o.batch > 1 && (o.arm == ARM_EXACT || o.compare || o.self_test != "off")) {
         std::fprintf(stderr, "ggml's exact chain cannot differentiate GQA with batch > 1 (its MUL_MAT backward "
                              "broadcasts heads only when ne3 is 1): use --batch 1, or --attn flash "
                              "--self-test off\n");
@@ -437,13 +451,230 @@ Options parse(int argc, char **argv) {
     return o;
 }
 
+// ------------------------------------------------------------------ runs
+
+// One training run: a model on the compute backend and ggml-opt over a scheduler (the compute
+// backend, then the CPU, as ggml's scheduler wants the CPU last).
+struct Run {
+    Arm arm = ARM_EXACT;
+    Model m;
+    ggml_backend_sched_t sched = nullptr;
+    ggml_context *ctx_compute = nullptr;
+    ggml_opt_context_t opt = nullptr;
+    Rng rng{1};
+    Run() = default;
+    Run(const Run &) = delete;
+    Run &operator=(const Run &) = delete;
+    ~Run() {
+        if (opt) ggml_opt_free(opt);
+        if (ctx_compute) ggml_free(ctx_compute);
+        if (sched) ggml_backend_sched_free(sched);
+        if (m.buf) ggml_backend_buffer_free(m.buf);
+        if (m.ctx) ggml_free(m.ctx);
+    }
+};
+
+struct Backends {
+    ggml_backend_t cpu = nullptr, compute = nullptr;  // compute == cpu on the CPU backend
+    ~Backends() {
+        if (compute && compute != cpu) ggml_backend_free(compute);
+        if (cpu) ggml_backend_free(cpu);
+    }
+    int n() const { return compute == cpu ? 1 : 2; }
+    ggml_backend_t list[2];
+    ggml_backend_t *all() {
+        list[0] = compute;
+        list[1] = cpu;
+        return list;
+    }
+};
+
+ggml_backend_sched_t new_sched(Backends &be) {
+    return ggml_backend_sched_new(be.all(), nullptr, be.n(), 4 * GGML_DEFAULT_GRAPH_SIZE, false, true);
+}
+
+// ggml-opt, static graphs: the forward graph from the logits; ggml-opt adds the loss, builds the
+// backward with ggml_build_backward_expand (through fattn's hook) and the AdamW step.
+void start_run(Run &r, const Options &o, Arm arm, int V, Backends &be) {
+    r.arm = arm;
+    r.rng = Rng(o.seed);
+    make_model(r.m, o, V, be.compute);
+    r.sched = new_sched(be);
+    ggml_init_params cip = {size_t(64) << 20, nullptr, true};
+    r.ctx_compute = ggml_init(cip);
+    ggml_tensor *logits = forward(r.ctx_compute, r.m, arm, nullptr);
+    ggml_opt_params op = ggml_opt_default_params(r.sched, GGML_OPT_LOSS_TYPE_CROSS_ENTROPY);
+    op.ctx_compute = r.ctx_compute;
+    op.inputs = r.m.tokens;
+    op.outputs = logits;
+    op.optimizer = GGML_OPT_OPTIMIZER_TYPE_ADAMW;
+    op.get_opt_pars = opt_params;
+    op.get_opt_pars_ud = const_cast<float *>(&o.lr);
+    r.opt = ggml_opt_init(op);
+}
+
+// The training graph as ggml-opt builds it (forward, loss, backward), in c (no_alloc).
+ggml_cgraph *training_graph(ggml_context *c, const Model &m, Arm arm) {
+    ggml_tensor *dl = forward(c, m, arm, nullptr);
+    ggml_tensor *lab = ggml_new_tensor_2d(c, GGML_TYPE_F32, m.V, m.S * m.B);
+    ggml_set_input(lab);
+    ggml_tensor *loss = ggml_cross_entropy_loss(c, dl, lab);
+    ggml_set_loss(loss);
+    ggml_cgraph *g = ggml_new_graph_custom(c, 8192, true);
+    ggml_build_forward_expand(g, loss);
+    ggml_build_backward_expand(c, g, nullptr);
+    return g;
+}
+
+int64_t n_params(const Model &m) {
+    int64_t n = 0;
+    for (ggml_tensor *p : m.params) n += ggml_nelements(p);
+    return n;
+}
+
+#ifndef FATTN_GGML_TRAINER_NO_FATTN
+// fattn's memory model (fattn_attn_memory, CPU context) for one attention layer of m: its
+// backward peak beyond ggml's tensors (the workspace fattn allocates itself).
+size_t fattn_layer_workspace(const Model &m, Arm arm) {
+    ggml_init_params ip = {size_t(8) << 20, nullptr, true};
+    ggml_context *c = ggml_init(ip);
+    vector<ggml_tensor *> qkv, outs;
+    forward(c, m, arm, &outs, &qkv);
+    const fattn_prec req = arm == ARM_FLASH_F32 ? FATTN_PREC_F32 : FATTN_PREC_AUTO;
+    fattn_attn_memory_info mi{};
+    const bool ok = fattn_ggml_attn_memory(qkv[0], qkv[1], qkv[2], nullptr, 1.0f / std::sqrt(float(m.D)),
+                                           FATTN_CAUSAL_TOP_LEFT, req, &mi) == FATTN_OK;
+    ggml_free(c);
+    return ok ? std::max(mi.fwd_workspace_bytes, mi.bwd_workspace_bytes) : 0;
+}
+#endif
+
+// Memory of one training step of arm at sequence length S, predicted before running it: ggml's
+// compute buffers for the training graph (ggml_backend_sched_reserve_size: what ggml-opt's
+// scheduler allocates for it, exactly), the parameters with their gradients and AdamW's two
+// moments (4 floats each), and for a flash arm fattn's own workspace (its memory model). Never
+// under what the step allocates through ggml; fattn's part is its documented upper bound.
+double step_bytes(const Options &o, Arm arm, int V, int S, Backends &be) {
+    Options os = o;
+    os.seq = S;
+    Model m;
+    make_model(m, os, V, be.compute);
+    ggml_init_params ip = {size_t(64) << 20, nullptr, true};
+    ggml_context *c = ggml_init(ip);
+    ggml_cgraph *g = training_graph(c, m, arm);
+    ggml_backend_sched_t sched = new_sched(be);
+    size_t sizes[2] = {0, 0};
+    ggml_backend_sched_reserve_size(sched, g, sizes);
+    double bytes = double(sizes[0]) + 16.0 * double(n_params(m));
+#ifndef FATTN_GGML_TRAINER_NO_FATTN
+    if (arm != ARM_EXACT) bytes += double(fattn_layer_workspace(m, arm));
+#endif
+    ggml_backend_sched_free(sched);
+    ggml_free(c);
+    ggml_backend_buffer_free(m.buf);
+    ggml_free(m.ctx);
+    return bytes;
+}
+
+// --mem-budget: per arm, the longest S (a multiple of 16) whose predicted step fits the budget.
+int longest_seq(const Options &o, Arm arm, int V, Backends &be, double budget, int s_max) {
+    int lo = 0, hi = s_max / 16;  // in units of 16
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (step_bytes(o, arm, V, 16 * mid, be) <= budget) lo = mid;
+        else hi = mid - 1;
+    }
+    return 16 * lo;
+}
+
+#ifndef FATTN_GGML_TRAINER_NO_FATTN
+// Start-up checks of a flash arm: the supports probe at the real shapes (fattn's rules on the
+// CPU, then every fattn node of the training graph on the compute backend: no silent CPU split),
+// the resolved precision where it runs, fattn's memory model, and the self-test rung on the CPU.
+bool flash_start_up(const Options &o, Arm arm, const Corpus &cp, Backends &be, bool *stop) {
+    Model m;
+    make_model(m, o, int(cp.vocab.size()), be.cpu);
+    struct Free {
+        Model &m;
+        ~Free() {
+            ggml_backend_buffer_free(m.buf);
+            ggml_free(m.ctx);
+        }
+    } fr{m};
+    ggml_init_params ip = {size_t(8) << 20, nullptr, true};
+    ggml_context *c = ggml_init(ip);
+    vector<ggml_tensor *> qkv, outs;
+    forward(c, m, arm, &outs, &qkv);
+    const fattn_prec req = arm == ARM_FLASH_F32 ? FATTN_PREC_F32 : FATTN_PREC_AUTO;
+    const float scale = 1.0f / std::sqrt(float(m.D));
+    char why[512];
+    const fattn_status s = fattn_ggml_attn_supports(qkv[0], qkv[1], qkv[2], nullptr, scale,
+                                                    FATTN_CAUSAL_TOP_LEFT, req, why, sizeof why);
+    std::printf("fattn supports [D %d, S %d, H %d/%d, B %d, causal, q/k/v strided views]: %s%s\n", m.D,
+                m.S, m.H, m.Hkv, m.B, s == FATTN_OK ? "yes" : "NO: ", why);
+    if (s != FATTN_OK) {
+        ggml_free(c);
+        return false;
+    }
+    fattn_prec resolved = fattn_ggml_attn_prec(outs[0]);
+    if (be.compute != be.cpu) {
+        // the training graph at the real shapes, its fattn nodes asked of the compute backend
+        ggml_init_params gp = {size_t(64) << 20, nullptr, true};
+        ggml_context *gc = ggml_init(gp);
+        Model mg;
+        make_model(mg, o, int(cp.vocab.size()), be.compute);
+        ggml_cgraph *g = training_graph(gc, mg, arm);
+        const fattn_status gs = fattn_ggml_graph_check(g, be.compute, why, sizeof why);
+        std::printf("fattn on %s: %s%s\n", ggml_backend_name(be.compute),
+                    gs == FATTN_OK ? "every fattn node of the training graph runs there" : "NO: ", gs == FATTN_OK ? "" : why);
+        ggml_free(gc);
+        ggml_backend_buffer_free(mg.buf);
+        ggml_free(mg.ctx);
+        if (gs != FATTN_OK) {
+            ggml_free(c);
+            return false;
+        }
+        resolved = fattn_ggml_attn_prec_cuda(outs[0], 0);
+    }
+    std::printf("attention: fattn fused forward + backward on %s, precision requested %s, resolved %s; cpu isa %s\n",
+                ggml_backend_name(be.compute), fattn_prec_name(req), fattn_prec_name(resolved), fattn_cpu_isa());
+    fattn_attn_memory_info mi{};
+    if (fattn_ggml_attn_memory(qkv[0], qkv[1], qkv[2], nullptr, scale, FATTN_CAUSAL_TOP_LEFT, req, &mi) == FATTN_OK) {
+        const double kib = 1024.0;
+        const double probs = double(m.S) * m.S * m.H * m.B * 4;
+        std::printf("memory, one attention layer (fattn_attn_memory): saved O+LSE %.1f KiB, fwd workspace "
+                    "%.1f KiB, bwd workspace %.1f KiB, bwd peak %.1f KiB; the exact chain keeps "
+                    "[S, S, H, B] scores and probabilities: 2 x %.1f KiB\n",
+                    mi.saved_bytes / kib, mi.fwd_workspace_bytes / kib, mi.bwd_workspace_bytes / kib,
+                    mi.bwd_peak_bytes / kib, probs / kib);
+    }
+    ggml_free(c);
+    if (o.self_test != "off") {  // on the CPU, in f32: the op against ggml's chain
+        Rng r2(o.seed ^ 0xabcdef);
+        vector<int32_t> in;
+        vector<float> labels;
+        batch(cp, m, r2, false, &in, &labels);
+        ggml_backend_tensor_set(m.tokens, in.data(), 0, ggml_nbytes(m.tokens));
+        if (!self_test(m, arm, be.cpu, labels)) return false;
+        if (o.self_test == "only") *stop = true;
+    }
+    return true;
+}
+#endif
+
+double median(vector<double> v) {
+    if (v.empty()) return NAN;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);
     Options o = parse(argc, argv);
 #ifdef FATTN_GGML_TRAINER_NO_FATTN
-    if (o.arm != ARM_EXACT) {
+    if (o.arm != ARM_EXACT || o.compare) {
         std::fprintf(stderr, "this build has no fattn: --attn exact only\n");
         return 2;
     }
@@ -460,104 +691,77 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "%s: cannot read it, or shorter than 20 windows of %d bytes\n", o.data.c_str(), o.seq);
         return 1;
     }
-    ggml_backend_t be = ggml_backend_cpu_init();
-    ggml_backend_cpu_set_n_threads(be, o.threads);
-    Model m;
-    make_model(m, o, int(cp.vocab.size()), be);
-    // Frees what main made, on every return path (declared after m and be: destroyed first).
-    struct Owned {
-        ggml_backend_t be;
-        Model *m;
-        ggml_backend_sched_t sched = nullptr;
-        ggml_context *ctx_compute = nullptr;
-        ggml_opt_context_t opt = nullptr;
-        ~Owned() {
-            if (opt) ggml_opt_free(opt);
-            if (ctx_compute) ggml_free(ctx_compute);
-            if (sched) ggml_backend_sched_free(sched);
-            ggml_backend_buffer_free(m->buf);
-            ggml_free(m->ctx);
-            ggml_backend_free(be);
+    const int V = int(cp.vocab.size());
+    Backends be;
+    be.cpu = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(be.cpu, o.threads);
+    be.compute = be.cpu;
+    if (o.backend == "cuda") {
+#ifdef FATTN_GGML_TRAINER_CUDA
+        be.compute = ggml_backend_cuda_init(0);
+        if (!be.compute) {
+            std::fprintf(stderr, "--backend cuda: ggml_backend_cuda_init(0) failed (no CUDA device 0?)\n");
+            be.compute = be.cpu;
+            return 1;
         }
-    } owned{be, &m};
-    int64_t nparam = 0;
-    for (ggml_tensor *p : m.params) nparam += ggml_nelements(p);
-    std::printf("fattn-ggml-train: %s (%zu bytes, vocab %d); model d %d, %d layers, heads %d/%d (D %d), "
-                "S %d, B %d, %" PRId64 " parameters; attention %s; %d threads\n",
-                o.data.c_str(), cp.ids.size(), m.V, m.d, m.L, m.H, m.Hkv, m.D, m.S, m.B, nparam,
-                arm_name(o.arm), o.threads);
-
-    Rng rng(o.seed);
-    vector<int32_t> in;
-    vector<float> labels;
+#else
+        std::fprintf(stderr, "--backend cuda: this build has no CUDA backend (configure with -DFATTN_GGML_CUDA=ON)\n");
+        return 2;
+#endif
+    }
+    const Arm flash_arm = o.arm == ARM_EXACT ? ARM_FLASH : o.arm;
+    {
+        Model probe;
+        make_model(probe, o, V, be.cpu);
+        std::printf("fattn-ggml-train: %s (%zu bytes, vocab %d); model d %d, %d layers, heads %d/%d (D %d), "
+                    "S %d, B %d, %" PRId64 " parameters; attention %s; backend %s; %d threads\n",
+                    o.data.c_str(), cp.ids.size(), V, probe.d, probe.L, probe.H, probe.Hkv, probe.D, probe.S,
+                    probe.B, n_params(probe), o.compare ? (string("exact vs ") + arm_name(flash_arm)).c_str() : arm_name(o.arm),
+                    ggml_backend_name(be.compute), o.threads);
+        ggml_backend_buffer_free(probe.buf);
+        ggml_free(probe.ctx);
+    }
 
 #ifndef FATTN_GGML_TRAINER_NO_FATTN
-    if (o.arm != ARM_EXACT) {
-        // Supports probe, resolved precision and memory model at the real shapes, on the graph's
-        // own q, k, v views (shapes and strides only: nothing is allocated here).
-        ggml_init_params ip = {size_t(8) << 20, nullptr, true};
-        ggml_context *c = ggml_init(ip);
-        vector<ggml_tensor *> qkv, outs;
-        forward(c, m, o.arm, &outs, &qkv);
-        const fattn_prec req = o.arm == ARM_FLASH_F32 ? FATTN_PREC_F32 : FATTN_PREC_AUTO;
-        const float scale = 1.0f / std::sqrt(float(m.D));
-        char why[512];
-        const fattn_status s = fattn_ggml_attn_supports(qkv[0], qkv[1], qkv[2], nullptr, scale,
-                                                        FATTN_CAUSAL_TOP_LEFT, req, why, sizeof why);
-        std::printf("fattn supports [D %d, S %d, H %d/%d, B %d, causal, q/k/v strided views]: %s%s\n", m.D,
-                    m.S, m.H, m.Hkv, m.B, s == FATTN_OK ? "yes" : "NO: ", why);
-        if (s != FATTN_OK) return 1;
-        std::printf("attention: fattn fused forward + backward, precision requested %s, resolved %s; cpu isa %s\n",
-                    fattn_prec_name(req), fattn_prec_name(fattn_ggml_attn_prec(outs[0])), fattn_cpu_isa());
-        fattn_attn_memory_info mi{};
-        if (fattn_ggml_attn_memory(qkv[0], qkv[1], qkv[2], nullptr, scale, FATTN_CAUSAL_TOP_LEFT, req, &mi) == FATTN_OK) {
-            const double kib = 1024.0;
-            const double probs = double(m.S) * m.S * m.H * m.B * 4;
-            std::printf("memory, one attention layer (fattn_attn_memory): saved O+LSE %.1f KiB, fwd workspace "
-                        "%.1f KiB, bwd workspace %.1f KiB, bwd peak %.1f KiB; the exact chain keeps "
-                        "[S, S, H, B] scores and probabilities: 2 x %.1f KiB\n",
-                        mi.saved_bytes / kib, mi.fwd_workspace_bytes / kib, mi.bwd_workspace_bytes / kib,
-                        mi.bwd_peak_bytes / kib, probs / kib);
-        }
-        ggml_free(c);
-        if (o.self_test != "off") {
-            Rng r2(o.seed ^ 0xabcdef);
-            batch(cp, m, r2, false, &in, &labels);
-            ggml_backend_tensor_set(m.tokens, in.data(), 0, ggml_nbytes(m.tokens));
-            if (!self_test(m, o.arm, be, labels)) return 1;
-            if (o.self_test == "only") return 0;
-        }
+    if (o.arm != ARM_EXACT || o.compare) {
+        bool stop = false;
+        if (!flash_start_up(o, flash_arm, cp, be, &stop)) return 1;
+        if (stop) return 0;
     }
 #endif
 
-    // ggml-opt, static graphs: the forward graph from the logits; ggml-opt adds the loss, builds
-    // the backward with ggml_build_backward_expand (through fattn's hook) and the AdamW step.
-    ggml_backend_sched_t sched = owned.sched =
-        ggml_backend_sched_new(&be, nullptr, 1, 4 * GGML_DEFAULT_GRAPH_SIZE, false, true);
-    ggml_init_params cip = {size_t(64) << 20, nullptr, true};
-    ggml_context *ctx_compute = owned.ctx_compute = ggml_init(cip);
-    ggml_tensor *logits = forward(ctx_compute, m, o.arm, nullptr);
-    ggml_opt_params op = ggml_opt_default_params(sched, GGML_OPT_LOSS_TYPE_CROSS_ENTROPY);
-    op.ctx_compute = ctx_compute;
-    op.inputs = m.tokens;
-    op.outputs = logits;
-    op.optimizer = GGML_OPT_OPTIMIZER_TYPE_ADAMW;
-    op.get_opt_pars = opt_params;
-    op.get_opt_pars_ud = &o.lr;
-    ggml_opt_context_t opt = owned.opt = ggml_opt_init(op);
+    if (o.budget_mib > 0) {
+        // The longest sequence of each arm whose predicted step fits the budget (step_bytes).
+        const double budget = o.budget_mib * 1024 * 1024;
+        const int s_max = int(std::min<size_t>(cp.ids.size() / 20, 1 << 20));
+        const int se = longest_seq(o, ARM_EXACT, V, be, budget, s_max);
+        std::printf("memory budget %.0f MiB (B %d): longest S, exact %d (predicted %.1f MiB)", o.budget_mib, o.batch,
+                    se, se ? step_bytes(o, ARM_EXACT, V, se, be) / 1048576.0 : 0.0);
+#ifndef FATTN_GGML_TRAINER_NO_FATTN
+        const int sf = longest_seq(o, flash_arm, V, be, budget, s_max);
+        const double gain = se ? double(sf) / se : 0.0;
+        std::printf(", %s %d (predicted %.1f MiB): %.2fx\n", arm_name(flash_arm), sf,
+                    sf ? step_bytes(o, flash_arm, V, sf, be) / 1048576.0 : 0.0, gain);
+        if (o.min_gain >= 0 && !(gain >= o.min_gain)) {
+            std::fprintf(stderr, "the flash arm's longest S is %.2fx exact's, less than --min-gain %.2f\n", gain, o.min_gain);
+            return 1;
+        }
+#else
+        std::printf("\n");
+#endif
+        if (o.steps == 0) return 0;
+    }
+
+    vector<std::unique_ptr<Run>> runs;
+    for (Arm a : o.compare ? vector<Arm>{ARM_EXACT, flash_arm} : vector<Arm>{o.arm}) {
+        runs.emplace_back(new Run());
+        start_run(*runs.back(), o, a, V, be);
+    }
 
     if (!o.dump_graph.empty()) {
-        // The training graph as ggml-opt builds it: forward + loss, then the backward.
         ggml_init_params dip = {size_t(64) << 20, nullptr, true};
         ggml_context *dc = ggml_init(dip);
-        ggml_tensor *dl = forward(dc, m, o.arm, nullptr);
-        ggml_tensor *lab = ggml_new_tensor_2d(dc, GGML_TYPE_F32, m.V, m.S * m.B);
-        ggml_set_input(lab);
-        ggml_tensor *loss = ggml_cross_entropy_loss(dc, dl, lab);
-        ggml_set_loss(loss);
-        ggml_cgraph *g = ggml_new_graph_custom(dc, 8192, true);
-        ggml_build_forward_expand(g, loss);
-        ggml_build_backward_expand(dc, g, nullptr);
+        ggml_cgraph *g = training_graph(dc, runs[0]->m, runs[0]->arm);
         const bool written = dump_graph(o.dump_graph, g);
         const int n_nodes = ggml_graph_n_nodes(g);
         ggml_free(dc);
@@ -568,22 +772,36 @@ int main(int argc, char **argv) {
         std::printf("graph: %d nodes -> %s\n", n_nodes, o.dump_graph.c_str());
     }
 
-    double first = NAN, last_sum = 0;
+    // Steps; with --compare the arms alternate which goes first, on the same batches.
+    const size_t nr = runs.size();
+    vector<double> first(nr, NAN), last_sum(nr, 0.0), ms_log(nr, 0.0);
+    vector<vector<double>> ms(nr);
+    vector<float> loss(nr, 0.0f);
+    double drift_max = 0;
     int last_n = 0, logged = 0;
-    auto t_log = std::chrono::steady_clock::now();
+    vector<int32_t> in;
+    vector<float> labels;
     for (int step = 1; step <= o.steps; ++step) {
-        const float loss = eval_batch(opt, cp, m, rng, true, &in, &labels);
-        if (step == 1) first = loss;
-        if (step > o.steps - std::min(10, o.steps)) {
-            last_sum += loss;
-            ++last_n;
+        for (size_t k = 0; k < nr; ++k) {
+            const size_t i = (step % 2 && nr > 1) ? nr - 1 - k : k;
+            Run &r = *runs[i];
+            const auto t0 = std::chrono::steady_clock::now();
+            loss[i] = eval_batch(r.opt, cp, r.m, r.rng, true, &in, &labels);  // returns after the step
+            const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            if (step > 1) ms[i].push_back(t);
+            ms_log[i] += t;
+            if (step == 1) first[i] = loss[i];
+            if (step > o.steps - std::min(10, o.steps)) last_sum[i] += loss[i];
         }
+        if (step > o.steps - std::min(10, o.steps)) ++last_n;
+        if (nr > 1) drift_max = std::max(drift_max, double(std::fabs(loss[1] - loss[0])));
         if (step == 1 || step % o.log_every == 0 || step == o.steps) {  // time: since the last line
-            const auto now = std::chrono::steady_clock::now();
-            const double s = std::chrono::duration<double>(now - t_log).count();
-            std::printf("step %5d  loss %.4f  %.1f ms/step%s\n", step, loss, 1e3 * s / (step - logged),
-                        step == 1 ? " (graph allocation included)" : "");
-            t_log = now;
+            std::printf("step %5d ", step);
+            for (size_t i = 0; i < nr; ++i)
+                std::printf(" %sloss %.4f  %.1f ms/step", nr > 1 ? (string(arm_name(runs[i]->arm)) + " ").c_str() : "",
+                            loss[i], ms_log[i] / (step - logged));
+            std::printf("%s\n", step == 1 ? " (graph allocation included)" : "");
+            std::fill(ms_log.begin(), ms_log.end(), 0.0);
             logged = step;
         }
     }
@@ -596,15 +814,30 @@ int main(int argc, char **argv) {
 #endif
     int rc = 0;
     if (o.steps > 0) {
-        double val = 0;
-        Rng rv(o.seed + 99);
-        for (int i = 0; i < o.val_batches; ++i) val += eval_batch(opt, cp, m, rv, false, &in, &labels);
-        const double last = last_sum / std::max(1, last_n);
-        std::printf("done: loss %.4f -> %.4f (mean of the last %d steps), validation loss %.4f\n", first, last,
-                    last_n, val / o.val_batches);
-        if (o.min_drop >= 0 && !(first - last >= o.min_drop)) {
-            std::fprintf(stderr, "the loss fell by %.4f, less than --min-drop %.4f\n", first - last, o.min_drop);
-            rc = 1;
+        for (size_t i = 0; i < nr; ++i) {
+            Run &r = *runs[i];
+            double val = 0;
+            Rng rv(o.seed + 99);
+            for (int b = 0; b < o.val_batches; ++b) val += eval_batch(r.opt, cp, r.m, rv, false, &in, &labels);
+            const double last = last_sum[i] / std::max(1, last_n);
+            std::printf("done%s%s: loss %.4f -> %.4f (mean of the last %d steps), validation loss %.4f\n",
+                        nr > 1 ? " " : "", nr > 1 ? arm_name(r.arm) : "", first[i], last, last_n, val / o.val_batches);
+            if (o.min_drop >= 0 && !(first[i] - last >= o.min_drop)) {
+                std::fprintf(stderr, "the loss fell by %.4f, less than --min-drop %.4f\n", first[i] - last, o.min_drop);
+                rc = 1;
+            }
+        }
+        if (nr > 1) {
+            // Paired: same process, same shapes and batches, alternating order; ggml's compute
+            // buffer of each arm's training graph (the scheduler's allocation) beside it.
+            std::printf("paired (%d steps, step 1 excluded, median ms/step): exact %.2f, %s %.2f (%.2fx); "
+                        "compute buffer on %s: exact %.1f MiB, %s %.1f MiB; loss drift max |flash - exact| %.2e "
+                        "over the steps\n",
+                        o.steps, median(ms[0]), arm_name(runs[1]->arm), median(ms[1]), median(ms[1]) / median(ms[0]),
+                        ggml_backend_name(be.compute),
+                        ggml_backend_sched_get_buffer_size(runs[0]->sched, be.compute) / 1048576.0,
+                        arm_name(runs[1]->arm),
+                        ggml_backend_sched_get_buffer_size(runs[1]->sched, be.compute) / 1048576.0, drift_max);
         }
     }
     return rc;
