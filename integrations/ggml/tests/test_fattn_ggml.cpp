@@ -928,6 +928,51 @@ void case_prec() {
     ggml_free(ctx);
 }
 
+// fattn_ggml_graph_check: the CPU backend runs every fattn node of a training graph (forward and
+// backward, F32 and F16); NULL arguments are refused with a message. Without CUDA in the build
+// fattn_ggml_attn_prec_cuda answers AUTO.
+void case_graph_check() {
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    for (ggml_type t : {GGML_TYPE_F32, GGML_TYPE_F16}) {
+        ggml_init_params ip = {size_t(16) << 20, nullptr, true};
+        ggml_context *ctx = ggml_init(ip);
+        ggml_tensor *q = ggml_new_tensor_4d(ctx, t, 32, 40, 4, 2);
+        ggml_tensor *k = ggml_new_tensor_4d(ctx, t, 32, 50, 2, 2);
+        ggml_tensor *v = ggml_new_tensor_4d(ctx, t, 32, 50, 2, 2);
+        for (ggml_tensor *x : {q, k, v}) ggml_set_param(x);
+        ggml_tensor *o = fattn_ggml_attn(ctx, q, k, v, nullptr, 0.0f, FATTN_CAUSAL_BOTTOM_RIGHT, FATTN_PREC_AUTO);
+        EXPECT(o != nullptr, "op: %s", fattn_ggml_last_error());
+        if (!o) {
+            ggml_free(ctx);
+            continue;
+        }
+        ggml_tensor *loss = ggml_sum(ctx, o);
+        ggml_set_loss(loss);
+        ggml_cgraph *g = ggml_new_graph_custom(ctx, 1024, true);
+        ggml_build_forward_expand(g, loss);
+        ggml_build_backward_expand(ctx, g, nullptr);
+        int n_fattn = 0;
+        for (int i = 0; i < ggml_graph_n_nodes(g); ++i)
+            n_fattn += std::strncmp(ggml_get_name(ggml_graph_node(g, i)), "fattn_attn", 10) == 0 &&
+                       ggml_graph_node(g, i)->op == GGML_OP_CUSTOM;
+        char why[256] = "unset";
+        const fattn_status s = fattn_ggml_graph_check(g, cpu, why, sizeof why);
+        std::printf("  %s: %d fattn nodes; CPU backend: %s %s\n", ggml_type_name(t), n_fattn, fattn_status_string(s), why);
+        EXPECT(n_fattn == 2 && s == FATTN_OK && why[0] == 0, "%s: %d nodes, %s", ggml_type_name(t), n_fattn, why);
+        EXPECT(fattn_ggml_graph_check(nullptr, cpu, why, sizeof why) == FATTN_ERR_NULL_POINTER &&
+                   std::strstr(why, "graph") != nullptr,
+               "NULL graph: %s", why);
+        EXPECT(fattn_ggml_graph_check(g, nullptr, why, sizeof why) == FATTN_ERR_NULL_POINTER &&
+                   std::strstr(why, "backend") != nullptr,
+               "NULL backend: %s", why);
+#ifndef FATTN_GGML_WITH_CUDA
+        EXPECT(fattn_ggml_attn_prec_cuda(o, 0) == FATTN_PREC_AUTO, "prec_cuda without CUDA");
+#endif
+        ggml_free(ctx);
+    }
+    ggml_backend_free(cpu);
+}
+
 // Bad input: NULL plus a message naming the argument; nothing aborts.
 void case_errors() {
     ggml_init_params ip = {size_t(16) << 20, nullptr, true};
@@ -1167,6 +1212,7 @@ const Case kCases[] = {
     {"explicit_back", case_explicit_back},
     {"lse", case_lse},
     {"prec", case_prec},
+    {"graph_check", case_graph_check},
     {"errors", case_errors},
     {"supports", case_supports},
     {"memory", case_memory},
