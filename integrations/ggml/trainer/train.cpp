@@ -709,6 +709,13 @@ int main(int argc, char **argv) {
         return 2;
 #endif
     }
+#ifdef FATTN_GGML_TRAINER_CUDA
+    size_t dev_free0 = 0;  // free device memory before the run's allocations
+    if (be.compute != be.cpu) {
+        size_t total = 0;
+        ggml_backend_cuda_get_device_memory(0, &dev_free0, &total);
+    }
+#endif
     const Arm flash_arm = o.arm == ARM_EXACT ? ARM_FLASH : o.arm;
     {
         Model probe;
@@ -814,6 +821,19 @@ int main(int argc, char **argv) {
 #endif
     int rc = 0;
     if (o.steps > 0) {
+        for (size_t i = 0; i < nr; ++i)
+            std::printf("%s%s: ggml compute buffer on %s %.1f MiB; predicted step (--mem-budget's model) %.1f MiB\n",
+                        arm_name(runs[i]->arm), nr > 1 ? "" : " run", ggml_backend_name(be.compute),
+                        ggml_backend_sched_get_buffer_size(runs[i]->sched, be.compute) / 1048576.0,
+                        step_bytes(o, runs[i]->arm, V, o.seq, be) / 1048576.0);
+#ifdef FATTN_GGML_TRAINER_CUDA
+        if (be.compute != be.cpu) {  // everything the run holds on the device now (pools included)
+            size_t free1 = 0, total = 0;
+            ggml_backend_cuda_get_device_memory(0, &free1, &total);
+            std::printf("device memory held by the run after its steps: %.1f MiB (of %.0f MiB)\n",
+                        (double(dev_free0) - double(free1)) / 1048576.0, total / 1048576.0);
+        }
+#endif
         for (size_t i = 0; i < nr; ++i) {
             Run &r = *runs[i];
             double val = 0;
