@@ -670,6 +670,15 @@ int current_device() {
     return cudaGetDevice(&d) == cudaSuccess ? d : -1;
 }
 
+// Varlen on CUDA: the offsets are device data the host cannot read, and fattn's CUDA path sizes
+// its grid by max_seqlen_q / _kv, which it then needs given; the packed totals bound every
+// sequence (correct for any packing; with many short sequences most CTAs find nothing to do).
+void cuda_seqlen_bounds(fattn_attn_params *p, const ggml_tensor *dst) {
+    if (!p->cu_seqlens_q) return;
+    p->max_seqlen_q = dst->src[0]->ne[1];
+    p->max_seqlen_kv = dst->src[1]->ne[1];
+}
+
 // The node's fattn views and params with stand-ins where ggml has not placed a tensor yet
 // (supports_op may ask before allocation), as the build-time probe does.
 struct NodeProbe {
@@ -683,6 +692,7 @@ struct NodeProbe {
         const int iv = first + (op->set.has_mask ? 1 : 0);
         sl = op->set.has_varlen ? stand_in_seqlens(dst->src[iv], q->ne[1], k->ne[1]) : Seqlens();
         p = make_params(op->set, mask, mask ? data_or_fake(mask, 3) : nullptr, q->ne[1], sl);
+        cuda_seqlen_bounds(&p, dst);
     }
 };
 
@@ -716,7 +726,8 @@ void fwd_cuda(ggml_tensor *dst, void *stream, void *userdata) {
         const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
         const fattn_tensor to = bshd_contiguous(base, Dv, Sq, Hq, B);
         const fattn_tensor tl = lse_view(base + Dv * Sq * Hq * B, Sq, Hq, B);
-        const fattn_attn_params p = node_params(op->set, dst, 3);
+        fattn_attn_params p = node_params(op->set, dst, 3);
+        cuda_seqlen_bounds(&p, dst);
         s = fattn_attn_fwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, nullptr, 0);
     }
     if (s != FATTN_OK) cuda_fail(dst, stream, "fattn_attn_fwd", s, fc);
@@ -740,7 +751,8 @@ void bwd_cuda(ggml_tensor *dst, void *stream, void *userdata) {
         const fattn_tensor tdq = bshd_contiguous(g, D, Sq, Hq, B);
         const fattn_tensor tdk = bshd_contiguous(g + nq, D, Skv, Hkv, B);
         const fattn_tensor tdv = bshd_contiguous(g + nq + nk, Dv, Skv, Hkv, B);
-        const fattn_attn_params p = node_params(op->set, dst, 5);
+        fattn_attn_params p = node_params(op->set, dst, 5);
+        cuda_seqlen_bounds(&p, dst);
         s = fattn_attn_bwd(fc, &p, &tq, &tk, &tv, &to, &tl, nullptr, &tdo, &tdq, &tdk, &tdv, nullptr, 0);
     }
     if (s != FATTN_OK) cuda_fail(dst, stream, "fattn_attn_bwd", s, fc);
