@@ -17,7 +17,7 @@ namespace fattn::cuda::attn {
 template <typename T, int DB>
 __global__ void __launch_bounds__(32 * mma_fwd_warps(sizeof(T))) mma_fwd_kernel(const AttnFwdParams p, const KArgs a) {
     constexpr int NW = mma_fwd_warps(sizeof(T)), NT = 32 * NW, MT = mma_fwd_mt(DB, sizeof(T));
-    constexpr int BM = mma_fwd_bm(DB, sizeof(T)), BN = mma_fwd_bn(sizeof(T)), ST = mma_stride(DB, sizeof(T));
+    constexpr int BM = mma_fwd_bm(DB, sizeof(T)), BN = mma_fwd_bn(DB, sizeof(T)), ST = mma_stride(DB, sizeof(T));
     constexpr int NS = BN / 8, NO = DB / 8, KD = DB / MmaOp<T>::K;
     using Op = MmaOp<T>;
     FATTN_DYN_SMEM(mma_smem);

@@ -45,7 +45,9 @@ constexpr int mma_dq_bn(int db, size_t es) {
 // warps per SM cannot hide the load latency). At D128 with MT = 2 the O and S accumulators
 // (128 + 64 registers) spill ~90 B, yet 64 keys ran faster than 32 on the H200 (bf16 D128 S4096
 // B4 H16 fwd 1.98 vs 2.45 ms: half the barriers and cp.async waits per key).
-constexpr int mma_fwd_bn(size_t es) { return es == 4 ? 32 : 64; }
+// Bucket 256: half that (32; tf32 16), so a 16-bit forward fits an A100's 163 KiB of shared
+// memory (and two CTAs an H200 SM) and its S accumulators leave room for O's 128 registers.
+constexpr int mma_fwd_bn(int db, size_t es) { return db > 128 ? (es == 4 ? 16 : 32) : es == 4 ? 32 : 64; }
 // dK/dV: 64 keys per CTA (4 warps × 16 key rows), each warp owns its rows' dK and dV.
 constexpr int mma_bwd_bn() { return 64; }
 // dK/dV: query tile; at DB 128 the dK+dV accumulators take 128 registers, so 32 query columns
@@ -64,7 +66,7 @@ constexpr int mma_dkdv_splits(int db) { return db / mma_dkdv_cols(db); }
 constexpr int mma_stride(int db, size_t es) { return db + int(16 / es); }
 
 constexpr size_t mma_fwd_smem(int db, size_t es) {  // Q + double-buffered K and V; bias ceilings
-    return size_t(mma_fwd_bm(db, es) + 4 * mma_fwd_bn(es)) * mma_stride(db, es) * es +
+    return size_t(mma_fwd_bm(db, es) + 4 * mma_fwd_bn(db, es)) * mma_stride(db, es) * es +
            size_t(mma_fwd_bm(db, es)) * sizeof(float);
 }
 constexpr size_t mma_dq_smem(int db, size_t es) {  // Q, dO + double-buffered K and V
