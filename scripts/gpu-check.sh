@@ -9,6 +9,9 @@
 #   scripts/gpu-check.sh                      # everything
 #   scripts/gpu-check.sh parity bench         # only these parts (build runs unless "nobuild")
 #   parts: build parity determinism sanitize bench torch path   (+ nobuild)
+#   and, named only: ggml (scripts/ggml-cuda-check.sh: the ggml integration on ggml's CUDA
+#   backend; its own build, needs .carry/ggml-tree.tgz):
+#   GPU_CHECK_BUDGET=580 scripts/gpu-check.sh nobuild ggml
 # Everything does not fit one 10-minute run on the GPU machine: run it as three, back to back (each finds
 # the previous one's build; measured 2026-12-02: 192 s, 158 s for torch, ~350 s for path):
 #   GPU_CHECK_BUDGET=450 scripts/gpu-check.sh build parity determinism sanitize bench
@@ -245,6 +248,16 @@ if want path; then
         [ -f "$OUT/path/bench_path.log" ] && cp "$OUT/path/bench_path.log" "$OUT/bench_path.log"
         rm -rf "$OUT/path"
     fi
+fi
+
+# ---------------------------------------------------------------- ggml's CUDA backend (named only)
+if want ggml; then
+    mkdir -p "$OUT/ggml"
+    run_step ggml 570 "$OUT/ggml.log" env GGML_CHECK_BUDGET=$(( $(slice 570) - 15 )) bash scripts/ggml-cuda-check.sh "$OUT/ggml"
+    record ggml "$(status_of $STEP_RC)" "$STEP_S" "$(grep '^ggml-cuda-check:' "$OUT/ggml.log" | tail -n1 | cut -c18-)"
+    [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
+    tar -czf "$OUT/ggml-out.tar.gz" -C "$OUT" ggml 2>/dev/null
+    rm -rf "$OUT/ggml"
 fi
 
 # ---------------------------------------------------------------- summary (printed last)
