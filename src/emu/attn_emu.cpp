@@ -6,6 +6,7 @@
 
 #include "cuda/attn/mma_bwd.cuh"
 #include "cuda/attn/mma_fwd.cuh"
+#include "cuda/attn/scalar.cuh"
 #include "cuda/attn/sequence.h"
 #include "emu/emu.h"
 
@@ -89,8 +90,27 @@ struct EmuLauncher {
     Err tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
         return mma_bucket(db, [&](auto b) { return mma_bwd<float, b.value>(p, a); });
     }
-    Err scalar_fwd(const AttnFwdParams &, const KArgs &, int) { return "the scalar f32 kernels are not emulated"; }
-    Err scalar_bwd(const AttnBwdParams &, const KArgs &, int) { return "the scalar f32 kernels are not emulated"; }
+    // prec F32: the strict-f32 kernels, any input dtype, every bucket
+    template <class K> Err scalar(const AttnFwdParams &p, int db, K &&k) {
+        return mma_bucket(db, [&](auto b) {
+            return p.dtype == FATTN_BF16 ? k(b, __nv_bfloat16{}) : p.dtype == FATTN_F16 ? k(b, __half{}) : k(b, float{});
+        });
+    }
+    Err scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
+        return scalar(p, db, [&](auto b, auto t) {
+            return run(cdiv(p.seqlen_q, sc_rows()), p.hq, p.batch, sc_threads(), sc_fwd_smem(b.value),
+                       [&] { sc_fwd_kernel<decltype(t), b.value>(p, a); });
+        });
+    }
+    Err scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
+        return scalar(p, db, [&](auto b, auto t) {
+            Err e = run(cdiv(p.seqlen_kv, sc_rows()), p.hkv, p.batch, sc_threads(), sc_dkdv_smem(b.value),
+                        [&] { sc_dkdv_kernel<decltype(t), b.value>(p, a); });
+            if (e != ok()) return e;
+            return run(cdiv(p.seqlen_q, sc_rows()), p.hq, p.batch, sc_threads(), sc_dq_smem(b.value),
+                       [&] { sc_dq_kernel<decltype(t), b.value>(p, a); });
+        });
+    }
 
     fattn_status check(const Err &e, const char *what, std::string *err) const {
         if (e.empty()) return FATTN_OK;
@@ -110,12 +130,7 @@ cuda::DeviceInfo attn_device() {
 }
 
 fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why) {
-    if (fattn_status s = choose(p, attn_device(), c, why); s != FATTN_OK) return s;
-    if (c->family == Family::SCALAR_F32) {
-        if (why) *why = "emulated cuda fused attn: the scalar f32 kernels (prec F32) are not emulated";
-        return FATTN_ERR_UNSUPPORTED;
-    }
-    return FATTN_OK;
+    return choose(p, attn_device(), c, why);
 }
 
 size_t attn_workspace_bytes(const AttnFwdParams &p, const Choice &c, fattn_dir dir) {

@@ -1,5 +1,5 @@
 // attn_emu.h — the fused CUDA softmax-attention backend's portable kernels (src/cuda/attn: the
-// mma.sync families and their pre-passes) and its launch sequence (sequence.h) run on the CPU
+// mma.sync families, the strict-f32 scalar one, their pre-passes) and its launch sequence (sequence.h) run on the CPU
 // through the emulation of emu.h: same source, same selection, same workspace layout, host
 // buffers. For tests (tests/emu/test_attn_emu.cpp) and debugging; not part of libfattn.
 #pragma once
@@ -15,8 +15,7 @@ namespace fattn::emu {
 // shared memory per block.
 cuda::DeviceInfo attn_device();
 
-// The CUDA backend's selection for p on attn_device(). Families the emulation cannot run (the
-// strict-f32 scalar kernels) are refused here with a reason.
+// The CUDA backend's selection for p on attn_device() (never the sm90 families: sm_80).
 fattn_status attn_choose(const AttnFwdParams &p, cuda::attn::Choice *c, std::string *why);
 size_t attn_workspace_bytes(const AttnFwdParams &p, const cuda::attn::Choice &c, fattn_dir dir);
 

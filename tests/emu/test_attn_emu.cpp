@@ -1,12 +1,14 @@
 // test_attn_emu.cpp — the fused CUDA softmax-attention kernels of the portable families
 // (src/cuda/attn: mma.sync bf16 / f16 at prec NATIVE, tf32 at prec TF32, with the bias map,
 // ceiling, δ and stats-mode pre-passes) run through the CPU emulation (src/emu) and the launch
-// sequence the CUDA backend runs (sequence.h), against the float64 oracle: o, lse, dq, dk, dv
+// sequence the CUDA backend runs (sequence.h), and the strict-f32 scalar kernels (prec F32),
+// against the float64 oracle: o, lse, dq, dk, dv
 // for causal / window masks, GQA, cross lengths, varlen, D != Dv, head-dim buckets 64, 128, 256,
 // additive biases broadcast every way, -inf tiles and a finfo.min padding row, strided views that
 // rule out the 16-byte loads; the bias gradient (mma_dbias_kernel) for every broadcast pattern.
 // Also: results bitwise independent of the threads' order.
-// Tolerance: rms(out - ref) / rms(ref) below 0.01 (bf16), 0.004 (f16), 0.002 (tf32).
+// Tolerance: rms(out - ref) / rms(ref) below 0.01 (bf16), 0.004 (f16), 0.002 (tf32), 2e-6 (strict
+// f32 on f32 inputs).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,6 +36,7 @@ struct Case {
     int bias = 0;                   // 0 none; 1 [B,Hq,Sq,Skv]; 2 [1,1,Sq,Skv]; 3 [B,1,1,Skv];
                                     // 4 [1,Hq,Sq,Skv]; 5 [B,Hq,1,Skv]
     bool dbias = false;             // the backward also computes the bias gradient
+    bool strict = false;            // prec F32: the strict-f32 scalar kernels (any input dtype)
     fattn_dtype bias_dt = FATTN_F32;
     bool varlen = false;            // B = 1, three packed sequences
     bool pad = 0;                   // extra elements per token row: no 16-byte loads
@@ -92,7 +95,7 @@ struct Problem {
             p.seqlen_q = Sq, p.seqlen_kv = Skv;
         }
         p.hq = Hq, p.hkv = Hkv, p.d = D, p.dim_v = Dv, p.dtype = c.dt;
-        p.prec = c.dt == FATTN_F32 ? FATTN_PREC_TF32 : FATTN_PREC_NATIVE;
+        p.prec = c.strict ? FATTN_PREC_F32 : c.dt == FATTN_F32 ? FATTN_PREC_TF32 : FATTN_PREC_NATIVE;
         p.algo = FATTN_ALGO_FUSED;
         p.scale = float(1 / std::sqrt(double(D)));
         p.q = q.data(), p.q_sb = Sq * wq, p.q_ss = wq, p.q_sh = D;
@@ -204,7 +207,8 @@ TEST_P(AttnEmu, MatchesOracle) {
     ref::attn_fwd(rp, rt, &ro);
     ref::attn_bwd(rp, rt, &ro, pr.c.dbias);
     const Case &c = pr.c;
-    const double tol = c.dt == FATTN_BF16 ? 0.01 : c.dt == FATTN_F16 ? 0.004 : 0.002;
+    // strict f32 on f32 inputs: fp32 rounding only; 16-bit inputs: the outputs' rounding
+    const double tol = c.dt == FATTN_BF16 ? 0.01 : c.dt == FATTN_F16 ? 0.004 : c.strict ? 2e-6 : 0.002;
     std::string line;
     auto check = [&](const char *n, const std::vector<double> &ref, const std::vector<uint8_t> &buf, int64_t heads,
                      int64_t dim, int64_t stride) {
@@ -227,7 +231,7 @@ TEST_P(AttnEmu, MatchesOracle) {
         }
         lmax = std::max(lmax, std::fabs(double(pr.lse[i]) - ro.lse[i]));
     }
-    EXPECT_LT(lmax, c.dt == FATTN_BF16 ? 2e-2 : 4e-3);
+    EXPECT_LT(lmax, c.dt == FATTN_BF16 ? 2e-2 : c.strict && c.dt == FATTN_F32 ? 1e-5 : 4e-3);
     line += " lse " + std::to_string(lmax);
     if (c.dbias) {
         // against the oracle's dS summed over the broadcast dims; exactly 0 where nothing sums in
@@ -305,6 +309,16 @@ std::vector<Case> cases() {
     c = mk("tf32_D192_varlen_window", FATTN_F32);
     c.D = c.Dv = 192, c.varlen = true, c.wl = 20, c.wr = 10;
     v.push_back(c);
+    // prec F32: the strict-f32 scalar kernels (f32 and bf16 inputs), every bucket
+    c = mk("strict_f32_gqa_causal_bias_pad_row", FATTN_F32);
+    c.strict = true, c.causal = 1, c.bias = 1, c.Hq = 2, c.Hkv = 1;
+    v.push_back(c);
+    c = mk("strict_bf16_D200_varlen_window", FATTN_BF16);
+    c.strict = true, c.D = c.Dv = 200, c.varlen = true, c.wl = 16, c.wr = 8;
+    v.push_back(c);
+    c = mk("strict_f16_D96_keybias_strided", FATTN_F16);
+    c.strict = true, c.D = c.Dv = 96, c.bias = 3, c.bias_dt = FATTN_F16, c.pad = true, c.Sq = 50;
+    v.push_back(c);
     // the bias gradient, every broadcast pattern
     c = mk("dbias_bf16_full_causal_pad_row", FATTN_BF16);
     c.bias = 1, c.dbias = true, c.causal = 1, c.Hq = 2, c.Hkv = 1;
@@ -333,13 +347,14 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, AttnEmu, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case> &i) { return std::string(i.param.name); });
 
-TEST(AttnEmuSelect, StrictF32IsNotEmulated) {
-    Problem pr(mk("f32", FATTN_F32));
-    pr.p.prec = FATTN_PREC_F32;
+TEST(AttnEmuSelect, StrictF32TakesNoBiasGradient) {
+    Case c = mk("f32", FATTN_F32);
+    c.strict = true, c.bias = 2, c.dbias = true;
+    Problem pr(c);
     cuda::attn::Choice ch;
     std::string why;
     EXPECT_EQ(emu::attn_choose(pr.p, &ch, &why), FATTN_ERR_UNSUPPORTED);
-    EXPECT_NE(why.find("not emulated"), std::string::npos) << why;
+    EXPECT_NE(why.find("dbias"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -12,11 +12,14 @@
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-// The kernel's dynamic shared memory, 16-byte aligned (the emulation names its block's buffer).
+// The kernel's dynamic shared memory, 16-byte aligned bytes or floats (the emulation names its
+// block's buffer).
 #define FATTN_DYN_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#define FATTN_DYN_SMEM_F32(name) extern __shared__ float name[]
 #else
 #include "emu/cuda_host.h"  // the CPU emulation (src/emu): the same kernel source on the host
 #define FATTN_DYN_SMEM(name) FATTN_EMU_DYN_SMEM(name)
+#define FATTN_DYN_SMEM_F32(name) float *name = reinterpret_cast<float *>(fattn::emu::smem())
 #endif
 
 #include <cfloat>

@@ -30,7 +30,7 @@ __device__ __forceinline__ void sc_load_rows(float *s, const T *g, int64_t rstri
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, const KArgs a) {
     constexpr int R = sc_rows(), C = sc_cols(DB), ST = sc_stride(DB), KC = C / 8, OC = DB / 8;
-    extern __shared__ float sc_smem[];
+    FATTN_DYN_SMEM_F32(sc_smem);
     float *sQ = sc_smem;     // [R, ST]
     float *sKV = sQ + R * ST; // [C, ST]  K tile, then V tile
     float *sP = sKV + C * ST; // [R, C]
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(128) sc_fwd_kernel(const AttnFwdParams p, cons
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const KArgs a) {
     constexpr int R = sc_rows(), C = sc_cols(DB), ST = sc_stride(DB), KC = C / 8, OC = DB / 8;
-    extern __shared__ float sc_smem[];
+    FATTN_DYN_SMEM_F32(sc_smem);
     float *sQ = sc_smem;        // [R, ST]
     float *sdO = sQ + R * ST;   // [R, ST]
     float *sKV = sdO + R * ST;  // [C, ST]
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(128) sc_dq_kernel(const AttnBwdParams p, const
 template <typename T, int DB>
 __global__ void __launch_bounds__(128) sc_dkdv_kernel(const AttnBwdParams p, const KArgs a) {
     constexpr int R = sc_rows(), C = sc_cols(DB), ST = sc_stride(DB), KC = C / 8, OC = DB / 8;
-    extern __shared__ float sc_smem[];
+    FATTN_DYN_SMEM_F32(sc_smem);
     float *sK = sc_smem;        // [R, ST]
     float *sV = sK + R * ST;    // [R, ST]
     float *sQ = sV + R * ST;    // [C, ST]
