@@ -154,8 +154,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = None,
     (window_align, default: the causal alignment, else "bottom_right").
     bias: additive, broadcastable to [B, Hq, Sq, Skv] (size-1 or stride-0 dims; may hold -inf).
     A bias that requires grad gets its gradient (summed over its broadcast dims in the library,
-    deterministic; eager and torch.compile) on the CPU and on CUDA, with either algo; CUDA's
-    fused kernels at prec="f32" (strict, no tensor cores) have none and raise the library's error. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
+    deterministic; eager and torch.compile) on the CPU and on CUDA, with either algo and any prec. prec: "auto" | "f32" | "tf32" | "native"; algo: "fused" | "exact".
     Returns o [B, Sq, Hq, Dv] in q's dtype, and with return_lse also lse [B, Hq, Sq] float32
     (natural log of each row's softmax denominator; -inf for a fully masked row; no gradient).
     """

@@ -96,6 +96,14 @@ struct EmuLauncher {
             return p.dtype == FATTN_BF16 ? k(b, __nv_bfloat16{}) : p.dtype == FATTN_F16 ? k(b, __half{}) : k(b, float{});
         });
     }
+    Err scalar_dbias(const AttnBwdParams &p, const KArgs &a, int db) {
+        return scalar(p, db, [&](auto b, auto t) {
+            int64_t g[3];
+            dbias_grid(p, sc_rows(), sc_cols(b.value), g);
+            return run(g[0], g[1], g[2], sc_threads(), sc_dbias_smem(b.value),
+                       [&] { sc_dbias_kernel<decltype(t), b.value>(p, a); });
+        });
+    }
     Err scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
         return scalar(p, db, [&](auto b, auto t) {
             return run(cdiv(p.seqlen_q, sc_rows()), p.hq, p.batch, sc_threads(), sc_fwd_smem(b.value),

@@ -5,7 +5,8 @@
 // against the float64 oracle: o, lse, dq, dk, dv
 // for causal / window masks, GQA, cross lengths, varlen, D != Dv, head-dim buckets 64, 128, 256,
 // additive biases broadcast every way, -inf tiles and a finfo.min padding row, strided views that
-// rule out the 16-byte loads; the bias gradient (mma_dbias_kernel) for every broadcast pattern.
+// rule out the 16-byte loads; the bias gradient (mma_dbias_kernel, sc_dbias_kernel) for every
+// broadcast pattern.
 // Also: results bitwise independent of the threads' order.
 // Tolerance: rms(out - ref) / rms(ref) below 0.01 (bf16), 0.004 (f16), 0.002 (tf32), 2e-6 (strict
 // f32 on f32 inputs).
@@ -338,6 +339,15 @@ std::vector<Case> cases() {
     c = mk("dbias_tf32_full_varlen_D32", FATTN_F32);
     c.bias = 1, c.dbias = true, c.varlen = true, c.D = 32, c.Dv = 48;
     v.push_back(c);
+    c = mk("dbias_strict_f32_full_causal_pad_row", FATTN_F32);  // sc_dbias_kernel
+    c.strict = true, c.bias = 1, c.dbias = true, c.causal = 1, c.Hq = 2, c.Hkv = 1;
+    v.push_back(c);
+    c = mk("dbias_strict_bf16_BH1S_varlen_D160", FATTN_BF16);
+    c.strict = true, c.bias = 5, c.dbias = true, c.varlen = true, c.D = c.Dv = 160;
+    v.push_back(c);
+    c = mk("dbias_strict_f32_shared_gqa_window", FATTN_F32);
+    c.strict = true, c.bias = 2, c.dbias = true, c.wl = 30, c.wr = 50;
+    v.push_back(c);
     c = mk("dbias_tf32_D256_shared", FATTN_F32);
     c.bias = 2, c.dbias = true, c.D = c.Dv = 256, c.B = 1, c.Hq = 2, c.Hkv = 1, c.Sq = 70, c.Skv = 80;
     v.push_back(c);
@@ -346,15 +356,5 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttnEmu, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case> &i) { return std::string(i.param.name); });
-
-TEST(AttnEmuSelect, StrictF32TakesNoBiasGradient) {
-    Case c = mk("f32", FATTN_F32);
-    c.strict = true, c.bias = 2, c.dbias = true;
-    Problem pr(c);
-    cuda::attn::Choice ch;
-    std::string why;
-    EXPECT_EQ(emu::attn_choose(pr.p, &ch, &why), FATTN_ERR_UNSUPPORTED);
-    EXPECT_NE(why.find("dbias"), std::string::npos) << why;
-}
 
 }  // namespace

@@ -37,6 +37,7 @@ struct CudaLauncher {
     }
     Err native_dbias(const AttnBwdParams &p, const KArgs &a, int db) { return attn::native_dbias(p, a, db, st); }
     Err tf32_dbias(const AttnBwdParams &p, const KArgs &a, int db) { return attn::tf32_dbias(p, a, db, st); }
+    Err scalar_dbias(const AttnBwdParams &p, const KArgs &a, int db) { return attn::scalar_dbias(p, a, db, st); }
     Err native_fwd(const AttnFwdParams &p, const KArgs &a, int db) { return attn::native_fwd(p, a, db, st); }
     Err tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db) { return attn::tf32_fwd(p, a, db, st); }
     Err scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db) { return attn::scalar_fwd(p, a, db, st); }

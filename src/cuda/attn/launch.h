@@ -15,9 +15,10 @@ cudaError_t native_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStrea
 cudaError_t native_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t tf32_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t tf32_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
-// The bias gradient (p.dbias set; the mma families only): mma_dbias_kernel.
+// The bias gradient (p.dbias set): mma_dbias_kernel (NATIVE, TF32), sc_dbias_kernel (F32).
 cudaError_t native_dbias(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t tf32_dbias(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
+cudaError_t scalar_dbias(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);  // prec F32
 cudaError_t scalar_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);
 cudaError_t sm90_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/fwd.cu

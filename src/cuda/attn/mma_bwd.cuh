@@ -405,25 +405,18 @@ __global__ void __launch_bounds__(128) mma_dkdv_kernel(const AttnBwdParams p, co
 
 // The bias gradient: dbias = dS summed over the bias's broadcast dims (AttnBwdParams::dbias), in a
 // fixed order, without atomics and without a workspace. A CTA owns one piece of dbias and sums
-// every contribution to it itself, recomputing S and dP (bwd_s_dp, bwd_ds: the dQ kernel's P):
-//   grid x: the 64 × BN tile (query tile, key tile) of its plane, or the BN-key tile when the bias
-//           is broadcast over queries (dbias_si == 0: the CTA also sums over the query tiles);
-//           BN = 64 (32 for tf32 at head-dim bucket 256, tiles.h);
-//   grid y: the dbias head (0 when summed over heads), z: the sequence (varlen, or a dbias per
-//           batch) or 0 (dense, summed over batches).
+// every contribution to it itself, recomputing S and dP (bwd_s_dp, bwd_ds: the dQ kernel's P).
+// Which piece and which contributions: DbiasTile (common.cuh), with tiles of 64 rows × BN keys
+// (BN = 64; 32 for tf32 at head-dim bucket 256, tiles.h).
 // Order: sequences, then heads, then query tiles, each tile's dS added elementwise to the CTA's
 // accumulators; with dbias_si == 0 the 64 rows are then summed (the two rows of a thread, a xor
 // tree over the 8 row groups of a warp, the 4 warps in order). Tiles no row may see (masks) or
 // whose bias is all -inf add nothing; an element no tile reaches is written as 0. The exact-zero
 // property of dead tiles makes skipping them exact. Varlen: entries between two sequences are
 // zeroed by the launch sequence first (dbias_zero_kernel).
-// The kernel's grid (x, y, z), host side: see above.
+// The kernel's grid (x, y, z), host side: DbiasTile's (common.cuh).
 inline void mma_dbias_grid(const AttnBwdParams &p, int db, size_t es, int64_t (&grid)[3]) {
-    const int64_t nm = (p.seqlen_q + mma_dbias_bm() - 1) / mma_dbias_bm();
-    const int64_t nn = (p.seqlen_kv + mma_dbias_bn(db, es) - 1) / mma_dbias_bn(db, es);
-    grid[0] = p.dbias_si ? nm * nn : nn;
-    grid[1] = p.dbias_sh ? p.hq : 1;
-    grid[2] = p.cu_seqlens_q || p.dbias_sb ? p.batch : 1;
+    dbias_grid(p, mma_dbias_bm(), mma_dbias_bn(db, es), grid);
 }
 
 template <typename T, int DB>
@@ -439,31 +432,20 @@ __global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, c
     T *sV = sK + BN * ST;                     // [BN, ST]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
-    const bool sum_rows = p.dbias_si == 0;
-    const int64_t n_nt = (p.seqlen_kv + BN - 1) / BN;
-    const int64_t mt = sum_rows ? 0 : int64_t(blockIdx.x) / n_nt, nt = sum_rows ? int64_t(blockIdx.x) : blockIdx.x % n_nt;
-    const int64_t hout = blockIdx.y, zout = blockIdx.z;
-    const bool per_seq = p.cu_seqlens_q || p.dbias_sb != 0;
-    const int64_t s_lo = per_seq ? zout : 0, s_hi = per_seq ? zout + 1 : p.batch;
-    const int64_t h_lo = p.dbias_sh ? hout : 0, h_hi = p.dbias_sh ? hout + 1 : p.hq;
-    const SeqRange sr0 = seq_range(p, s_lo);  // dense sequences share their lengths
-    const int64_t n0 = nt * BN, n1 = n0 + BN < sr0.kv_len ? n0 + BN : sr0.kv_len;
-    if (n0 >= sr0.kv_len || (!sum_rows && mt * BM >= sr0.q_len)) return;  // past the sequence's end: no element
+    const DbiasTile dt(p, BM, BN);
+    if (dt.past_end()) return;
+    const int64_t n0 = dt.n0, n1 = dt.n1, nt = dt.nt;
 
     float acc[NS][4];
 #pragma unroll
     for (int j = 0; j < NS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const float sl2 = p.scale * kLog2e;
-    for (int64_t sq = s_lo; sq < s_hi; ++sq) {
+    for (int64_t sq = dt.s_lo; sq < dt.s_hi; ++sq) {
         const SeqRange sr = seq_range(p, sq);
         const int64_t lq = sr.q_len, lkv = sr.kv_len;
-        int64_t t_lo = mt, t_hi = mt;
-        if (sum_rows) {
-            int64_t i_lo, i_hi;
-            query_rows(p, n0, n1, lq, lkv, &i_lo, &i_hi);
-            t_lo = i_lo / BM, t_hi = i_hi >= i_lo ? i_hi / BM : -1;
-        }
-        for (int64_t h = h_lo; h < h_hi; ++h) {
+        int64_t t_lo, t_hi;
+        dt.query_tiles(p, sr, &t_lo, &t_hi);
+        for (int64_t h = dt.h_lo; h < dt.h_hi; ++h) {
             const int64_t hk = h / p.group(), bb = seq_bias(p, sr, h);
             const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
             bool kv_loaded = false;
@@ -502,20 +484,19 @@ __global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, c
         }
     }
 
-    const int64_t zoff = p.cu_seqlens_q ? 0 : zout * p.dbias_sb;  // dense: the batch's plane (0 when summed)
-    float *out = p.dbias + zoff + hout * p.dbias_sh + sr0.kv_begin;
-    if (!sum_rows) {
+    float *out = dt.out(p);
+    if (!dt.sum_rows) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const int64_t qi = mt * BM + warp * 16 + g + r * 8;
-            if (qi >= sr0.q_len) continue;
-            float *row = out + (sr0.q_begin + qi) * p.dbias_si;
+            const int64_t qi = dt.mt * BM + warp * 16 + g + r * 8;
+            if (qi >= dt.sr0.q_len) continue;
+            float *row = out + qi * p.dbias_si;
 #pragma unroll
             for (int j = 0; j < NS; ++j)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int64_t kj = n0 + j * 8 + 2 * t4 + e;
-                    if (kj < sr0.kv_len) row[kj] = acc[j][2 * r + e];
+                    const int c = j * 8 + 2 * t4 + e;
+                    if (n0 + c < dt.sr0.kv_len) row[c] = acc[j][2 * r + e];
                 }
         }
         return;
@@ -538,7 +519,7 @@ __global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, c
         float v = red[c];
 #pragma unroll
         for (int w = 1; w < NW; ++w) v += red[w * BN + c];
-        if (n0 + c < sr0.kv_len) out[n0 + c] = v;
+        if (n0 + c < dt.sr0.kv_len) out[c] = v;
     }
 }
 

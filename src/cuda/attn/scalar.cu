@@ -1,5 +1,5 @@
 // scalar.cu — instances and launchers of the strict-f32 kernels (prec F32): f32/f16/bf16 inputs,
-// head-dim buckets 64, 128 and 256, forward, dQ and dK/dV.
+// head-dim buckets 64, 128 and 256, forward, dQ, dK/dV and the bias gradient.
 #include "cuda/attn/launch.h"
 #include "cuda/attn/scalar.cuh"
 
@@ -19,6 +19,14 @@ cudaError_t bwd_t(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     if (e != cudaSuccess) return e;
     const dim3 gq(ceil_div_u(p.seqlen_q, sc_rows()), unsigned(p.hq), unsigned(p.batch));
     return launch_kernel(sc_dq_kernel<T, DB>, gq, sc_threads(), sc_dq_smem(DB), st, p, a);
+}
+
+template <typename T, int DB>
+cudaError_t dbias_t(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
+    int64_t g[3];
+    dbias_grid(p, sc_rows(), sc_cols(DB), g);
+    return launch_kernel(sc_dbias_kernel<T, DB>, dim3(unsigned(g[0]), unsigned(g[1]), unsigned(g[2])), sc_threads(),
+                         sc_dbias_smem(DB), st, p, a);
 }
 
 template <typename T>
@@ -46,6 +54,14 @@ cudaError_t scalar_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStrea
     case FATTN_BF16: return bwd_d<__nv_bfloat16>(p, a, db, st);
     default: return bwd_d<float>(p, a, db, st);
     }
+}
+
+cudaError_t scalar_dbias(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st) {
+    return mma_bucket(db, [&](auto b) {
+        return p.dtype == FATTN_F16    ? dbias_t<__half, b.value>(p, a, st)
+               : p.dtype == FATTN_BF16 ? dbias_t<__nv_bfloat16, b.value>(p, a, st)
+                                       : dbias_t<float, b.value>(p, a, st);
+    });
 }
 
 }  // namespace fattn::cuda::attn

@@ -108,11 +108,11 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
     switch (p.prec) {
     case FATTN_PREC_F32:
         if (dev.family == FATTN_CUDA_FAMILY_SM90) return no("family SM90 has no strict-F32 kernels (prec F32)");
-        if (p.want_dbias)
-            return no("dbias: the strict-f32 kernels (prec F32) compute no bias gradient; use prec TF32 or algo EXACT");
         c->family = c->fwd_family = Family::SCALAR_F32;
         c->d_bucket = dmax <= 64 ? 64 : dmax <= 128 ? 128 : 256;
-        if (!smem_ok(sc_dkdv_smem(c->d_bucket), "the f32 dK/dV kernel")) return FATTN_ERR_UNSUPPORTED;
+        if (!smem_ok(sc_dkdv_smem(c->d_bucket), "the f32 dK/dV kernel") ||
+            (p.want_dbias && !smem_ok(sc_dbias_smem(c->d_bucket), "the f32 bias-gradient kernel")))
+            return FATTN_ERR_UNSUPPORTED;
         return FATTN_OK;
     case FATTN_PREC_NATIVE:
         if (p.dtype == FATTN_F32)

@@ -7,7 +7,7 @@
 // R provides, each returning R::Err (R::ok() when nothing failed):
 //   bias_map(p, w, map, vec), bias_ceiling(p, w, ceil, warps), delta(p, a, rows, vec8),
 //   native_fwd / tf32_fwd / scalar_fwd (p, a, db), native_bwd / tf32_bwd / scalar_bwd (p, a, db),
-//   native_dbias / tf32_dbias (p, a, db), dbias_zero(p, rows),
+//   native_dbias / tf32_dbias / scalar_dbias (p, a, db), dbias_zero(p, rows),
 //   with FATTN_HAVE_SM90: sm90_fwd, sm90_fwd_tf32, sm90_bwd, sm90_bwd_tf32 (as launch.h);
 //   check(e, what, err): the status of e (and its message).
 #pragma once
@@ -138,19 +138,16 @@ fattn_status seq_bwd(R &r, const AttnBwdParams &p, const DeviceInfo &dev, const 
         break;
     }
     if (s != FATTN_OK || !p.dbias) return s;
-    // The bias gradient: the mma.sync kernel for the input type, after any family's backward
-    // (choose() refuses it for the strict-f32 one). Varlen: the entries between two sequences,
-    // which no CTA owns, are zeroed first.
+    // The bias gradient, after any family's backward: the mma.sync kernel for the input type
+    // (NATIVE, TF32: also after the sm90 ones), the scalar one for prec F32. Varlen: the entries
+    // between two sequences, which no CTA owns, are zeroed first.
     const bool native = c.family == Family::MMA_NATIVE || c.family == Family::SM90_NATIVE;
-    if (!native && c.family != Family::MMA_TF32 && c.family != Family::SM90_TF32) {
-        if (err) *err = "cuda fused attn: the bias gradient has no kernel for the strict-f32 family";
-        return FATTN_ERR_UNSUPPORTED;
-    }
     if (p.cu_seqlens_q) {
         const int64_t rows = (p.dbias_sh ? p.hq : 1) * (p.dbias_si ? p.total_q : 1);
         if (rows > 0)
             if (fattn_status z = r.check(r.dbias_zero(p, rows), "dbias zero", err); z != FATTN_OK) return z;
     }
+    if (c.family == Family::SCALAR_F32) return r.check(r.scalar_dbias(p, a, c.d_bucket), "bias gradient (f32)", err);
     return native ? r.check(r.native_dbias(p, a, c.d_bucket), "bias gradient (mma)", err)
                   : r.check(r.tf32_dbias(p, a, c.d_bucket), "bias gradient (tf32)", err);
 }

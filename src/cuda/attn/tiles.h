@@ -155,6 +155,9 @@ constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P
 constexpr size_t sc_dq_smem(int db) {  // Q, dO rows, one K-or-V tile, dS
     return (size_t(2 * sc_rows() + sc_cols(db)) * sc_stride(db) + size_t(sc_rows()) * sc_cols(db)) * 4;
 }
+constexpr size_t sc_dbias_smem(int db) {  // Q, dO rows, K and V tiles
+    return size_t(2 * sc_rows() + 2 * sc_cols(db)) * sc_stride(db) * 4;
+}
 constexpr size_t sc_dkdv_smem(int db) {  // K, V rows, Q and dO tiles, P and dS, lse', delta, ceiling
     return (size_t(2 * sc_rows() + 2 * sc_cols(db)) * sc_stride(db) +
             size_t(2 * sc_rows()) * sc_cols(db) + size_t(3 * sc_cols(db))) * 4;
