@@ -265,62 +265,6 @@ __device__ __forceinline__ bool tile_full(const AttnFwdParams &p, int64_t m0, in
     return n0 >= lo1 && n1 - 1 <= hi0;
 }
 
-// The piece of dbias a bias-gradient CTA owns (mma_dbias_kernel, sc_dbias_kernel: one source of
-// truth for both) and what sums into it. Grid (dbias_grid): x the bm × bn tile of a dbias plane
-// (query tile · key tiles + key tile), or the bn-key tile when the bias is broadcast over queries
-// (dbias_si == 0: the CTA also sums over the query tiles); y the dbias head (0 when summed over
-// heads); z the sequence (varlen, or a dbias per batch) or 0 (dense, summed over batches).
-// Contributions: sequences [s_lo, s_hi), heads [h_lo, h_hi), each with query_tiles(); dense
-// sequences share their lengths, so sr0 (the first) gives the tile's geometry.
-struct DbiasTile {
-    bool sum_rows;
-    int64_t mt, nt, hout, zout, s_lo, s_hi, h_lo, h_hi, n0, n1;
-    SeqRange sr0;
-
-    __device__ __forceinline__ DbiasTile(const AttnBwdParams &p, int bm, int bn) : sum_rows(p.dbias_si == 0) {
-        const int64_t n_nt = (p.seqlen_kv + bn - 1) / bn;
-        mt = sum_rows ? 0 : int64_t(blockIdx.x) / n_nt;
-        nt = sum_rows ? int64_t(blockIdx.x) : int64_t(blockIdx.x) % n_nt;
-        hout = blockIdx.y, zout = blockIdx.z;
-        const bool per_seq = p.cu_seqlens_q || p.dbias_sb != 0;
-        s_lo = per_seq ? zout : 0, s_hi = per_seq ? zout + 1 : p.batch;
-        h_lo = p.dbias_sh ? hout : 0, h_hi = p.dbias_sh ? hout + 1 : p.hq;
-        sr0 = seq_range(p, s_lo);
-        n0 = nt * bn, n1 = n0 + bn < sr0.kv_len ? n0 + bn : sr0.kv_len;
-        bm_ = bm;
-    }
-    // The tile starts past its sequence's end: it holds no element.
-    __device__ __forceinline__ bool past_end() const {
-        return n0 >= sr0.kv_len || (!sum_rows && mt * bm_ >= sr0.q_len);
-    }
-    // The query tiles of sequence sr that add into this piece (t_hi < t_lo: none).
-    __device__ __forceinline__ void query_tiles(const AttnFwdParams &p, const SeqRange &sr, int64_t *t_lo,
-                                                int64_t *t_hi) const {
-        *t_lo = *t_hi = mt;
-        if (!sum_rows) return;
-        int64_t i_lo, i_hi;
-        query_rows(p, n0, n1, sr.q_len, sr.kv_len, &i_lo, &i_hi);
-        *t_lo = i_lo / bm_, *t_hi = i_hi >= i_lo ? i_hi / bm_ : -1;
-    }
-    // Element (row i of the tile's sequence, key n0 + c) of this CTA's dbias plane is out[i·si + c]
-    // (with dbias_si == 0 the one row).
-    __device__ __forceinline__ float *out(const AttnBwdParams &p) const {
-        const int64_t zoff = p.cu_seqlens_q ? 0 : zout * p.dbias_sb;  // dense: the batch's plane (0 when summed)
-        return p.dbias + zoff + hout * p.dbias_sh + sr0.q_begin * p.dbias_si + sr0.kv_begin + n0;
-    }
-
-  private:
-    int bm_;
-};
-
-// Host side: the bias-gradient grid for tiles of bm rows × bn keys (DbiasTile).
-inline void dbias_grid(const AttnBwdParams &p, int bm, int bn, int64_t (&grid)[3]) {
-    const int64_t nm = (p.seqlen_q + bm - 1) / bm, nn = (p.seqlen_kv + bn - 1) / bn;
-    grid[0] = p.dbias_si ? nm * nn : nn;
-    grid[1] = p.dbias_sh ? p.hq : 1;
-    grid[2] = p.cu_seqlens_q || p.dbias_sb ? p.batch : 1;
-}
-
 // Bias tile map cells (workspace.h): 0 = all -inf, 1 = has a value other than 0 and -inf (or a
 // NaN), 2 = every value is exactly 0 (a 0/-inf mask's interior: no bias read needed).
 enum BiasTile : int { kBiasDead = 0, kBiasRead = 1, kBiasZero = 2 };
@@ -453,5 +397,73 @@ struct QueryItems {
         return idx;
     }
 };
+
+// The piece of dbias a bias-gradient CTA owns (mma_dbias_kernel, sc_dbias_kernel: one source of
+// truth for both) and what sums into it. Grid (dbias_grid): x the bm × bn tile of a dbias plane
+// (query tile · key tiles + key tile), or the bn-key tile when the bias is broadcast over queries
+// (dbias_si == 0: the CTA also sums over the query tiles); y the dbias head (0 when summed over
+// heads); z the sequence (varlen, or a dbias per batch) or 0 (dense, summed over batches).
+// Contributions: sequences [s_lo, s_hi), heads [h_lo, h_hi), each with query_tiles(); dense
+// sequences share their lengths, so sr0 (the first) gives the tile's geometry.
+struct DbiasTile {
+    bool sum_rows;
+    int64_t mt, nt, hout, zout, s_lo, s_hi, h_lo, h_hi, n0, n1;
+    SeqRange sr0;
+
+    __device__ __forceinline__ DbiasTile(const AttnBwdParams &p, int bm, int bn) : sum_rows(p.dbias_si == 0) {
+        const int64_t n_nt = (p.seqlen_kv + bn - 1) / bn;
+        mt = sum_rows ? 0 : int64_t(blockIdx.x) / n_nt;
+        nt = sum_rows ? int64_t(blockIdx.x) : int64_t(blockIdx.x) % n_nt;
+        hout = blockIdx.y, zout = blockIdx.z;
+        const bool per_seq = p.cu_seqlens_q || p.dbias_sb != 0;
+        s_lo = per_seq ? zout : 0, s_hi = per_seq ? zout + 1 : p.batch;
+        h_lo = p.dbias_sh ? hout : 0, h_hi = p.dbias_sh ? hout + 1 : p.hq;
+        sr0 = seq_range(p, s_lo);
+        n0 = nt * bn, n1 = n0 + bn < sr0.kv_len ? n0 + bn : sr0.kv_len;
+        bm_ = bm;
+    }
+    // The tile starts past its sequence's end: it holds no element.
+    __device__ __forceinline__ bool past_end() const {
+        return n0 >= sr0.kv_len || (!sum_rows && mt * bm_ >= sr0.q_len);
+    }
+    // The query tiles of sequence sr that add into this piece (t_hi < t_lo: none).
+    __device__ __forceinline__ void query_tiles(const AttnFwdParams &p, const SeqRange &sr, int64_t *t_lo,
+                                                int64_t *t_hi) const {
+        *t_lo = *t_hi = mt;
+        if (!sum_rows) return;
+        int64_t i_lo, i_hi;
+        query_rows(p, n0, n1, sr.q_len, sr.kv_len, &i_lo, &i_hi);
+        *t_lo = i_lo / bm_, *t_hi = i_hi >= i_lo ? i_hi / bm_ : -1;
+    }
+    // What query tile [m0, m1) of head h (sequence sr) adds here: kBiasDead when nothing (no row
+    // sees these keys, or the bias there is all -inf: its P is exactly 0), else the tile's bias-map
+    // state (kBiasRead: the bias is read; kBiasZero or no bias: it is not).
+    __device__ __forceinline__ int contribution(const AttnFwdParams &p, const KArgs &a, const SeqRange &sr, int64_t h,
+                                                int64_t m0, int64_t m1, int bn) const {
+        int64_t nf, nl;
+        key_tiles(p, m0, m1, sr.q_len, sr.kv_len, bn, &nf, &nl);
+        if (nt < nf || nt > nl) return kBiasDead;
+        if (!p.bias) return kBiasZero;
+        return bias_tile_state(a, p.bias_sb ? sr.batch_index : 0, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1,
+                               sr.kv_begin + n0, sr.kv_begin + n1);
+    }
+    // Element (row i of the tile's sequence, key n0 + c) of this CTA's dbias plane is out[i·si + c]
+    // (with dbias_si == 0 the one row).
+    __device__ __forceinline__ float *out(const AttnBwdParams &p) const {
+        const int64_t zoff = p.cu_seqlens_q ? 0 : zout * p.dbias_sb;  // dense: the batch's plane (0 when summed)
+        return p.dbias + zoff + hout * p.dbias_sh + sr0.q_begin * p.dbias_si + sr0.kv_begin + n0;
+    }
+
+  private:
+    int bm_;
+};
+
+// Host side: the bias-gradient grid for tiles of bm rows × bn keys (DbiasTile).
+inline void dbias_grid(const AttnBwdParams &p, int bm, int bn, int64_t (&grid)[3]) {
+    const int64_t nm = (p.seqlen_q + bm - 1) / bm, nn = (p.seqlen_kv + bn - 1) / bn;
+    grid[0] = p.dbias_si ? nm * nn : nn;
+    grid[1] = p.dbias_sh ? p.hq : 1;
+    grid[2] = p.cu_seqlens_q || p.dbias_sb ? p.batch : 1;
+}
 
 }  // namespace fattn::cuda::attn

@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, c
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane & 3;
     const DbiasTile dt(p, BM, BN);
     if (dt.past_end()) return;
-    const int64_t n0 = dt.n0, n1 = dt.n1, nt = dt.nt;
+    const int64_t n0 = dt.n0;
 
     float acc[NS][4];
 #pragma unroll
@@ -447,16 +447,10 @@ __global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, c
         dt.query_tiles(p, sr, &t_lo, &t_hi);
         for (int64_t h = dt.h_lo; h < dt.h_hi; ++h) {
             const int64_t hk = h / p.group(), bb = seq_bias(p, sr, h);
-            const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
             bool kv_loaded = false;
             for (int64_t t = t_lo; t <= t_hi; ++t) {
                 const int64_t m0 = t * BM, m1 = m0 + BM < lq ? m0 + BM : lq;
-                int64_t nf, nl;
-                key_tiles(p, m0, m1, lq, lkv, BN, &nf, &nl);
-                if (nt < nf || nt > nl) continue;  // no row of the tile sees these keys
-                const int st = p.bias ? bias_tile_state(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
-                                                        sr.kv_begin + n1)
-                                      : kBiasZero;
+                const int st = dt.contribution(p, a, sr, h, m0, m1, BN);
                 if (st == kBiasDead) continue;
                 if (!kv_loaded) {
                     mma_load_tile<T, BN, DB, NT>(sK, seq_k<T>(p, sr, hk) + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);

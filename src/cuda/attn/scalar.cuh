@@ -323,16 +323,10 @@ __global__ void __launch_bounds__(128) sc_dbias_kernel(const AttnBwdParams p, co
         dt.query_tiles(p, sr, &t_lo, &t_hi);
         for (int64_t h = dt.h_lo; h < dt.h_hi; ++h) {
             const int64_t hk = h / p.group(), bb = seq_bias(p, sr, h);
-            const int64_t mb = p.bias_sb ? sr.batch_index : 0, mh = p.bias_sh ? h : 0;
             bool kv_loaded = false;
             for (int64_t t = t_lo; t <= t_hi; ++t) {
                 const int64_t m0 = t * R, m1 = m0 + R < lq ? m0 + R : lq;
-                int64_t nf, nl;
-                key_tiles(p, m0, m1, lq, lkv, C, &nf, &nl);
-                if (dt.nt < nf || dt.nt > nl) continue;  // no row of the tile sees these keys
-                if (p.bias && bias_tile_dead(a, mb, mh, sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
-                                             sr.kv_begin + n1))
-                    continue;
+                if (dt.contribution(p, a, sr, h, m0, m1, C) == kBiasDead) continue;
                 __syncthreads();  // the previous tile's reads are done
                 if (!kv_loaded) {
                     sc_load_rows<T, C, ST>(sK, seq_k<T>(p, sr, hk) + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
