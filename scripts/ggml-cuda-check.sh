@@ -4,7 +4,7 @@
 # reference trainer on the CUDA backend. The GPU machine has no network: the patched ggml tree
 # travels as .carry/ggml-tree.tgz, made on the dev machine with
 #   integrations/ggml/fetch-ggml.sh /tmp/ggml-src && tar -czf .carry/ggml-tree.tgz -C /tmp/ggml-src ggml
-# (about 3.5 MB; the .carry folder travels to the GPU machine with the working tree).
+# (about 3.5 MB; .carry is git-ignored: name it among the paths carried to the GPU machine).
 # Steps, each logged to OUTDIR (a deadline GGML_CHECK_BUDGET, default 540 s, shared):
 #   1. configure + build fattn-ggml-train and fattn-ggml-test (-j16)      -> build.log
 #   2. fattn-ggml-test all (CPU: the op against ggml's chain and float64)  -> test.log
