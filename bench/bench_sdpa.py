@@ -83,6 +83,8 @@ def cases(quick, smoke=False):
                                 series=f"bf16 D{D}{' causal' if c else ''}"))
     out.append(case("bf16 D128 GQA 32q/8kv S8192 causal", bf, 1, 8192, 32, 128, True, Hkv=8))
     out.append(case("bf16 D128 H16 S65536 causal (long)", bf, 1, 65536, 16, 128, True))
+    for c in (False, True):  # head dim 256 (the portable tensor-core kernels' bucket 256)
+        out.append(case(f"bf16 D256 S4096 B2 H16{' causal' if c else ''}", bf, 2, 4096, 16, 256, c))
     for D in (64, 128):
         out.append(case(f"f32 D{D} S4096", f32, 2, 4096, 16, D, series=f"f32 D{D}"))
     for dt, tag in ((bf, "bf16"), (f32, "f32")):
