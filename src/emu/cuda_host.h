@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "emu/emu.h"
 
 #define __global__
@@ -58,16 +59,8 @@ template <typename V> inline V __shfl_xor_sync(unsigned, V v, int lane_mask) {
 inline unsigned __ballot_sync(unsigned, int pred) { return fattn::emu::ballot(pred != 0); }
 inline int __ffs(unsigned x) { return __builtin_ffs(int(x)); }
 
-inline float __uint_as_float(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-inline uint32_t __float_as_uint(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    return u;
-}
+inline float __uint_as_float(uint32_t u) { return fattn::f32_from_bits(u); }
+inline uint32_t __float_as_uint(float f) { return fattn::f32_bits(f); }
 
 // Vector types with CUDA's alignment (a misaligned vector access faults on the GPU).
 struct alignas(8) uint2 {

@@ -403,14 +403,15 @@ struct QueryItems {
 // (query tile · key tiles + key tile), or the bn-key tile when the bias is broadcast over queries
 // (dbias_si == 0: the CTA also sums over the query tiles); y the dbias head (0 when summed over
 // heads); z the sequence (varlen, or a dbias per batch) or 0 (dense, summed over batches).
-// Contributions: sequences [s_lo, s_hi), heads [h_lo, h_hi), each with query_tiles(); dense
+// Contributions (for_each_contribution): sequences [s_lo, s_hi), heads [h_lo, h_hi), their query tiles; dense
 // sequences share their lengths, so sr0 (the first) gives the tile's geometry.
 struct DbiasTile {
     bool sum_rows;
     int64_t mt, nt, hout, zout, s_lo, s_hi, h_lo, h_hi, n0, n1;
     SeqRange sr0;
 
-    __device__ __forceinline__ DbiasTile(const AttnBwdParams &p, int bm, int bn) : sum_rows(p.dbias_si == 0) {
+    __device__ __forceinline__ DbiasTile(const AttnBwdParams &p, int bm, int bn)
+        : sum_rows(p.dbias_si == 0), bm_(bm), bn_(bn) {
         const int64_t n_nt = (p.seqlen_kv + bn - 1) / bn;
         mt = sum_rows ? 0 : int64_t(blockIdx.x) / n_nt;
         nt = sum_rows ? int64_t(blockIdx.x) : int64_t(blockIdx.x) % n_nt;
@@ -420,32 +421,44 @@ struct DbiasTile {
         h_lo = p.dbias_sh ? hout : 0, h_hi = p.dbias_sh ? hout + 1 : p.hq;
         sr0 = seq_range(p, s_lo);
         n0 = nt * bn, n1 = n0 + bn < sr0.kv_len ? n0 + bn : sr0.kv_len;
-        bm_ = bm;
     }
     // The tile starts past its sequence's end: it holds no element.
     __device__ __forceinline__ bool past_end() const {
         return n0 >= sr0.kv_len || (!sum_rows && mt * bm_ >= sr0.q_len);
     }
-    // The query tiles of sequence sr that add into this piece (t_hi < t_lo: none).
-    __device__ __forceinline__ void query_tiles(const AttnFwdParams &p, const SeqRange &sr, int64_t *t_lo,
-                                                int64_t *t_hi) const {
-        *t_lo = *t_hi = mt;
-        if (!sum_rows) return;
-        int64_t i_lo, i_hi;
-        query_rows(p, n0, n1, sr.q_len, sr.kv_len, &i_lo, &i_hi);
-        *t_lo = i_lo / bm_, *t_hi = i_hi >= i_lo ? i_hi / bm_ : -1;
-    }
-    // What query tile [m0, m1) of head h (sequence sr) adds here: kBiasDead when nothing (no row
-    // sees these keys, or the bias there is all -inf: its P is exactly 0), else the tile's bias-map
-    // state (kBiasRead: the bias is read; kBiasZero or no bias: it is not).
-    __device__ __forceinline__ int contribution(const AttnFwdParams &p, const KArgs &a, const SeqRange &sr, int64_t h,
-                                                int64_t m0, int64_t m1, int bn) const {
-        int64_t nf, nl;
-        key_tiles(p, m0, m1, sr.q_len, sr.kv_len, bn, &nf, &nl);
-        if (nt < nf || nt > nl) return kBiasDead;
-        if (!p.bias) return kBiasZero;
-        return bias_tile_state(a, p.bias_sb ? sr.batch_index : 0, p.bias_sh ? h : 0, sr.q_begin + m0, sr.q_begin + m1,
-                               sr.kv_begin + n0, sr.kv_begin + n1);
+    // Calls f(sr, h, m0, m1, state, first) for every query tile [m0, m1) of head h (sequence sr)
+    // that adds into this piece, in the fixed order: sequences, heads, query tiles. state: the
+    // tile's bias-map state (kBiasRead: the bias is read; kBiasZero, or no bias: it is not);
+    // first: the head's first such tile (K and V of its kv head are loaded then). Tiles that add
+    // nothing (no row sees these keys, or the bias there is all -inf: their P is exactly 0) are
+    // skipped. Block-uniform: f may synchronize.
+    template <class F>
+    __device__ __forceinline__ void for_each_contribution(const AttnBwdParams &p, const KArgs &a, F &&f) const {
+        for (int64_t sq = s_lo; sq < s_hi; ++sq) {
+            const SeqRange sr = seq_range(p, sq);
+            int64_t t_lo = mt, t_hi = mt;
+            if (sum_rows) {
+                int64_t i_lo, i_hi;
+                query_rows(p, n0, n1, sr.q_len, sr.kv_len, &i_lo, &i_hi);
+                t_lo = i_lo / bm_, t_hi = i_hi >= i_lo ? i_hi / bm_ : -1;
+            }
+            for (int64_t h = h_lo; h < h_hi; ++h) {
+                bool first = true;
+                for (int64_t t = t_lo; t <= t_hi; ++t) {
+                    const int64_t m0 = t * bm_, m1 = m0 + bm_ < sr.q_len ? m0 + bm_ : sr.q_len;
+                    int64_t nf, nl;
+                    key_tiles(p, m0, m1, sr.q_len, sr.kv_len, bn_, &nf, &nl);
+                    if (nt < nf || nt > nl) continue;
+                    const int st = p.bias ? bias_tile_state(a, p.bias_sb ? sr.batch_index : 0, p.bias_sh ? h : 0,
+                                                            sr.q_begin + m0, sr.q_begin + m1, sr.kv_begin + n0,
+                                                            sr.kv_begin + n1)
+                                          : kBiasZero;
+                    if (st == kBiasDead) continue;
+                    f(sr, h, m0, m1, st, first);
+                    first = false;
+                }
+            }
+        }
     }
     // Element (row i of the tile's sequence, key n0 + c) of this CTA's dbias plane is out[i·si + c]
     // (with dbias_si == 0 the one row).
@@ -455,7 +468,7 @@ struct DbiasTile {
     }
 
   private:
-    int bm_;
+    int bm_, bn_;
 };
 
 // Host side: the bias-gradient grid for tiles of bm rows × bn keys (DbiasTile).

@@ -440,43 +440,31 @@ __global__ void __launch_bounds__(128) mma_dbias_kernel(const AttnBwdParams p, c
 #pragma unroll
     for (int j = 0; j < NS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const float sl2 = p.scale * kLog2e;
-    for (int64_t sq = dt.s_lo; sq < dt.s_hi; ++sq) {
-        const SeqRange sr = seq_range(p, sq);
-        const int64_t lq = sr.q_len, lkv = sr.kv_len;
-        int64_t t_lo, t_hi;
-        dt.query_tiles(p, sr, &t_lo, &t_hi);
-        for (int64_t h = dt.h_lo; h < dt.h_hi; ++h) {
-            const int64_t hk = h / p.group(), bb = seq_bias(p, sr, h);
-            bool kv_loaded = false;
-            for (int64_t t = t_lo; t <= t_hi; ++t) {
-                const int64_t m0 = t * BM, m1 = m0 + BM < lq ? m0 + BM : lq;
-                const int st = dt.contribution(p, a, sr, h, m0, m1, BN);
-                if (st == kBiasDead) continue;
-                if (!kv_loaded) {
-                    mma_load_tile<T, BN, DB, NT>(sK, seq_k<T>(p, sr, hk) + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
-                    mma_load_tile<T, BN, DB, NT>(sV, seq_v<T>(p, sr, hk) + n0 * p.v_ss, p.v_ss, lkv - n0, p.dim_v, a.vec);
-                    kv_loaded = true;
-                }
-                mma_load_tile<T, BM, DB, NT>(sQ, seq_q<T>(p, sr, h) + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
-                mma_load_tile<T, BM, DB, NT>(sdO, seq_dout<T>(p, sr, h) + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, a.vec);
-                cp_async_commit();
-                auto row_of = [&](int r) { return m0 + warp * 16 + g + (r & 1) * 8; };
-                float lse2[2], dl[2];
-                bwd_row_stats<1>(lse2, dl, row_of, p, a, sr, h, lq);
-                cp_async_wait<0>();
-                __syncthreads();
-                float sc[1][NS][4], dp[1][NS][4];
-                bwd_s_dp<T, DB, 1, NS, NW, ST>(sc, dp, sQ, sdO, sK, sV, warp, lane);
-                const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
-                bwd_ds<1, NS>(sc, dp, lse2, dl, row_of, p, a, sr, h, lq, lkv, bb, sl2, n0, full, st == kBiasRead, t4);
-#pragma unroll
-                for (int j = 0; j < NS; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[j][e] += sc[0][j][e];
-                __syncthreads();  // the next tile's loads overwrite shared memory
-            }
+    dt.for_each_contribution(p, a, [&](const SeqRange &sr, int64_t h, int64_t m0, int64_t m1, int st, bool first) {
+        const int64_t lq = sr.q_len, lkv = sr.kv_len, hk = h / p.group();
+        if (first) {
+            mma_load_tile<T, BN, DB, NT>(sK, seq_k<T>(p, sr, hk) + n0 * p.k_ss, p.k_ss, lkv - n0, p.d, a.vec);
+            mma_load_tile<T, BN, DB, NT>(sV, seq_v<T>(p, sr, hk) + n0 * p.v_ss, p.v_ss, lkv - n0, p.dim_v, a.vec);
         }
-    }
+        mma_load_tile<T, BM, DB, NT>(sQ, seq_q<T>(p, sr, h) + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, a.vec);
+        mma_load_tile<T, BM, DB, NT>(sdO, seq_dout<T>(p, sr, h) + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, a.vec);
+        cp_async_commit();
+        auto row_of = [&](int r) { return m0 + warp * 16 + g + (r & 1) * 8; };
+        float lse2[2], dl[2];
+        bwd_row_stats<1>(lse2, dl, row_of, p, a, sr, h, lq);
+        cp_async_wait<0>();
+        __syncthreads();
+        float sc[1][NS][4], dp[1][NS][4];
+        bwd_s_dp<T, DB, 1, NS, NW, ST>(sc, dp, sQ, sdO, sK, sV, warp, lane);
+        const bool full = tile_full(p, m0, m0 + BM, n0, n0 + BN, lq, lkv);
+        bwd_ds<1, NS>(sc, dp, lse2, dl, row_of, p, a, sr, h, lq, lkv, seq_bias(p, sr, h), sl2, n0, full,
+                      st == kBiasRead, t4);
+#pragma unroll
+        for (int j = 0; j < NS; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][e] += sc[0][j][e];
+        __syncthreads();  // the next tile's loads overwrite shared memory
+    });
 
     float *out = dt.out(p);
     if (!dt.sum_rows) {

@@ -316,50 +316,38 @@ __global__ void __launch_bounds__(128) sc_dbias_kernel(const AttnBwdParams p, co
     const int64_t n0 = dt.n0, n1 = dt.n1;
     float acc[KC];
     for (int k = 0; k < KC; ++k) acc[k] = 0.f;
-    for (int64_t sq = dt.s_lo; sq < dt.s_hi; ++sq) {
-        const SeqRange sr = seq_range(p, sq);
-        const int64_t lq = sr.q_len, lkv = sr.kv_len;
-        int64_t t_lo, t_hi;
-        dt.query_tiles(p, sr, &t_lo, &t_hi);
-        for (int64_t h = dt.h_lo; h < dt.h_hi; ++h) {
-            const int64_t hk = h / p.group(), bb = seq_bias(p, sr, h);
-            bool kv_loaded = false;
-            for (int64_t t = t_lo; t <= t_hi; ++t) {
-                const int64_t m0 = t * R, m1 = m0 + R < lq ? m0 + R : lq;
-                if (dt.contribution(p, a, sr, h, m0, m1, C) == kBiasDead) continue;
-                __syncthreads();  // the previous tile's reads are done
-                if (!kv_loaded) {
-                    sc_load_rows<T, C, ST>(sK, seq_k<T>(p, sr, hk) + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
-                    sc_load_rows<T, C, ST>(sV, seq_v<T>(p, sr, hk) + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, DB);
-                    kv_loaded = true;
-                }
-                sc_load_rows<T, R, ST>(sQ, seq_q<T>(p, sr, h) + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
-                sc_load_rows<T, R, ST>(sdO, seq_dout<T>(p, sr, h) + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);
-                __syncthreads();
-                const int64_t i = m0 + r;
-                int64_t lo, hi;
-                key_range(p, i, lq, lkv, &lo, &hi);
-                float lse2 = -INFINITY, dl = 0.f, ceil = 0.f;  // as sc_dq_kernel
-                if (i < lq) {
-                    lse2 = row_lse_rel(p, a, sr, h, i) * kLog2e;
-                    dl = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i];
-                    ceil = row_ceil(p, a, sr, h, i);
-                }
-                for (int k = 0; k < KC; ++k) {
-                    const int c = l8 + 8 * k;
-                    const int64_t j = n0 + c;
-                    float s = 0.f, dp = 0.f;
-                    for (int e = 0; e < p.d; ++e) s = fmaf(sQ[r * ST + e], sK[c * ST + e], s);
-                    for (int e = 0; e < p.dim_v; ++e) dp = fmaf(sdO[r * ST + e], sV[c * ST + e], dp);
-                    const bool ok = i < lq && j < lkv && j >= lo && j <= hi && lse2 != -INFINITY;
-                    float x = s * p.scale;
-                    if (ok && p.bias) x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j) - ceil;
-                    const float pr = ok ? exp2f(x * kLog2e - lse2) : 0.f;
-                    acc[k] += pr * (dp - dl);
-                }
-            }
+    dt.for_each_contribution(p, a, [&](const SeqRange &sr, int64_t h, int64_t m0, int64_t m1, int, bool first) {
+        const int64_t lq = sr.q_len, lkv = sr.kv_len, hk = h / p.group(), bb = seq_bias(p, sr, h);
+        __syncthreads();  // the previous tile's reads are done
+        if (first) {
+            sc_load_rows<T, C, ST>(sK, seq_k<T>(p, sr, hk) + n0 * p.k_ss, p.k_ss, n1 - n0, p.d, DB);
+            sc_load_rows<T, C, ST>(sV, seq_v<T>(p, sr, hk) + n0 * p.v_ss, p.v_ss, n1 - n0, p.dim_v, DB);
         }
-    }
+        sc_load_rows<T, R, ST>(sQ, seq_q<T>(p, sr, h) + m0 * p.q_ss, p.q_ss, m1 - m0, p.d, DB);
+        sc_load_rows<T, R, ST>(sdO, seq_dout<T>(p, sr, h) + m0 * p.do_ss, p.do_ss, m1 - m0, p.dim_v, DB);
+        __syncthreads();
+        const int64_t i = m0 + r;
+        int64_t lo, hi;
+        key_range(p, i, lq, lkv, &lo, &hi);
+        float lse2 = -INFINITY, dl = 0.f, ceil = 0.f;  // as sc_dq_kernel
+        if (i < lq) {
+            lse2 = row_lse_rel(p, a, sr, h, i) * kLog2e;
+            dl = a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i];
+            ceil = row_ceil(p, a, sr, h, i);
+        }
+        for (int k = 0; k < KC; ++k) {
+            const int c = l8 + 8 * k;
+            const int64_t j = n0 + c;
+            float s = 0.f, dp = 0.f;
+            for (int e = 0; e < p.d; ++e) s = fmaf(sQ[r * ST + e], sK[c * ST + e], s);
+            for (int e = 0; e < p.dim_v; ++e) dp = fmaf(sdO[r * ST + e], sV[c * ST + e], dp);
+            const bool ok = i < lq && j < lkv && j >= lo && j <= hi && lse2 != -INFINITY;
+            float x = s * p.scale;
+            if (ok && p.bias) x += load_bias(p.bias, p.bias_dtype, bb + (sr.q_begin + i) * p.bias_si + sr.kv_begin + j) - ceil;
+            const float pr = ok ? exp2f(x * kLog2e - lse2) : 0.f;
+            acc[k] += pr * (dp - dl);
+        }
+    });
     float *out = dt.out(p);
     if (!dt.sum_rows) {
         const int64_t i = dt.mt * R + r;
