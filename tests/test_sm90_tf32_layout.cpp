@@ -7,6 +7,7 @@
 // Run: fattn-unit --gtest_filter='Sm90Tf32Layout*'
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -140,6 +141,69 @@ TEST(Sm90Tf32Layout, WorkspaceRegions) {
     EXPECT_EQ(Workspace::layout(p, fwd_only, FATTN_DIR_BWD).tr_bytes, 0u);
 }
 
+// The backward's passes of kv heads (workspace.h: tf32_bwd_pass_kv_heads): one pass while all the
+// copies fit within the cap or a smaller pass would leave the dK/dV grid under min_ctas; else
+// equal passes of as many heads as the cap or the grid floor needs, never more than Hkv heads.
+TEST(Sm90Tf32Layout, BackwardPassesOfKvHeads) {
+    using fattn::cuda::attn::tf32_bwd_pass_kv_heads;
+    // B2 H16 S4096 D128 (the TF32 row): a kv head's copies are 7/16 of |Q|'s 64 MiB, the
+    // dK/dV grid 2 · 32 key tiles per kv head; two waves of 132 SMs need 5 heads -> 4 passes of 4.
+    const int64_t mib = 1 << 20, per = 7 * 4 * mib, cap = 64 * mib;
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, cap, 64, 264), 4);
+    // Without the grid floor the cap alone: 2 heads (56 MiB) per pass.
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, cap, 64, 0), 2);
+    // The HOT-Step sites (B1 H16 S625): 5 key tiles, one pass whatever the cap says.
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, cap, 5, 264), 16);
+    // Everything fits the cap: one pass.
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, 16 * per, 1 << 20, 264), 16);
+    // A head larger than the cap still runs, one per pass; one kv head (MQA) is one pass.
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(8, 10 * cap, cap, 1 << 20, 0), 1);
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(1, per, 1, 1 << 20, 0), 1);
+    // Equal passes: 16 heads at most 5 per pass -> 4 passes of 4, not 5 + 5 + 5 + 1; 7 at most
+    // 3 -> 3 passes of 3 (3 + 3 + 1).
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, 5 * per, 1 << 20, 0), 4);
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(7, per, 3 * per, 1 << 20, 0), 3);
+    std::mt19937 rng(11);
+    for (int t = 0; t < 2000; ++t) {
+        const int64_t hkv = 1 + rng() % 64, per_h = 1 + rng() % 1000, cap_b = rng() % 20000, units = 1 + rng() % 600;
+        const int64_t g = tf32_bwd_pass_kv_heads(hkv, per_h, cap_b, units, 264);
+        ASSERT_GE(g, 1);
+        ASSERT_LE(g, hkv);
+        const int64_t passes = (hkv + g - 1) / g;
+        const int64_t want = std::max(std::max<int64_t>(1, cap_b / per_h), (264 + units - 1) / units);
+        EXPECT_EQ(g, (hkv + passes - 1) / passes) << t;  // equal passes
+        if (want >= hkv) EXPECT_EQ(g, hkv) << t;           // one pass when either rule allows all
+        else {
+            EXPECT_LE(g, want) << t;                                   // no pass above what the rules allow
+            EXPECT_GT((hkv + passes - 2) / (passes - 1), want) << t;  // and no more passes than needed
+        }
+    }
+}
+
+// The backward's regions hold one pass's heads; the forward's every head.
+TEST(Sm90Tf32Layout, BackwardRegionsHoldOnePass) {
+    const fattn::AttnFwdParams p = params(2, 1000, 8, 4, 64);
+    Choice all;
+    all.family = all.fwd_family = Family::SM90_TF32;
+    Choice two = all;
+    two.tf32_pass_kv_heads = 2;
+    const Workspace wa = Workspace::layout(p, all, FATTN_DIR_BWD), w2 = Workspace::layout(p, two, FATTN_DIR_BWD);
+    EXPECT_EQ(wa.pass_kv_heads, 4);
+    EXPECT_EQ(w2.pass_kv_heads, 2);
+    const int64_t rows = p.batch * p.total_kv;
+    EXPECT_EQ(w2.kr_bytes, size_t(2 * rows * p.d * 4));
+    EXPECT_EQ(w2.tr_bytes, size_t(2 * p.d * w2.vt_cols * 4));
+    EXPECT_EQ(w2.q_rows_bytes, size_t(2 * p.group() * w2.q_rows * p.d * 4));  // the pass's query heads
+    EXPECT_EQ(w2.q_t_bytes, size_t(2 * p.group() * p.d * w2.q_cols * 4));
+    EXPECT_EQ(wa.kr_bytes, 2 * w2.kr_bytes);
+    EXPECT_LT(w2.total, wa.total);
+    // A pass count above Hkv (or 0) is every head; the forward ignores the passes.
+    Choice many = all;
+    many.tf32_pass_kv_heads = 9;
+    EXPECT_EQ(Workspace::layout(p, many, FATTN_DIR_BWD).total, wa.total);
+    EXPECT_EQ(Workspace::layout(p, two, FATTN_DIR_FWD).total, Workspace::layout(p, all, FATTN_DIR_FWD).total);
+}
+
 }  // namespace
 
 #ifdef FATTN_WITH_CUDA
@@ -163,6 +227,16 @@ TEST(Sm90Tf32Layout, SelectionCountsTheLargestKernelsSharedMemory) {
     ASSERT_EQ(choose(p, dev, &c, &why), FATTN_OK) << why;
     if (c.family != Family::SM90_TF32) GTEST_SKIP() << "this library has no sm_90a code";
     EXPECT_EQ(c.fwd_family, Family::SM90_TF32);
+    EXPECT_EQ(c.tf32_pass_kv_heads, 2);  // small: one pass of both kv heads
+    {  // B2 H16 S4096 D128 on 132 SMs: four passes of four kv heads (BackwardPassesOfKvHeads)
+        fattn::AttnFwdParams big = params(2, 4096, 16, 16, 128);
+        big.q = big.k = big.v = dummy;
+        big.q_ss = big.k_ss = big.v_ss = 16 * 128, big.q_sh = big.k_sh = big.v_sh = 128;
+        big.q_sb = big.k_sb = big.v_sb = 4096 * 16 * 128;
+        Choice cb;
+        ASSERT_EQ(choose(big, dev, &cb, &why), FATTN_OK) << why;
+        EXPECT_EQ(cb.tf32_pass_kv_heads, 4);
+    }
 
     const size_t dq = fattn::cuda::attn::sm90_dq_smem(128, 4), dkdv = fattn::cuda::attn::sm90_dkdv_smem(128, 4);
     ASSERT_LT(dq, dkdv);

@@ -25,6 +25,7 @@ struct Choice {
     Family family = Family::SCALAR_F32;      // the backward's family (and the forward's by default)
     Family fwd_family = Family::SCALAR_F32;  // the forward's family (SM90_NATIVE or SM90_TF32 where they apply)
     int d_bucket = 0;  // head dim the kernel is instantiated for (>= max(d, dv), padded loads masked)
+    int64_t tf32_pass_kv_heads = 0;  // SM90_TF32 backward: kv heads per pass (workspace.h); 0 = all
 };
 
 // FATTN_OK and *c filled, or UNSUPPORTED with *why.

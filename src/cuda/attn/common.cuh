@@ -55,6 +55,8 @@ struct KArgs {
     float *delta;             // bwd: rowsum(dO∘O) [B_view, Hq, total_q]
     bool vec;                 // 16-byte cp.async loads are legal (alignment, strides, d % 8)
     bool bias_pair;           // the bias pointer is aligned to two elements (load_bias_pair)
+    int64_t kv_head0;         // the sm90 tf32 backward, run in passes of kv heads (workspace.h):
+                              // the pass's first kv head (grid y counts from it); else 0
 };
 
 // The bias ceiling of row qi (inside sequence sr) of query head h; 0 without a bias.

@@ -65,6 +65,20 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
 #endif
 }
 
+// The sm90 tf32 backward's kv heads per pass (workspace.h: tf32_bwd_pass_kv_heads), from the
+// bytes its regions take per kv head: at least two waves of the dK/dV kernel (one CTA per SM).
+int64_t tf32_pass_kv_heads(const AttnFwdParams &p, const DeviceInfo &dev) {
+    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, rk = bview * p.total_kv, rq = bview * p.total_q;
+    const size_t key_side = sat_add(sat_prod({2, rk, p.d, 4}), sat_prod({p.d, sm90_vt_cols(rk, p.batch), 4}));
+    const size_t query_side = sat_add(sat_prod({2, rq, p.d, 4}), sat_prod({2, p.d, sm90_vt_cols(rq, p.batch), 4}));
+    const size_t per_head = sat_add(key_side, sat_mul(query_side, size_t(p.group())));
+    const size_t cap = sat_prod({p.hq, rq, p.d, 4});
+    constexpr size_t kMax = size_t(INT64_MAX);
+    const int64_t key_units = p.batch * ((p.seqlen_kv + sm90_dkdv_bn() - 1) / sm90_dkdv_bn());
+    return tf32_bwd_pass_kv_heads(p.hkv, int64_t(std::min(per_head, kMax)), int64_t(std::min(cap, kMax)), key_units,
+                                  2 * int64_t(dev.num_sms));
+}
+
 }  // namespace
 
 fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, std::string *why) {
@@ -134,8 +148,10 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             // The backward's kernels take more shared memory than the forward (sm90_fwd_legal's
             // check): at D128 dQ 225 KB, dK/dV 231.5 KB (tiles.h).
             const size_t bwd_smem = std::max(sm90_dq_smem(int(p.d), 4), sm90_dkdv_smem(int(p.d), 4));
-            if (sm90_fwd_legal(p, dev, &w) && bwd_smem <= dev.smem_optin)
+            if (sm90_fwd_legal(p, dev, &w) && bwd_smem <= dev.smem_optin) {
                 c->fwd_family = c->family = Family::SM90_TF32;
+                c->tf32_pass_kv_heads = tf32_pass_kv_heads(p, dev);
+            }
             else if (dev.family == FATTN_CUDA_FAMILY_SM90)
                 return no((w.empty() ? std::string("sm90 tf32 backward: needs more shared memory than the device allows") : w) +
                           " (family SM90 was asked for)");

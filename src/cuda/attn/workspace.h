@@ -17,6 +17,8 @@
 //   [qr] [dor] [qt] [dot]  bwd on SM90_TF32, the dK/dV kernel's query side: Q and dO rounded as
 //                    rows [Hq, Rq, D] (Rq = B_view·total_q), and Qᵀ, dOᵀ as [Hq, D, q_cols] in the
 //                    same per-sequence column scheme over the queries.
+//                    The backward stages and runs in passes of kv heads (tf32_bwd_pass_kv_heads):
+//                    its regions hold one pass's heads (Hkv and Hq above read the pass's counts).
 // Every region starts 256-byte aligned.
 #pragma once
 
@@ -43,6 +45,26 @@ FATTN_HD int64_t sm90_vt_cols(int64_t rows, int64_t seqs) { return (rows + 7) / 
 // P·V wants k-columns t, t + 4: with this order the accumulator is the fragment as it stands.
 FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 
+// kv heads per pass of the sm90 tf32 backward. All heads at once, its staged copies would take
+// 3·|K| + 4·|Q| bytes (K, V rows and Kᵀ; Q, dO rows and Qᵀ, dOᵀ) beside the caller's dq, dk, dv:
+// 706 MiB of peak at B2 H16 S4096 D128, where PyTorch's mem-efficient kernel takes 385. A pass
+// stages its own kv heads (and their query heads) and runs both kernels on them, so the copies
+// stay within about |Q| (cap_bytes) — unless a pass's dK/dV grid (key tiles · sequences · its kv
+// heads) would then have fewer than min_ctas CTAs: a pass shorter than two waves loses more to
+// its tail than the bytes are worth, so small problems keep one pass. The passes are equal (the
+// last may be short). per_kv_head: the staged bytes of one kv head with its query heads.
+FATTN_HD int64_t tf32_bwd_pass_kv_heads(int64_t hkv, int64_t per_kv_head, int64_t cap_bytes, int64_t key_units,
+                                        int64_t min_ctas) {
+    if (hkv <= 1 || per_kv_head <= 0) return hkv < 1 ? 1 : hkv;
+    int64_t by_mem = cap_bytes / per_kv_head;
+    if (by_mem < 1) by_mem = 1;
+    const int64_t by_par = key_units > 0 ? (min_ctas + key_units - 1) / key_units : hkv;
+    int64_t g = by_mem > by_par ? by_mem : by_par;
+    if (g >= hkv) return hkv;
+    const int64_t passes = (hkv + g - 1) / g;
+    return (hkv + passes - 1) / passes;
+}
+
 struct Workspace {
     size_t map_off = 0, map_bytes = 0;
     int64_t map_nb = 0, map_nh = 0, map_nm = 0, map_nn = 0;  // dims of the map
@@ -53,6 +75,7 @@ struct Workspace {
     int64_t kr_rows = 0, vt_cols = 0;  // R and vt_cols above
     size_t qr_off = 0, dor_off = 0, qt_off = 0, dot_off = 0, q_rows_bytes = 0, q_t_bytes = 0;
     int64_t q_rows = 0, q_cols = 0;  // Rq and q_cols above
+    int64_t pass_kv_heads = 0;        // SM90_TF32 bwd: kv heads per pass (their regions' Hkv)
     size_t total = 0;
 
     static size_t align(size_t x) { return (x + 255) & ~size_t(255); }
@@ -90,7 +113,12 @@ struct Workspace {
         if ((fwd ? c.fwd_family : c.family) == Family::SM90_TF32) {  // D = Dv there (select.cpp)
             w.kr_rows = bview * p.total_kv;
             w.vt_cols = sm90_vt_cols(w.kr_rows, p.batch);
-            const size_t rows_bytes = sat_prod({p.hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
+            // The forward stages every head; the backward one pass's (Choice::tf32_pass_kv_heads).
+            const int64_t hkv = fwd || c.tf32_pass_kv_heads <= 0 || c.tf32_pass_kv_heads > p.hkv ? p.hkv
+                                                                                                 : c.tf32_pass_kv_heads;
+            const int64_t hq = hkv * p.group();
+            w.pass_kv_heads = hkv;
+            const size_t rows_bytes = sat_prod({hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
             w.kr_off = off;
             w.kr_bytes = rows_bytes;
             off = sat_add(off, sat_round(w.kr_bytes, 256));
@@ -100,13 +128,13 @@ struct Workspace {
                 off = sat_add(off, sat_round(w.vr_bytes, 256));
             }
             w.tr_off = off;
-            w.tr_bytes = sat_prod({p.hkv, p.d, w.vt_cols, int64_t(sizeof(float))});
+            w.tr_bytes = sat_prod({hkv, p.d, w.vt_cols, int64_t(sizeof(float))});
             off = sat_add(off, sat_round(w.tr_bytes, 256));
             if (!fwd) {
                 w.q_rows = bview * p.total_q;
                 w.q_cols = sm90_vt_cols(w.q_rows, p.batch);
-                w.q_rows_bytes = sat_prod({p.hq, w.q_rows, p.d, int64_t(sizeof(float))});
-                w.q_t_bytes = sat_prod({p.hq, p.d, w.q_cols, int64_t(sizeof(float))});
+                w.q_rows_bytes = sat_prod({hq, w.q_rows, p.d, int64_t(sizeof(float))});
+                w.q_t_bytes = sat_prod({hq, p.d, w.q_cols, int64_t(sizeof(float))});
                 size_t *at[4] = {&w.qr_off, &w.dor_off, &w.qt_off, &w.dot_off};
                 for (int i = 0; i < 4; ++i) {
                     *at[i] = off;

@@ -2,6 +2,8 @@
 // kernel (bwd_dq_kernel.cuh), each with its own TMA tensor maps (tmap.cu; box heights follow the
 // kernels' tiles), the grids, and the dtype × head-dim dispatch. δ, the bias map and ceilings
 // come from launch.cu's pre-passes, as for the portable kernels.
+#include <algorithm>
+
 #include "cuda/attn/launch.h"
 #include "cuda/attn/sm90/bwd_dkdv_kernel.cuh"
 #include "cuda/attn/sm90/bwd_dq_kernel.cuh"
@@ -60,24 +62,20 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
 
 // f32 inputs: the dK/dV and dQ kernels on tf32 wgmma over the pre-pass's rounded copies
 // (stage_tf32.cu; workspace.h): K, V rows and Kᵀ (key side), Q, dO rows and Qᵀ, dOᵀ (query side).
+// In passes of w.pass_kv_heads kv heads (workspace.h: tf32_bwd_pass_kv_heads): each stages its
+// heads' copies into the same regions and runs both kernels on them (KArgs::kv_head0), so the
+// workspace holds one pass's copies. Every output element is written by one pass, in the same
+// arithmetic as in one pass.
 template <int D>
-cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a, const Workspace &w, void *workspace, cudaStream_t st) {
+cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Workspace &w, void *workspace,
+                        cudaStream_t st) {
     char *ws = static_cast<char *>(workspace);
     auto at = [&](size_t off) { return reinterpret_cast<float *>(ws + off); };
     float *kr = at(w.kr_off), *vr = at(w.vr_off), *kt = at(w.tr_off);
     float *qr = at(w.qr_off), *dor = at(w.dor_off), *qt = at(w.qt_off), *dot = at(w.dot_off);
-    const Sm90Stage::Src k{static_cast<const float *>(p.k), p.k_sb, p.k_ss, p.k_sh},
-        v{static_cast<const float *>(p.v), p.v_sb, p.v_ss, p.v_sh},
-        q{static_cast<const float *>(p.q), p.q_sb, p.q_ss, p.q_sh},
-        dout{static_cast<const float *>(p.dout), p.do_sb, p.do_ss, p.do_sh};
-    Sm90Stage keys{false, {k, v}, {kr, vr}, 2, {k, {}}, {kt, nullptr}, 1};
-    Sm90Stage queries{true, {q, dout}, {qr, dor}, 2, {q, dout}, {qt, dot}, 2};
-    cudaError_t e;
-    if ((e = sm90_tf32_stage(p, D, keys, w.kr_rows, w.vt_cols, st)) != cudaSuccess ||
-        (e = sm90_tf32_stage(p, D, queries, w.q_rows, w.q_cols, st)) != cudaSuccess)
-        return e;
-    auto launch = [&](auto kernel, dim3 grid, int threads, size_t smem, const Sm90Maps &m, const CUtensorMap &t0,
-                      const CUtensorMap &t1, const CUtensorMap &t2) -> cudaError_t {
+    const int64_t G = p.group(), pass = w.pass_kv_heads > 0 ? w.pass_kv_heads : p.hkv;
+    auto launch = [&](auto kernel, dim3 grid, int threads, size_t smem, const KArgs &a, const Sm90Maps &m,
+                      const CUtensorMap &t0, const CUtensorMap &t1, const CUtensorMap &t2) -> cudaError_t {
         if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
         cudaError_t le = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (le != cudaSuccess) return le;
@@ -91,41 +89,56 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a, const Workspace 
     auto t_map = [&](CUtensorMap *mp, float *x, int64_t cols, int64_t heads) {
         return sm90_map(mp, x, FATTN_F32, cols, D, heads, 1, cols, D * cols, 0, D);
     };
-    {  // dK/dV: 128-key CTAs, 32-query items
-        Sm90Maps m;
-        CUtensorMap tm_do, tm_qt, tm_dot;
-        if ((e = rows_map(&m.k, kr, w.kr_rows, p.hkv, sm90bwd::bn(4))) != cudaSuccess ||
-            (e = rows_map(&m.v, vr, w.kr_rows, p.hkv, sm90bwd::bn(4))) != cudaSuccess ||
-            (e = rows_map(&m.q, qr, w.q_rows, p.hq, sm90bwd::bm(D, 4))) != cudaSuccess ||
-            (e = rows_map(&tm_do, dor, w.q_rows, p.hq, sm90bwd::bm(D, 4))) != cudaSuccess ||
-            (e = t_map(&tm_qt, qt, w.q_cols, p.hq)) != cudaSuccess || (e = t_map(&tm_dot, dot, w.q_cols, p.hq)) != cudaSuccess)
+    cudaError_t e;
+    for (int64_t g0 = 0; g0 < p.hkv; g0 += pass) {
+        const int64_t nk = std::min(pass, p.hkv - g0), nq = nk * G, q0 = g0 * G;  // this pass's kv / query heads
+        KArgs a = a_all;
+        a.kv_head0 = g0;
+        const Sm90Stage::Src k{static_cast<const float *>(p.k) + g0 * p.k_sh, p.k_sb, p.k_ss, p.k_sh},
+            v{static_cast<const float *>(p.v) + g0 * p.v_sh, p.v_sb, p.v_ss, p.v_sh},
+            q{static_cast<const float *>(p.q) + q0 * p.q_sh, p.q_sb, p.q_ss, p.q_sh},
+            dout{static_cast<const float *>(p.dout) + q0 * p.do_sh, p.do_sb, p.do_ss, p.do_sh};
+        Sm90Stage keys{false, nk, {k, v}, {kr, vr}, 2, {k, {}}, {kt, nullptr}, 1};
+        Sm90Stage queries{true, nq, {q, dout}, {qr, dor}, 2, {q, dout}, {qt, dot}, 2};
+        if ((e = sm90_tf32_stage(p, D, keys, w.kr_rows, w.vt_cols, st)) != cudaSuccess ||
+            (e = sm90_tf32_stage(p, D, queries, w.q_rows, w.q_cols, st)) != cudaSuccess)
             return e;
-        const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(4)), unsigned(p.hkv), unsigned(p.batch));
-        if ((e = launch(sm90_dkdv_kernel<float, D>, grid, sm90bwd::threads(4), sm90bwd::dkdv_smem(D, 4), m, tm_do, tm_qt,
-                        tm_dot)) != cudaSuccess)
-            return e;
+        {  // dK/dV: 128-key CTAs, 32-query items
+            Sm90Maps m;
+            CUtensorMap tm_do, tm_qt, tm_dot;
+            if ((e = rows_map(&m.k, kr, w.kr_rows, nk, sm90bwd::bn(4))) != cudaSuccess ||
+                (e = rows_map(&m.v, vr, w.kr_rows, nk, sm90bwd::bn(4))) != cudaSuccess ||
+                (e = rows_map(&m.q, qr, w.q_rows, nq, sm90bwd::bm(D, 4))) != cudaSuccess ||
+                (e = rows_map(&tm_do, dor, w.q_rows, nq, sm90bwd::bm(D, 4))) != cudaSuccess ||
+                (e = t_map(&tm_qt, qt, w.q_cols, nq)) != cudaSuccess || (e = t_map(&tm_dot, dot, w.q_cols, nq)) != cudaSuccess)
+                return e;
+            const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(4)), unsigned(nk), unsigned(p.batch));
+            if ((e = launch(sm90_dkdv_kernel<float, D>, grid, sm90bwd::threads(4), sm90bwd::dkdv_smem(D, 4), a, m, tm_do,
+                            tm_qt, tm_dot)) != cudaSuccess)
+                return e;
+        }
+        {  // dQ: 128-row CTAs over K, V rows and Kᵀ; q and dout read in place (TMA-legal: select.cpp)
+            const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
+            Sm90Maps m;
+            CUtensorMap tm_do, tm_kt;
+            if ((e = sm90_map(&m.q, p.q, FATTN_F32, D, p.total_q, p.hq, bview, p.q_ss, p.q_sh, p.q_sb, sm90dq::kBM)) != cudaSuccess ||
+                (e = sm90_map(&tm_do, p.dout, FATTN_F32, D, p.total_q, p.hq, bview, p.do_ss, p.do_sh, p.do_sb, sm90dq::kBM)) != cudaSuccess ||
+                (e = rows_map(&m.k, kr, w.kr_rows, nk, sm90dq::bn(D, 4))) != cudaSuccess ||
+                (e = rows_map(&m.v, vr, w.kr_rows, nk, sm90dq::bn(D, 4))) != cudaSuccess ||
+                (e = t_map(&tm_kt, kt, w.vt_cols, nk)) != cudaSuccess)
+                return e;
+            const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(nq), unsigned(p.batch));
+            if (grid.x != 0 && grid.y != 0 && grid.z != 0) {  // the dQ kernel takes one extra map (Kᵀ)
+                const size_t smem = sm90dq::dq_smem(D, 4);
+                auto kernel = sm90_dq_kernel<float, D>;
+                if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
+                    return e;
+                kernel<<<grid, sm90dq::kThreads, smem, st>>>(p, a, m, tm_do, tm_kt);
+                if ((e = cudaGetLastError()) != cudaSuccess) return e;
+            }
+        }
     }
-    {  // dQ: 128-row CTAs over K, V rows and Kᵀ; q and dout read in place (TMA-legal: select.cpp)
-        const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-        Sm90Maps m;
-        CUtensorMap tm_do, tm_kt;
-        if ((e = sm90_map(&m.q, p.q, FATTN_F32, D, p.total_q, p.hq, bview, p.q_ss, p.q_sh, p.q_sb, sm90dq::kBM)) != cudaSuccess ||
-            (e = sm90_map(&tm_do, p.dout, FATTN_F32, D, p.total_q, p.hq, bview, p.do_ss, p.do_sh, p.do_sb, sm90dq::kBM)) != cudaSuccess ||
-            (e = rows_map(&m.k, kr, w.kr_rows, p.hkv, sm90dq::bn(D, 4))) != cudaSuccess ||
-            (e = rows_map(&m.v, vr, w.kr_rows, p.hkv, sm90dq::bn(D, 4))) != cudaSuccess ||
-            (e = t_map(&tm_kt, kt, w.vt_cols, p.hkv)) != cudaSuccess)
-            return e;
-        auto dq = [&](auto kernel) {  // the dQ kernel takes one extra map (Kᵀ)
-            const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(p.hq), unsigned(p.batch));
-            if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
-            const size_t smem = sm90dq::dq_smem(D, 4);
-            cudaError_t le = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-            if (le != cudaSuccess) return le;
-            kernel<<<grid, sm90dq::kThreads, smem, st>>>(p, a, m, tm_do, tm_kt);
-            return cudaGetLastError();
-        };
-        return dq(sm90_dq_kernel<float, D>);
-    }
+    return cudaSuccess;
 }
 
 }  // namespace

@@ -78,7 +78,9 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     const CtaTile cta = CtaTile::keys(p, kBN);
     if (cta.past_end()) return;
     const SeqRange sr = cta.sr;
-    const int64_t hk = cta.head, lq = cta.lq, lkv = cta.lkv, n0 = cta.r0, n1 = cta.r1();
+    // tf32: a pass of kv heads from a.kv_head0 on (bwd.cu), whose staged copies count heads from it.
+    const int64_t hb = kTf32 ? a.kv_head0 : 0;
+    const int64_t hk = cta.head + hb, lq = cta.lq, lkv = cta.lkv, n0 = cta.r0, n1 = cta.r1();
     // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
     const QueryItems qi(p, a, sr, hk, n0, n1, kBM);
 
@@ -107,8 +109,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         if (lane == 0) {
             mbar_arrive_expect_tx(barKV, uint32_t(2 * kBN * D * sizeof(T)));
             for (int pn = 0; pn < NP; ++pn) {
-                tma_load_4d(sK + pn * kBN * PC, &maps.k, barKV, pn * PC, int(kv_row0 + n0), int(hk), bidx);
-                tma_load_4d(sV + pn * kBN * PC, &maps.v, barKV, pn * PC, int(kv_row0 + n0), int(hk), bidx);
+                tma_load_4d(sK + pn * kBN * PC, &maps.k, barKV, pn * PC, int(kv_row0 + n0), int(hk - hb), bidx);
+                tma_load_4d(sV + pn * kBN * PC, &maps.v, barKV, pn * PC, int(kv_row0 + n0), int(hk - hb), bidx);
             }
         }
         int it = 0;
@@ -120,9 +122,9 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                 mbar_arrive_expect_tx(&full[st], uint32_t(2 * kBM * D * sizeof(T)));
                 for (int pn = 0; pn < NP; ++pn) {
                     tma_load_4d(sQ + st * kTileElems + pn * kBM * PC, &maps.q, &full[st], pn * PC, int(q_row0 + m0),
-                                int(h), bidx);
+                                int(h - hb * p.group()), bidx);
                     tma_load_4d(sdO + st * kTileElems + pn * kBM * PC, &tm_do, &full[st], pn * PC, int(q_row0 + m0),
-                                int(h), bidx);
+                                int(h - hb * p.group()), bidx);
                 }
             }
             float *rows = sRow + st * 4 * kBM;
@@ -142,8 +144,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                     mbar_arrive_expect_tx(&tfull[ts], uint32_t(2 * kBM * D * sizeof(T)));
                     for (int pn = 0; pn < kBM / 32; ++pn) {
                         const int col = int(q_col0 + m0 + pn * 32);
-                        tma_load_4d(sQt + ts * kTileElems + pn * D * 32, &tm_qt, &tfull[ts], col, 0, int(h), 0);
-                        tma_load_4d(sdOt + ts * kTileElems + pn * D * 32, &tm_dot, &tfull[ts], col, 0, int(h), 0);
+                        tma_load_4d(sQt + ts * kTileElems + pn * D * 32, &tm_qt, &tfull[ts], col, 0, int(h - hb * p.group()), 0);
+                        tma_load_4d(sdOt + ts * kTileElems + pn * D * 32, &tm_dot, &tfull[ts], col, 0, int(h - hb * p.group()), 0);
                     }
                 }
             }

@@ -61,7 +61,10 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     const CtaTile cta = CtaTile::queries(p, kBM);
     if (cta.past_end()) return;
     const SeqRange sr = cta.sr;
-    const int64_t h = cta.head, lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
+    // tf32: a pass of kv heads from a.kv_head0 on (bwd.cu): query heads from a.kv_head0 · group, the
+    // staged K, V rows and Kᵀ counting kv heads from a.kv_head0 (q and dO are read in place).
+    const int64_t hb = kTf32 ? a.kv_head0 : 0;
+    const int64_t h = cta.head + hb * p.group(), lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
 
     mbar_init_query_pipeline<kStages, 1>(bars);
 
@@ -86,12 +89,12 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                     const int row = int(flat0 + int64_t(n) * kBN), col = int(col0 + int64_t(n) * kBN);
                     mbar_arrive_expect_tx(&fullK[st], uint32_t(kBN * D * 4));
                     for (int pn = 0; pn < NP; ++pn)
-                        tma_load_4d(sK + st * kStageElems + pn * kBN * 32, &maps.k, &fullK[st], pn * 32, row, int(hk), 0);
+                        tma_load_4d(sK + st * kStageElems + pn * kBN * 32, &maps.k, &fullK[st], pn * 32, row, int(hk - hb), 0);
                     mbar_arrive_expect_tx(&fullV[st], uint32_t(2 * kBN * D * 4));
                     for (int pn = 0; pn < NP; ++pn)
-                        tma_load_4d(sV + st * kStageElems + pn * kBN * 32, &maps.v, &fullV[st], pn * 32, row, int(hk), 0);
+                        tma_load_4d(sV + st * kStageElems + pn * kBN * 32, &maps.v, &fullV[st], pn * 32, row, int(hk - hb), 0);
                     for (int pn = 0; pn < kBN / 32; ++pn)
-                        tma_load_4d(sKt + st * kStageElems + pn * D * 32, &tm_kt, &fullV[st], col + pn * 32, 0, int(hk), 0);
+                        tma_load_4d(sKt + st * kStageElems + pn * D * 32, &tm_kt, &fullV[st], col + pn * 32, 0, int(hk - hb), 0);
                 }
                 __syncwarp();
             }

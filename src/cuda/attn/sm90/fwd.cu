@@ -44,6 +44,7 @@ cudaError_t launch_tf32(const AttnFwdParams &p, const KArgs &a, const Workspace 
     float *kr = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.kr_off);
     float *vt = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.tr_off);
     Sm90Stage sg{};
+    sg.heads = p.hkv;
     sg.row_src[0] = {static_cast<const float *>(p.k), p.k_sb, p.k_ss, p.k_sh};
     sg.rows[0] = kr;
     sg.nrows = 1;

@@ -101,8 +101,7 @@ __global__ void __launch_bounds__(256)
 
 cudaError_t sm90_tf32_stage(const AttnFwdParams &p, int d, const Sm90Stage &sg, int64_t rows, int64_t cols,
                             cudaStream_t st) {
-    const dim3 grid(ceil_div_u(sg.queries ? p.seqlen_q : p.seqlen_kv, 32), unsigned(sg.queries ? p.hq : p.hkv),
-                    unsigned(p.batch));
+    const dim3 grid(ceil_div_u(sg.queries ? p.seqlen_q : p.seqlen_kv, 32), unsigned(sg.heads), unsigned(p.batch));
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
     if (d == 64) sm90_tf32_stage_kernel<64><<<grid, 256, 0, st>>>(p, sg, rows, cols);
     else sm90_tf32_stage_kernel<128><<<grid, 256, 0, st>>>(p, sg, rows, cols);

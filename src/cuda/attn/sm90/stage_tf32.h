@@ -16,6 +16,7 @@ struct Sm90Stage {
         int64_t sb, ss, sh;
     };
     bool queries;     // the query side (else the key side)
+    int64_t heads;    // heads staged (grid y): the sources start at the first of them
     Src row_src[2];   // copied as rows [heads, R, D] into rows[i], i < nrows
     float *rows[2];
     int nrows;
