@@ -86,6 +86,12 @@ struct alignas(4) __half2 {
 struct alignas(4) __nv_bfloat162 {
     __nv_bfloat16 x, y;
 };
+template <> struct fattn::emu::MmaKindOf<__half> {
+    static constexpr MmaKind kind = MMA_F16;
+};
+template <> struct fattn::emu::MmaKindOf<__nv_bfloat16> {
+    static constexpr MmaKind kind = MMA_BF16;
+};
 inline float __half2float(__half h) { return fattn::emu::f16_bits_to_f32(h.bits); }
 inline float __bfloat162float(__nv_bfloat16 h) { return fattn::emu::bf16_bits_to_f32(h.bits); }
 inline __half __float2half_rn(float x) { return {fattn::emu::f32_to_f16_bits(x)}; }

@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -97,6 +98,8 @@ struct Block {
     int cta_waiting = 0;
     int or_acc = 0, or_result = 0;  // sync_or's reduction
     int warp_waiting[32] = {};
+    size_t smem_bytes = 0;
+    std::vector<std::array<float, 256>> warp_a;  // wgmma's register A of each warp, [16][16]
     Context sched{};
     const void *sched_stack = nullptr;
     size_t sched_size = 0;
@@ -242,14 +245,16 @@ void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(
     if (threads <= 0 || threads % 32 != 0 || threads > 1024)
         throw std::invalid_argument("emu: threads must be a multiple of 32 in [32, 1024]");
     std::vector<Fiber> &pool = fiber_pool(threads);
-    std::vector<char> smem(smem_bytes + 16);
+    std::vector<char> smem(smem_bytes + 1024);
     Block b;
     b.n = threads;
     b.body = &body;
     b.f = &pool;
     b.slot.assign(size_t(threads), Slot{});
-    char *sm = smem.data() + ((16 - reinterpret_cast<uintptr_t>(smem.data()) % 16) % 16);
+    char *sm = smem.data() + ((1024 - reinterpret_cast<uintptr_t>(smem.data()) % 1024) % 1024);
     b.smem = sm;
+    b.smem_bytes = smem_bytes;
+    b.warp_a.assign(size_t(threads / 32), {});
     Block *prev = g_blk;
     g_blk = &b;
     try {
@@ -418,6 +423,89 @@ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKin
             }
     });
     for (int i = 0; i < 4; ++i) std::memcpy(&c[i], &s.out[i], 4);
+}
+
+uint32_t smem_addr(const void *p) {
+    Block &b = blk();
+    const char *c = static_cast<const char *>(p);
+    if (c < b.smem || c > b.smem + b.smem_bytes)
+        throw std::logic_error("emu: a shared-memory address of a pointer outside the block's shared memory");
+    return uint32_t(c - b.smem);
+}
+
+namespace {
+// Element (row, k) of a K-major operand, or (k, col) of an MN-major one, under a 128-byte-swizzle
+// descriptor: the byte address the hardware forms (8-row groups SBO apart, rows 128 bytes apart;
+// MN-major: 64-element column panels LBO apart), then the swizzle (16-byte chunk ^= address
+// bits 7..9).
+float wg_elem(const Block &b, uint64_t desc, int r, int k, bool mn_major, MmaKind kind) {
+    if ((desc >> 62) != 1) throw std::logic_error("emu: wgmma descriptor without the 128-byte swizzle");
+    const uint32_t start = uint32_t(desc & 0x3FFF) << 4, lbo = uint32_t((desc >> 16) & 0x3FFF) << 4,
+                   sbo = uint32_t((desc >> 32) & 0x3FFF) << 4;
+    const uint32_t es = kind == MMA_TF32 ? 4 : 2;
+    uint32_t addr;
+    if (!mn_major) addr = start + uint32_t(r / 8) * sbo + uint32_t(r % 8) * 128 + uint32_t(k) * es;
+    else addr = start + uint32_t(r / 64) * lbo + uint32_t(k / 8) * sbo + uint32_t(k % 8) * 128 + uint32_t(r % 64) * es;
+    addr ^= ((addr >> 7) & 7u) << 4;
+    if (addr + es > b.smem_bytes) throw std::logic_error("emu: wgmma operand outside the block's shared memory");
+    if (kind == MMA_TF32) {
+        uint32_t u;
+        std::memcpy(&u, b.smem + addr, 4);
+        u &= 0xFFFFE000u;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, b.smem + addr, 2);
+    return kind == MMA_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+}  // namespace
+
+void wgmma(float *d, int n, MmaKind kind, const uint32_t *a_regs, uint64_t desc_a, uint64_t desc_b, bool b_mn_major,
+           bool accumulate) {
+    Block &b = blk();
+    if (b.n % 128 != 0) throw std::logic_error("emu: wgmma in a block that is not whole warpgroups");
+    if (n % 8 != 0 || n < 8 || n > 256) throw std::logic_error("emu: wgmma n must be a multiple of 8 in [8, 256]");
+    if (b_mn_major && kind == MMA_TF32) throw std::logic_error("emu: tf32 wgmma takes K-major operands only");
+    const int me = b.cur, w = (me % 128) / 32, lane = me % 32, g = lane / 4, q = lane % 4;
+    const int KD = kind == MMA_TF32 ? 8 : 16;
+    float A[2][16];  // this thread's rows g and g + 8 of the warp's 16
+    if (a_regs) {
+        Slot &s = b.slot[size_t(me)];
+        for (int i = 0; i < 4; ++i) s.in[i] = a_regs[i];
+        collective([&](int w0) {
+            std::array<float, 256> &wa = b.warp_a[size_t(w0 / 32)];
+            auto lane_in = [&](int l, int i) { return uint32_t(b.slot[size_t(w0 + l)].in[i]); };
+            for (int m = 0; m < 16; ++m)
+                for (int k = 0; k < KD; ++k) {
+                    if (kind == MMA_TF32) {
+                        const uint32_t u = lane_in((m % 8) * 4 + k % 4, (m / 8) + 2 * (k / 4)) & 0xFFFFE000u;
+                        std::memcpy(&wa[size_t(m * 16 + k)], &u, 4);
+                    } else {
+                        wa[size_t(m * 16 + k)] =
+                            half_bits(lane_in((m % 8) * 4 + (k % 8) / 2, (m / 8) + 2 * (k / 8)), k % 2, kind);
+                    }
+                }
+        });
+        const std::array<float, 256> &wa = b.warp_a[size_t(me / 32)];
+        for (int h = 0; h < 2; ++h)
+            for (int k = 0; k < KD; ++k) A[h][k] = wa[size_t((g + 8 * h) * 16 + k)];
+    } else {
+        for (int h = 0; h < 2; ++h)
+            for (int k = 0; k < KD; ++k) A[h][k] = wg_elem(b, desc_a, 16 * w + g + 8 * h, k, false, kind);
+    }
+    for (int j = 0; j < n / 8; ++j)
+        for (int c = 0; c < 2; ++c) {
+            const int col = 8 * j + 2 * q + c;
+            float B[16];
+            for (int k = 0; k < KD; ++k) B[k] = b_mn_major ? wg_elem(b, desc_b, col, k, true, kind) : wg_elem(b, desc_b, col, k, false, kind);
+            for (int h = 0; h < 2; ++h) {
+                float acc = accumulate ? d[4 * j + 2 * h + c] : 0.f;
+                for (int k = 0; k < KD; ++k) acc = std::fma(A[h][k], B[k], acc);
+                d[4 * j + 2 * h + c] = acc;
+            }
+        }
 }
 
 void check_align(const void *p, size_t n, const char *what) {

@@ -49,8 +49,29 @@ uint32_t ballot(bool pred);               // __ballot_sync(0xffffffff, pred)
 void ldsm4(uint32_t (&r)[4], const void *row, bool trans);
 
 enum MmaKind { MMA_F16, MMA_BF16, MMA_TF32 };
+// The kind of an operand type: float is tf32; the 16-bit types specialize it where they are
+// defined (emu/cuda_host.h, cuda/path/dev.cuh).
+template <typename T> struct MmaKindOf;
+template <> struct MmaKindOf<float> {
+    static constexpr MmaKind kind = MMA_TF32;
+};
 // mma.sync.aligned.m16n8k16 (f16, bf16) / m16n8k8 (tf32), f32 accumulate, c += a b.
 void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKind kind);
+
+// The 32-bit shared-memory address of p (inside the running block's buffer, whose base is
+// 1024-byte aligned like a CTA's dynamic shared memory): what __cvta_generic_to_shared gives.
+uint32_t smem_addr(const void *p);
+
+// wgmma.mma_async.sync.aligned.m64nNk16 (f16, bf16) / m64nNk8 (tf32), f32 accumulators, for the
+// calling thread of its warpgroup (128 threads, warp w of it holding rows 16w .. 16w + 15):
+// d[4j + i] = row 16w + lane/4 + 8(i/2), column 8j + 2(lane%4) + i%2, j < n/8. A is the shared
+// tile of descriptor desc_a (K-major) or, with a_regs, this warp's m16n8k16 / m16n8k8 A fragment
+// (all 32 lanes call together); B the shared tile of desc_b, K-major or (b_mn_major, 16-bit
+// only) MN-major. Descriptors as ptx.cuh's desc_sw128 builds them: 128-byte swizzle only. tf32
+// truncates its inputs as the hardware does. Computed when issued: the kernel's fences, commits
+// and waits order nothing further here.
+void wgmma(float *d, int n, MmaKind kind, const uint32_t *a_regs, uint64_t desc_a, uint64_t desc_b, bool b_mn_major,
+           bool accumulate);
 
 // cp.async.cg.shared.global 16 bytes (src_bytes < 16: the rest is zero-filled), commit_group,
 // wait_group(n): all but the n newest committed groups have landed.

@@ -12,6 +12,7 @@ namespace fattn::emu {
 namespace {
 
 struct EmuLauncher {
+    bool sm90 = true;  // the wgmma kernels where the build has them (bwd_dkv_sm90.cuh)
     Options opt;
     std::function<void(const char *)> after;
     std::string error;
@@ -35,6 +36,8 @@ struct EmuLauncher {
 };
 
 }  // namespace
+
+bool path_wgmma_dkv_built() { return FATTN_PATH_DKV_SM90_BUILT != 0; }
 
 size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *history_bytes) {
     const pathk::GpuWs w = pathk::gpu_workspace(p, path_layout(p, /*bases=*/false), dir);

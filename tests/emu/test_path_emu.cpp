@@ -89,6 +89,12 @@ struct Problem {
     // fwd then bwd, each in a fresh 0xFF-poisoned workspace; *ws_out: the backward's workspace from
     // its aligned base (gpu_ws_base: the layout's offsets index it) as it is after the backward's
     // kernel whose type name contains `after_kernel` (else at the end).
+    std::vector<std::string> kernels;  // the backward's kernels, in launch order (type names)
+    bool launched(const char *name) const {
+        for (const std::string &k : kernels)
+            if (k.find(name) != std::string::npos) return true;
+        return false;
+    }
     fattn_status run(std::string *err, bool reverse = false, std::vector<uint8_t> *ws_out = nullptr,
                      const char *after_kernel = nullptr) {
         std::vector<uint8_t> ws(emu::path_workspace_bytes(p, FATTN_DIR_FWD), 0xFF);
@@ -101,7 +107,9 @@ struct Problem {
             ws_out->assign(b, static_cast<const uint8_t *>(ws.data() + ws.size()));
             taken = true;
         };
+        kernels.clear();
         auto snap = [&](const char *kernel) {
+            kernels.push_back(kernel);
             if (ws_out && after_kernel && !taken && std::strstr(kernel, after_kernel)) copy();
         };
         s = emu::path_run(p, ws.data(), true, err, reverse, snap);
@@ -129,6 +137,10 @@ TEST_P(PathEmu, MatchesOracle) {
     std::string err;
     ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
     const Case &c = pr.c;
+    // The dK/dV kernel on wgmma runs where the library has it (the emu_alt build: 16-bit inputs,
+    // kernel head dims 64 and 128), the mma.sync one everywhere else.
+    const bool wg = emu::path_wgmma_dkv_built() && c.dt != FATTN_F32 && std::max(c.K, c.V) > 32;
+    EXPECT_EQ(pr.launched("KDkvSm90"), wg);
     ref::PathRefShape sh;
     sh.B = c.B, sh.T = c.T, sh.Hq = c.Hq, sh.H = c.H, sh.K = c.K, sh.V = c.V, sh.cu_seqlens = c.cu;
     const size_t R = size_t(c.B * c.T);

@@ -11,8 +11,8 @@
 //
 // Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code) and
 // FATTN_PATH_DKV_SM90=1 (an A/B switch until measured; scripts/path-ab.sh); bwd.cuh then launches
-// it on sm_90 devices (CudaLauncher::sm90). The CPU emulation cannot run wgmma: this kernel is
-// checked by the GPU parity cases (fattn-test -p path) of such a build.
+// it on sm_90 devices (CudaLauncher::sm90). The CPU emulation runs it too (emu.h's wgmma, the
+// emu_alt build: tests/emu); on the GPU the parity cases (fattn-test -p path) of such a build.
 #pragma once
 
 #include "cuda/path/bwd_dkv.cuh"
@@ -20,7 +20,9 @@
 #ifndef FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90 0
 #endif
-#if defined(__CUDACC__) && defined(FATTN_HAVE_SM90) && FATTN_PATH_DKV_SM90
+// Also built by the CPU emulation (with FATTN_PATH_DKV_SM90=1: the emu_alt library), which
+// emulates wgmma (ptx.cuh).
+#if (!defined(__CUDACC__) || defined(FATTN_HAVE_SM90)) && FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90_BUILT 1
 #include "cuda/attn/sm90/wgmma_products.cuh"
 #else
@@ -41,7 +43,7 @@ namespace fattn::pathk {
 
 // The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
 // same fragment map, a warp's 16 rows of the warpgroup's 64).
-template <int N> __device__ __forceinline__ float (&wg_acc(float (&a)[N][4]))[4 * N] {
+template <int N> PK_DEV float (&wg_acc(float (&a)[N][4]))[4 * N] {
     return reinterpret_cast<float(&)[4 * N]>(a);
 }
 
@@ -82,7 +84,7 @@ template <typename Tin, int D> struct KDkvSm90 {
     }
 
     PK_DEV static void run(const PathDev &p, char *smem_raw) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDACC__)
         using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
         const ChunkItem ck = chunk_item(p, false);

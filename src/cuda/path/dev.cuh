@@ -38,6 +38,18 @@ struct bf16_t {
     uint16_t bits;
 };
 #endif
+}  // namespace fattn::pathk
+
+#if !defined(__CUDACC__)
+template <> struct fattn::emu::MmaKindOf<fattn::pathk::f16_t> {
+    static constexpr MmaKind kind = MMA_F16;
+};
+template <> struct fattn::emu::MmaKindOf<fattn::pathk::bf16_t> {
+    static constexpr MmaKind kind = MMA_BF16;
+};
+#endif
+
+namespace fattn::pathk {
 
 PK_DEV float to_f(float x) { return x; }
 #if defined(__CUDACC__)

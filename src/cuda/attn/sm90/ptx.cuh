@@ -6,14 +6,36 @@
 // 64-element inner box): a [rows, D] 16-bit tile is stored as D/64 "panels" of [rows, 64]; a
 // panel row is 128 bytes, panels are rows·128 bytes apart, and every panel starts 1024-byte
 // aligned, so the swizzle pattern (16-byte chunk ^= row % 8) repeats per 8 rows.
+//
+// Compiled by a host compiler (the CPU emulation, src/emu) the wgmma path is emulated: saddr, the
+// descriptors and the wgmma wrappers (wgmma_ops.cuh) map to emu.h, whose wgmma computes a product
+// when it is issued, so the fences, commits and waits have nothing left to order. The mbarrier,
+// TMA and named-barrier primitives are nvcc-only.
 #pragma once
-
-#include <cuda.h>  // CUtensorMap (a plain struct; no driver call is made from device code)
 
 #include <cstdint>
 
+#if defined(__CUDACC__)
+#include <cuda.h>  // CUtensorMap (a plain struct; no driver call is made from device code)
+#define FATTN_SM90_DEV __device__ __forceinline__
+#else
+#include "emu/emu.h"
+#define FATTN_SM90_DEV inline
+#endif
+
 namespace fattn::cuda::sm90 {
 
+#if !defined(__CUDACC__)
+inline uint32_t saddr(const void *p) { return emu::smem_addr(p); }
+inline void wgmma_fence() {}
+inline void wgmma_commit() {}
+template <int N> inline void wgmma_wait() {}
+inline void fence_proxy_async_smem() {}
+template <typename R> inline void reg_fence(R &) {}
+inline uint32_t opaque(uint32_t x) { return x; }
+template <int R> inline void regs_dealloc() {}
+template <int R> inline void regs_alloc() {}
+#else
 __device__ __forceinline__ uint32_t saddr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -111,16 +133,20 @@ template <int M, int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[
     for (int i = 0; i < M; ++i) reg_fence(r[i]);
 }
 
+#endif  // __CUDACC__
+
 // ---- shared-memory matrix descriptors, 128-byte swizzle ----
 // K-major operand (rows of K elements; Q and K of S = Q·Kᵀ): the 8-row groups of a panel are
 // 1024 bytes apart (SBO); LBO is unused with this swizzle. A k-step of 16 elements starts 32
 // bytes further into the panel row (the hardware applies the swizzle to the final address).
 // MN-major operand (V of O = P·V: rows are keys = K, the 64 elements of a panel row are N):
 // 8-key groups 1024 bytes apart (SBO), panels of 64 N-columns LBO bytes apart.
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
+FATTN_SM90_DEV uint64_t desc_sw128(uint32_t smem_byte_addr, uint32_t lbo, uint32_t sbo) {
     return uint64_t((smem_byte_addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
            (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
 }
+
+#if defined(__CUDACC__)
 
 // x, but opaque to the optimizer: a value formed from it is not hoisted out of the loop it is read
 // in (so loop-invariant wgmma descriptors are rebuilt where used instead of held in registers).
@@ -136,5 +162,6 @@ template <int R> __device__ __forceinline__ void regs_dealloc() {
 template <int R> __device__ __forceinline__ void regs_alloc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
 }
+#endif  // __CUDACC__
 
 }  // namespace fattn::cuda::sm90

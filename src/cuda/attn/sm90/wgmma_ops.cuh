@@ -10,10 +10,29 @@
 // wgmma_commit(); the results are valid after wgmma_wait<>().
 #pragma once
 
+#include <cstdint>
+
+#if !defined(__CUDACC__)
+// The CPU emulation (ptx.cuh): one generic wrapper over emu::wgmma, the operand type's kind from
+// emu::MmaKindOf.
+#include "emu/emu.h"
+
+namespace fattn::cuda::sm90 {
+
+template <typename T, int N> struct Wgmma {
+    static void ss(float (&d)[N / 2], uint64_t da, uint64_t db, int acc) {
+        emu::wgmma(d, N, emu::MmaKindOf<T>::kind, nullptr, da, db, false, acc != 0);
+    }
+    template <int TB> static void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int acc) {
+        static_assert(sizeof(T) == 2 || TB == 0, "tf32 wgmma takes K-major B only");
+        emu::wgmma(d, N, emu::MmaKindOf<T>::kind, a, 0, db, TB != 0, acc != 0);
+    }
+};
+
+}  // namespace fattn::cuda::sm90
+#else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-
-#include <cstdint>
 
 // Per accumulator count NA (N / 2): the PTX list of the accumulators, their asm operands and the
 // numbers of the operands after them (FATTN_WGMMA_{REGS,OPS,SS,RS,TB}_NA), generated.
@@ -75,3 +94,4 @@ FATTN_WGMMA_K8(128, 64)
 #undef FATTN_WGMMA_RS
 #undef FATTN_WGMMA_K16
 #undef FATTN_WGMMA_K8
+#endif  // __CUDACC__

@@ -17,7 +17,7 @@ namespace fattn::cuda::attn {
 // rows_base read MN-major (its rows are the k index; panels of 64 columns rows_panel bytes apart).
 // The backward's dV += Pᵀ·dO, dK += dSᵀ·Q and dQ += dS·K.
 template <typename T, int D, int NK>
-__device__ __forceinline__ void sm90_rs_product(float (&acc)[D / 2], const uint32_t (&a)[NK][4], uint32_t t_base,
+FATTN_SM90_DEV void sm90_rs_product(float (&acc)[D / 2], const uint32_t (&a)[NK][4], uint32_t t_base,
                                                 uint32_t rows_base, uint32_t rows_panel) {
     using namespace sm90;
 #pragma unroll
@@ -34,7 +34,7 @@ __device__ __forceinline__ void sm90_rs_product(float (&acc)[D / 2], const uint3
 // tile to the next). Issued only: the caller fences before and commits after. The forward's
 // S = Q·Kᵀ, dQ's S and dP = dO·Vᵀ, and dK/dV's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
 template <typename T, int D, int N>
-__device__ __forceinline__ void sm90_ss_product(float (&acc)[N / 2], uint32_t a_base, uint32_t a_panel, uint32_t b_base,
+FATTN_SM90_DEV void sm90_ss_product(float (&acc)[N / 2], uint32_t a_base, uint32_t a_panel, uint32_t b_base,
                                                 uint32_t b_panel) {
     using namespace sm90;
     constexpr int KS = sizeof(T) == 4 ? 8 : 16;  // k of one wgmma (32 bytes of a panel row)
