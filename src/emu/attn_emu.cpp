@@ -9,6 +9,9 @@
 #include "cuda/attn/scalar.cuh"
 #include "cuda/attn/sequence.h"
 #include "emu/emu.h"
+#ifdef FATTN_HAVE_SM90
+#include "cuda/attn/launch.h"  // the sm90 launchers (sm90/fwd.cu, bwd.cu: emu/sm90_*_emu.cpp)
+#endif
 
 namespace fattn::emu {
 namespace {
@@ -120,6 +123,32 @@ struct EmuLauncher {
         });
     }
 
+#ifdef FATTN_HAVE_SM90
+    // The sm90 family: its own launchers (sm90/fwd.cu, bwd.cu) compiled for the emulation, their
+    // launch_kernel running each kernel through emu::launch with this launcher's options.
+    Err rt(cudaError_t e) const {
+        if (e == cudaSuccess) return ok();
+        return emu_last_error().empty() ? "cuda error " + std::to_string(int(e)) : emu_last_error();
+    }
+    template <class F> Err sm90(F &&f) {
+        emu_last_error().clear();
+        emu_launch_options() = opt;
+        return rt(f());
+    }
+    Err sm90_fwd(const AttnFwdParams &p, const KArgs &a, int db) {
+        return sm90([&] { return cuda::attn::sm90_fwd(p, a, db, nullptr); });
+    }
+    Err sm90_fwd_tf32(const AttnFwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
+        return sm90([&] { return cuda::attn::sm90_fwd_tf32(p, a, db, w, ws, nullptr); });
+    }
+    Err sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
+        return sm90([&] { return cuda::attn::sm90_bwd(p, a, db, nullptr); });
+    }
+    Err sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
+        return sm90([&] { return cuda::attn::sm90_bwd_tf32(p, a, db, w, ws, nullptr); });
+    }
+#endif
+
     fattn_status check(const Err &e, const char *what, std::string *err) const {
         if (e.empty()) return FATTN_OK;
         if (err) *err = std::string("emulated cuda fused attn: ") + what + ": " + e;
@@ -137,8 +166,23 @@ cuda::DeviceInfo attn_device() {
     return d;
 }
 
-fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why) {
-    return choose(p, attn_device(), c, why);
+cuda::DeviceInfo attn_device_sm90() {
+    cuda::DeviceInfo d = attn_device();
+    d.sm_major = 9, d.sm_minor = 0;
+    d.family = FATTN_CUDA_FAMILY_AUTO;
+    return d;
+}
+
+fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why, bool sm90) {
+    return choose(p, sm90 ? attn_device_sm90() : attn_device(), c, why);
+}
+
+bool attn_has_sm90() {
+#ifdef FATTN_HAVE_SM90
+    return true;
+#else
+    return false;
+#endif
 }
 
 size_t attn_workspace_bytes(const AttnFwdParams &p, const Choice &c, fattn_dir dir) {

@@ -1,5 +1,6 @@
-// attn_emu.h — the fused CUDA softmax-attention backend's portable kernels (src/cuda/attn: the
-// mma.sync families, the strict-f32 scalar one, their pre-passes) and its launch sequence (sequence.h) run on the CPU
+// attn_emu.h — the fused CUDA softmax-attention backend's kernels (src/cuda/attn: the mma.sync
+// families, the strict-f32 scalar one, the sm90 families, their pre-passes) and its launch
+// sequence (sequence.h) run on the CPU
 // through the emulation of emu.h: same source, same selection, same workspace layout, host
 // buffers. For tests (tests/emu/test_attn_emu.cpp) and debugging; not part of libfattn.
 #pragma once
@@ -12,11 +13,15 @@
 namespace fattn::emu {
 
 // The device the emulation stands for: sm_80, the portable family, the H200's 227 KiB of opt-in
-// shared memory per block.
+// shared memory per block, 132 SMs. attn_device_sm90(): the same as sm_90 under family AUTO (the
+// H200), where selection takes the sm90 families (wgmma, TMA, mbarriers: emulated too).
 cuda::DeviceInfo attn_device();
+cuda::DeviceInfo attn_device_sm90();
+// Whether this emulation has the sm90 family (its kernels compiled: the fattn_emu library).
+bool attn_has_sm90();
 
-// The CUDA backend's selection for p on attn_device() (never the sm90 families: sm_80).
-fattn_status attn_choose(const AttnFwdParams &p, cuda::attn::Choice *c, std::string *why);
+// The CUDA backend's selection for p on attn_device() (sm90: on attn_device_sm90()).
+fattn_status attn_choose(const AttnFwdParams &p, cuda::attn::Choice *c, std::string *why, bool sm90 = false);
 size_t attn_workspace_bytes(const AttnFwdParams &p, const cuda::attn::Choice &c, fattn_dir dir);
 
 // One forward or backward on host buffers (p's pointers host memory; workspace of

@@ -42,7 +42,10 @@ inline fattn_emu_dim3 fattn_emu_block_dim() { return {unsigned(fattn::emu::block
 #define blockIdx (fattn_emu_block_idx())
 #define blockDim (fattn_emu_block_dim())
 
+#define __grid_constant__
+
 inline void __syncthreads() { fattn::emu::sync(); }
+inline void __syncwarp() { fattn::emu::syncwarp(); }
 inline int __syncthreads_or(int v) { return fattn::emu::sync_or(v); }
 
 template <typename V> inline V __shfl_sync(unsigned, V v, int src_lane) {
@@ -57,6 +60,8 @@ template <typename V> inline V __shfl_xor_sync(unsigned, V v, int lane_mask) {
     return __shfl_sync(0u, v, (fattn::emu::tid() & 31) ^ lane_mask);
 }
 inline unsigned __ballot_sync(unsigned, int pred) { return fattn::emu::ballot(pred != 0); }
+inline int __all_sync(unsigned, int pred) { return fattn::emu::ballot(pred != 0) == 0xFFFFFFFFu; }
+inline int __any_sync(unsigned, int pred) { return fattn::emu::ballot(pred != 0) != 0u; }
 inline int __ffs(unsigned x) { return __builtin_ffs(int(x)); }
 
 inline float __uint_as_float(uint32_t u) { return fattn::f32_from_bits(u); }
@@ -72,6 +77,10 @@ struct alignas(16) uint4 {
 struct alignas(8) float2 {
     float x, y;
 };
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 // 16-bit storage types: the bits, converted with round to nearest even as the CUDA intrinsics do.
 struct __half {

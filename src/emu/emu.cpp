@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -59,6 +60,7 @@ __asm__(
 #endif
 
 enum State { RUN, WAIT, DONE };
+enum WaitKind { WAIT_NONE, WAIT_CTA, WAIT_WARP, WAIT_NAMED };  // what a WAIT fiber waits at
 
 struct Copy {
     void *dst;
@@ -79,6 +81,8 @@ struct Fiber {
     Context ctx{};
     State state = DONE;
     void *asan_fake = nullptr;
+    WaitKind wait = WAIT_NONE;
+    int named = 0;  // the named barrier it waits at (bar.sync), else 0
     std::vector<Copy> open;
     std::vector<std::vector<Copy>> groups;
 };
@@ -99,6 +103,13 @@ struct Block {
     int or_acc = 0, or_result = 0;  // sync_or's reduction
     int warp_waiting[32] = {};
     size_t smem_bytes = 0;
+    struct Mbar {
+        uint32_t count = 0, pending = 0, phase = 0;
+        int64_t tx = 0;
+    };
+    std::map<const void *, Mbar> mbars;  // by address; cleared per block
+    int named_waiting[16] = {};
+    uint64_t events = 0;  // barrier arrivals and mbarrier changes: a spinning block's progress
     std::vector<std::array<float, 256>> warp_a;  // wgmma's register A of each warp, [16][16]
     Context sched{};
     const void *sched_stack = nullptr;
@@ -156,6 +167,8 @@ void yield_to_scheduler(Block &b, Fiber &f) {
     switch_context(f.ctx, b.sched, f.state == DONE ? nullptr : &f.asan_fake, b.sched_stack, b.sched_size);
 }
 
+bool release_cta(Block &b);
+
 void fiber_main(void *) {
     Block &b = *g_blk;
 #ifdef FATTN_EMU_ASAN
@@ -170,6 +183,8 @@ void fiber_main(void *) {
     f.open.clear();
     flush_copies(f, 0);
     f.state = DONE;
+    ++b.events;
+    release_cta(b);
     yield_to_scheduler(b, f);
     __builtin_trap();  // never resumed
 }
@@ -189,6 +204,8 @@ void resume(Block &b, int i) {
 
 void start_fiber(Fiber &f) {
     f.state = RUN;
+    f.wait = WAIT_NONE;
+    f.named = 0;
     f.open.clear();
     f.groups.clear();
     f.asan_fake = nullptr;
@@ -223,15 +240,33 @@ void collective(F &&compute) {
     Block &b = blk();
     const int me = b.cur, w = me / 32;
     Fiber &f = (*b.f)[size_t(me)];
+    ++b.events;
     if (++b.warp_waiting[w] == 32) {
         b.warp_waiting[w] = 0;
         compute(w * 32);
         for (int l = w * 32; l < w * 32 + 32; ++l)
-            if (l != me) (*b.f)[size_t(l)].state = RUN;
+            if (l != me) (*b.f)[size_t(l)].state = RUN, (*b.f)[size_t(l)].wait = WAIT_NONE;
     } else {
         f.state = WAIT;
+        f.wait = WAIT_WARP;
         yield_to_scheduler(b, f);
     }
+}
+
+// __syncthreads completes when every thread that has not exited has arrived (exited warps
+// count as arrived, as on the GPU): then the waiting ones run on. True when it completed.
+bool release_cta(Block &b) {
+    int live = 0;
+    for (int t = 0; t < b.n; ++t) live += (*b.f)[size_t(t)].state != DONE;
+    if (b.cta_waiting == 0 || b.cta_waiting < live) return false;
+    b.cta_waiting = 0;
+    b.or_result = b.or_acc;
+    b.or_acc = 0;
+    for (int t = 0; t < b.n; ++t) {
+        Fiber &o = (*b.f)[size_t(t)];
+        if (o.state == WAIT && o.wait == WAIT_CTA) o.state = RUN, o.wait = WAIT_NONE;
+    }
+    return true;
 }
 
 float half_bits(uint32_t word, int hi, MmaKind k) {
@@ -267,8 +302,11 @@ void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(
                     b.or_acc = b.or_result = 0;
                     std::memset(b.warp_waiting, 0, sizeof b.warp_waiting);
                     for (int t = 0; t < threads; ++t) start_fiber(pool[size_t(t)]);
+                    b.mbars.clear();
+                    std::memset(b.named_waiting, 0, sizeof b.named_waiting);
                     for (;;) {
                         bool ran = false, done = true;
+                        const uint64_t events0 = b.events;
                         for (int k = 0; k < threads; ++k) {
                             const int t = opt.reverse ? threads - 1 - k : k;
                             if (pool[size_t(t)].state == RUN) {
@@ -279,10 +317,10 @@ void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(
                         }
                         if (!b.error.empty()) throw std::runtime_error("emu: kernel threw: " + b.error);
                         if (done) break;
-                        if (!ran)
+                        if (!ran || b.events == events0)
                             throw std::runtime_error("emu: deadlock in block (" + std::to_string(x) + ", " +
                                                      std::to_string(y) + ", " + std::to_string(z) +
-                                                     "): a barrier or warp collective not reached by every thread");
+                                                     "): a barrier, warp collective or mbarrier phase that never completes");
                     }
                 }
     } catch (...) {
@@ -305,14 +343,11 @@ int sync_or(int v) {
     Block &b = blk();
     Fiber &f = (*b.f)[size_t(b.cur)];
     b.or_acc |= v != 0;
-    if (++b.cta_waiting == b.n) {
-        b.cta_waiting = 0;
-        b.or_result = b.or_acc;
-        b.or_acc = 0;
-        for (int t = 0; t < b.n; ++t)
-            if (t != b.cur) (*b.f)[size_t(t)].state = RUN;
-    } else {
+    ++b.events;
+    ++b.cta_waiting;
+    if (!release_cta(b)) {
         f.state = WAIT;
+        f.wait = WAIT_CTA;
         yield_to_scheduler(b, f);
     }
     // Read before this fiber runs on: the next barrier cannot complete without it.
@@ -426,11 +461,9 @@ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKin
 }
 
 uint32_t smem_addr(const void *p) {
-    Block &b = blk();
-    const char *c = static_cast<const char *>(p);
-    if (c < b.smem || c > b.smem + b.smem_bytes)
-        throw std::logic_error("emu: a shared-memory address of a pointer outside the block's shared memory");
-    return uint32_t(c - b.smem);
+    // Only the address: a kernel may form one past its buffers that it never reads (a ring's
+    // unused stage); the accesses through it (wgmma operands, TMA boxes, mbarriers) are checked.
+    return uint32_t(reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(blk().smem));
 }
 
 namespace {
@@ -506,6 +539,99 @@ void wgmma(float *d, int n, MmaKind kind, const uint32_t *a_regs, uint64_t desc_
                 d[4 * j + 2 * h + c] = acc;
             }
         }
+}
+
+namespace {
+Block::Mbar &mbar_of(Block &b, const void *bar) {
+    const auto it = b.mbars.find(bar);
+    if (it == b.mbars.end()) throw std::logic_error("emu: an mbarrier used before mbarrier.init");
+    return it->second;
+}
+void mbar_complete(Block &b, Block::Mbar &m) {
+    if (m.pending == 0 && m.tx == 0) {
+        m.phase ^= 1u;
+        m.pending = m.count;
+    }
+    ++b.events;
+}
+}  // namespace
+
+void mbar_init(void *bar, uint32_t count) {
+    Block &b = blk();
+    check_align(bar, 8, "mbarrier");
+    if (smem_addr(bar) + 8 > b.smem_bytes) throw std::logic_error("emu: an mbarrier outside the block's shared memory");
+    if (count == 0) throw std::logic_error("emu: mbarrier.init with a count of 0");
+    b.mbars[bar] = Block::Mbar{count, count, 0, 0};
+    ++b.events;
+}
+
+void mbar_arrive(void *bar, uint32_t expect_tx_bytes) {
+    Block &b = blk();
+    Block::Mbar &m = mbar_of(b, bar);
+    if (m.pending == 0) throw std::logic_error("emu: mbarrier arrival beyond its count");
+    m.tx += expect_tx_bytes;
+    --m.pending;
+    mbar_complete(b, m);
+}
+
+bool mbar_try_wait(void *bar, uint32_t parity) {
+    Block &b = blk();
+    if (mbar_of(b, bar).phase != (parity & 1u)) return true;
+    Fiber &f = (*b.f)[size_t(b.cur)];
+    yield_to_scheduler(b, f);  // still RUN: resumed in the scheduler's next round
+    return false;
+}
+
+void tma_load(void *dst, const TensorMap &map, void *bar, int c0, int c1, int c2, int c3) {
+    Block &b = blk();
+    check_align(dst, 128, "TMA destination");
+    const uint32_t d0 = smem_addr(dst);
+    const int64_t es = map.es, row_bytes = map.box[0] * es;
+    if (row_bytes != 128) throw std::logic_error("emu: TMA boxes of one 128-byte row per swizzle row only");
+    const int64_t c[4] = {c0, c1, c2, c3};
+    for (int64_t r = 0; r < map.box[1]; ++r)
+        for (int64_t e = 0; e < map.box[0]; ++e) {
+            const int64_t x[4] = {c[0] + e, c[1] + r, c[2], c[3]};
+            bool in = true;
+            for (int i = 0; i < 4; ++i) in = in && x[i] >= 0 && x[i] < map.dims[i];
+            uint32_t a = d0 + uint32_t(r * 128 + e * es);
+            a ^= ((a >> 7) & 7u) << 4;
+            if (a + es > b.smem_bytes) throw std::logic_error("emu: TMA box past the block's shared memory");
+            if (in) {
+                const char *src = static_cast<const char *>(map.base) + x[0] * es + x[1] * map.strides[0] +
+                                  x[2] * map.strides[1] + x[3] * map.strides[2];
+                std::memcpy(b.smem + a, src, size_t(es));
+            } else {
+                std::memset(b.smem + a, 0, size_t(es));
+            }
+        }
+    Block::Mbar &m = mbar_of(b, bar);
+    m.tx -= map.box[0] * map.box[1] * es;
+    mbar_complete(b, m);
+}
+
+void named_sync(int id, int threads) {
+    Block &b = blk();
+    if (id < 1 || id > 15 || threads <= 0 || threads % 32 != 0 || threads > b.n)
+        throw std::logic_error("emu: bar.sync needs an id in 1..15 and a thread count in whole warps");
+    Fiber &f = (*b.f)[size_t(b.cur)];
+    ++b.events;
+    if (++b.named_waiting[id] == threads) {
+        b.named_waiting[id] = 0;
+        for (int t = 0; t < b.n; ++t) {
+            Fiber &o = (*b.f)[size_t(t)];
+            if (t != b.cur && o.state == WAIT && o.wait == WAIT_NAMED && o.named == id) o.state = RUN, o.wait = WAIT_NONE, o.named = 0;
+        }
+    } else {
+        f.state = WAIT;
+        f.wait = WAIT_NAMED;
+        f.named = id;
+        yield_to_scheduler(b, f);
+    }
+}
+
+void syncwarp() {
+    collective([](int) {});
 }
 
 void check_align(const void *p, size_t n, const char *what) {

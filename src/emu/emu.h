@@ -73,6 +73,32 @@ uint32_t smem_addr(const void *p);
 void wgmma(float *d, int n, MmaKind kind, const uint32_t *a_regs, uint64_t desc_a, uint64_t desc_b, bool b_mn_major,
            bool accumulate);
 
+// ---- the Hopper (sm_90a) primitives of the sm90 softmax kernels (cuda/attn/sm90/ptx.cuh) ----
+// mbarriers (CTA scope): an expected arrival count, the pending arrivals and transaction bytes
+// of the current phase, and the phase's parity. A phase completes when both reach zero.
+void mbar_init(void *bar, uint32_t count);
+void mbar_arrive(void *bar, uint32_t expect_tx_bytes);  // mbarrier.arrive[.expect_tx]
+// mbarrier.try_wait.parity: whether the phase of this parity has completed; when not, the
+// calling fiber yields (the caller spins). A block whose every running thread spins, with no
+// barrier event in between, is reported as a deadlock.
+bool mbar_try_wait(void *bar, uint32_t parity);
+// A TMA tensor map as the emulation encodes it into the 128 bytes of a CUtensorMap: a 4-D view
+// (element size es; dims innermost first; byte strides of dims 1..3) read in boxes of
+// box[0] × box[1] × 1 × 1 elements with the 128-byte swizzle.
+struct TensorMap {
+    const void *base;
+    int64_t es;
+    int64_t dims[4];
+    int64_t strides[3];
+    int64_t box[2];
+};
+// cp.async.bulk.tensor.4d ... mbarrier::complete_tx::bytes: the box at (c0, c1, c2, c3) into
+// dst (128-byte swizzled rows of box[0] elements; coordinates outside the view read zero), then
+// the box's bytes completed on bar. Performed when issued.
+void tma_load(void *dst, const TensorMap &map, void *bar, int c0, int c1, int c2, int c3);
+void named_sync(int id, int threads);  // bar.sync id, threads
+void syncwarp();                       // __syncwarp()
+
 // cp.async.cg.shared.global 16 bytes (src_bytes < 16: the rest is zero-filled), commit_group,
 // wait_group(n): all but the n newest committed groups have landed.
 void cp16(void *smem, const void *gmem, int src_bytes);

@@ -41,6 +41,8 @@ struct Case {
     fattn_dtype bias_dt = FATTN_F32;
     bool varlen = false;            // B = 1, three packed sequences
     bool pad = 0;                   // extra elements per token row: no 16-byte loads
+    bool sm90 = false;              // on the sm_90 device: the sm90 families (wgmma, TMA, mbarriers)
+    int64_t pass_heads = 0;         // sm90 tf32: the backward's kv heads per pass (0: selection's)
 };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -144,9 +146,10 @@ struct Problem {
         }
     }
 
+    cuda::attn::Choice ch;  // what selection chose (run)
     fattn_status run(std::string *err, bool reverse = false) {
-        cuda::attn::Choice ch;
-        if (fattn_status s = emu::attn_choose(p, &ch, err); s != FATTN_OK) return s;
+        if (fattn_status s = emu::attn_choose(p, &ch, err, c.sm90); s != FATTN_OK) return s;
+        if (c.pass_heads) ch.tf32_pass_kv_heads = c.pass_heads;
         std::vector<uint8_t> ws(emu::attn_workspace_bytes(p, ch, FATTN_DIR_FWD) + 1, 0xFF);
         if (fattn_status s = emu::attn_fwd(p, ch, ws.data(), err, reverse); s != FATTN_OK) return s;
         ws.assign(emu::attn_workspace_bytes(p, ch, FATTN_DIR_BWD) + 1, 0xFF);
@@ -200,7 +203,13 @@ class AttnEmu : public ::testing::TestWithParam<Case> {};
 TEST_P(AttnEmu, MatchesOracle) {
     Problem pr(GetParam());
     std::string err;
+    if (GetParam().sm90 && !emu::attn_has_sm90()) GTEST_SKIP() << "this emulation library has no sm90 family";
     ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
+    if (pr.c.sm90) {  // the case runs the family it is for
+        const auto want = pr.c.dt == FATTN_F32 ? cuda::attn::Family::SM90_TF32 : cuda::attn::Family::SM90_NATIVE;
+        EXPECT_EQ(int(pr.ch.fwd_family), int(want));
+        EXPECT_EQ(int(pr.ch.family), int(want));
+    }
     ref::Problem rp;
     ref::Tensors rt;
     ref::gather(pr.p, &rp, &rt);
@@ -262,6 +271,7 @@ TEST_P(AttnEmu, MatchesOracle) {
 TEST_P(AttnEmu, Determinism) {
     Problem a(GetParam()), b(GetParam());
     std::string err;
+    if (GetParam().sm90 && !emu::attn_has_sm90()) GTEST_SKIP() << "this emulation library has no sm90 family";
     ASSERT_EQ(a.run(&err), FATTN_OK) << err;
     ASSERT_EQ(b.run(&err, /*reverse=*/true), FATTN_OK) << err;
     EXPECT_EQ(a.o, b.o);
@@ -350,6 +360,32 @@ std::vector<Case> cases() {
     v.push_back(c);
     c = mk("dbias_tf32_D256_shared", FATTN_F32);
     c.bias = 2, c.dbias = true, c.D = c.Dv = 256, c.B = 1, c.Hq = 2, c.Hkv = 1, c.Sq = 70, c.Skv = 80;
+    v.push_back(c);
+    // the sm90 families on the sm_90 device: bf16/f16 (SM90_NATIVE) and f32 (SM90_TF32), D 64 and
+    // 128, masks, GQA, varlen; the tf32 backward in passes of kv heads; dbias after the sm90 backward
+    c = mk("sm90_bf16_D128_gqa_causal", FATTN_BF16);
+    c.sm90 = true, c.D = c.Dv = 128, c.causal = 1;
+    v.push_back(c);
+    c = mk("sm90_f16_D64_window_bias", FATTN_F16);
+    c.sm90 = true, c.wl = 40, c.wr = 20, c.bias = 2;
+    v.push_back(c);
+    c = mk("sm90_bf16_D64_varlen_causal_br", FATTN_BF16);
+    c.sm90 = true, c.varlen = true, c.causal = 2;
+    v.push_back(c);
+    c = mk("sm90_tf32_D128_gqa", FATTN_F32);
+    c.sm90 = true, c.D = c.Dv = 128, c.B = 1;
+    v.push_back(c);
+    c = mk("sm90_tf32_D64_varlen_window", FATTN_F32);
+    c.sm90 = true, c.varlen = true, c.wl = 30, c.wr = 10;
+    v.push_back(c);
+    c = mk("sm90_tf32_D64_head_passes_gqa", FATTN_F32);
+    c.sm90 = true, c.Hq = 8, c.Hkv = 4, c.pass_heads = 1, c.causal = 1;
+    v.push_back(c);
+    c = mk("sm90_tf32_D128_head_passes_of_3_bias", FATTN_F32);
+    c.sm90 = true, c.D = c.Dv = 128, c.B = 1, c.Hq = c.Hkv = 5, c.pass_heads = 3, c.bias = 1, c.Sq = 70, c.Skv = 90;
+    v.push_back(c);
+    c = mk("sm90_dbias_bf16_full_causal", FATTN_BF16);
+    c.sm90 = true, c.bias = 1, c.dbias = true, c.causal = 1, c.Hq = 2, c.Hkv = 1;
     v.push_back(c);
     return v;
 }

@@ -3,7 +3,11 @@
 // Called by launch.cu, which runs the pre-passes (bias tile map, δ) and checks launch errors.
 #pragma once
 
+#if defined(__CUDACC__)
 #include <cuda_runtime.h>
+#else
+#include "emu/cuda_runtime_host.h"  // the CPU emulation (src/emu): launch_kernel runs the kernel there
+#endif
 
 #include "cuda/attn/attn_kernels.h"
 #include "cuda/attn/common.cuh"
@@ -31,17 +35,22 @@ cudaError_t sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const 
                           cudaStream_t st);
 cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/bwd.cu
 
-// Opt in to more than 48 KiB of dynamic shared memory once per kernel, then launch.
-template <typename Kernel, typename Params>
-cudaError_t launch_kernel(Kernel k, dim3 grid, int threads, size_t smem, cudaStream_t st, const Params &p,
-                          const KArgs &a) {
+// Opt in to more than 48 KiB of dynamic shared memory, then launch k(args...); nothing when the
+// grid is empty.
+template <typename Kernel, typename... Args>
+cudaError_t launch_kernel(Kernel k, dim3 grid, int threads, size_t smem, cudaStream_t st, const Args &...args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
+#if defined(__CUDACC__)
     if (smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (e != cudaSuccess) return e;
     }
-    k<<<grid, threads, smem, st>>>(p, a);
+    k<<<grid, threads, smem, st>>>(args...);
     return cudaGetLastError();
+#else
+    (void)st;
+    return fattn_emu_launch(k, grid, threads, smem, args...);
+#endif
 }
 
 inline unsigned ceil_div_u(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }

@@ -38,24 +38,18 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
     {  // dK/dV: 128-key CTAs, 64-row (D128) or 128-row (D64) query items
         if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess) return e;
         const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn()), unsigned(p.hkv), unsigned(p.batch));
-        const size_t smem = sm90bwd::dkdv_smem(D);
-        auto k = sm90_dkdv_kernel<T, D>;
-        if (grid.x && grid.y && grid.z) {
-            if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess) return e;
-            k<<<grid, sm90bwd::threads(), smem, st>>>(p, a, m, tm_do, tm_do, tm_do);  // no Qᵀ/dOᵀ maps: 16-bit
-            if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        }
+        // no Qᵀ/dOᵀ maps: 16-bit
+        if ((e = launch_kernel(sm90_dkdv_kernel<T, D>, grid, sm90bwd::threads(), sm90bwd::dkdv_smem(D), st, p, a, m, tm_do,
+                               tm_do, tm_do)) != cudaSuccess)
+            return e;
     }
     {  // dQ: 128-row CTAs, 64-key (D128) or 128-key (D64) steps
         if ((e = maps_of(p, sm90dq::kBM, sm90dq::bn(D), &m, &tm_do)) != cudaSuccess) return e;
         const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(p.hq), unsigned(p.batch));
-        const size_t smem = sm90dq::dq_smem(D);
-        auto k = sm90_dq_kernel<T, D>;
-        if (grid.x && grid.y && grid.z) {
-            if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess) return e;
-            k<<<grid, sm90dq::kThreads, smem, st>>>(p, a, m, tm_do, tm_do);  // no Kᵀ map: 16-bit
-            if ((e = cudaGetLastError()) != cudaSuccess) return e;
-        }
+        // no Kᵀ map: 16-bit
+        if ((e = launch_kernel(sm90_dq_kernel<T, D>, grid, sm90dq::kThreads, sm90dq::dq_smem(D), st, p, a, m, tm_do, tm_do)) !=
+            cudaSuccess)
+            return e;
     }
     return cudaSuccess;
 }
@@ -74,14 +68,6 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
     float *kr = at(w.kr_off), *vr = at(w.vr_off), *kt = at(w.tr_off);
     float *qr = at(w.qr_off), *dor = at(w.dor_off), *qt = at(w.qt_off), *dot = at(w.dot_off);
     const int64_t G = p.group(), pass = w.pass_kv_heads > 0 ? w.pass_kv_heads : p.hkv;
-    auto launch = [&](auto kernel, dim3 grid, int threads, size_t smem, const KArgs &a, const Sm90Maps &m,
-                      const CUtensorMap &t0, const CUtensorMap &t1, const CUtensorMap &t2) -> cudaError_t {
-        if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
-        cudaError_t le = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        if (le != cudaSuccess) return le;
-        kernel<<<grid, threads, smem, st>>>(p, a, m, t0, t1, t2);
-        return cudaGetLastError();
-    };
     // Row copies [heads, flat rows, D] (one batch entry), transposed copies [heads, D, cols].
     auto rows_map = [&](CUtensorMap *mp, float *x, int64_t rows, int64_t heads, int box) {
         return sm90_map(mp, x, FATTN_F32, D, rows, heads, 1, D, rows * D, 0, box);
@@ -113,8 +99,8 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
                 (e = t_map(&tm_qt, qt, w.q_cols, nq)) != cudaSuccess || (e = t_map(&tm_dot, dot, w.q_cols, nq)) != cudaSuccess)
                 return e;
             const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(4)), unsigned(nk), unsigned(p.batch));
-            if ((e = launch(sm90_dkdv_kernel<float, D>, grid, sm90bwd::threads(4), sm90bwd::dkdv_smem(D, 4), a, m, tm_do,
-                            tm_qt, tm_dot)) != cudaSuccess)
+            if ((e = launch_kernel(sm90_dkdv_kernel<float, D>, grid, sm90bwd::threads(4), sm90bwd::dkdv_smem(D, 4), st, p, a,
+                                   m, tm_do, tm_qt, tm_dot)) != cudaSuccess)
                 return e;
         }
         {  // dQ: 128-row CTAs over K, V rows and Kᵀ; q and dout read in place (TMA-legal: select.cpp)
@@ -128,14 +114,9 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
                 (e = t_map(&tm_kt, kt, w.vt_cols, nk)) != cudaSuccess)
                 return e;
             const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(nq), unsigned(p.batch));
-            if (grid.x != 0 && grid.y != 0 && grid.z != 0) {  // the dQ kernel takes one extra map (Kᵀ)
-                const size_t smem = sm90dq::dq_smem(D, 4);
-                auto kernel = sm90_dq_kernel<float, D>;
-                if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
-                    return e;
-                kernel<<<grid, sm90dq::kThreads, smem, st>>>(p, a, m, tm_do, tm_kt);
-                if ((e = cudaGetLastError()) != cudaSuccess) return e;
-            }
+            if ((e = launch_kernel(sm90_dq_kernel<float, D>, grid, sm90dq::kThreads, sm90dq::dq_smem(D, 4), st, p, a, m, tm_do,
+                                   tm_kt)) != cudaSuccess)
+                return e;
         }
     }
     return cudaSuccess;

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     sm90_dkdv_kernel(const AttnBwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps,
                      const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_qt,
                      const __grid_constant__ CUtensorMap tm_dot) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || !defined(__CUDACC__)
     using namespace sm90bwd;
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC, NO = D / 8, NQ = kBM / 8, NK = kBM / KS;
-    extern __shared__ unsigned char smem_raw[];
+    FATTN_DYN_SMEM(smem_raw);
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     T *sK = reinterpret_cast<T *>(base);                           // NP × [kBN, PC]
     T *sV = reinterpret_cast<T *>(base + panel(kBN) * NP);         // NP × [kBN, PC]

@@ -36,7 +36,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     sm90_dq_kernel(const AttnBwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps,
                    const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_kt) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || !defined(__CUDACC__)
     using namespace sm90dq;
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC, NS = kBN / 8, NO = D / 8, NK = kBN / KS;
     constexpr int kBiasBatch = NS < 4 ? NS : 4;  // key pairs per batch of bias loads (masked tiles)
-    extern __shared__ unsigned char smem_raw[];
+    FATTN_DYN_SMEM(smem_raw);
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     T *sQ = reinterpret_cast<T *>(base);                        // NP × [kBM, PC]
     T *sdO = reinterpret_cast<T *>(base + panel(kBM) * NP);     // NP × [kBM, PC]

@@ -16,13 +16,7 @@ static_assert(sm90_fwd_smem(128, 4) <= 227 * 1024 && sm90_fwd_smem(64, 4) <= 227
 template <typename T, int D>
 cudaError_t run(const AttnFwdParams &p, const KArgs &a, const Sm90Maps &maps, cudaStream_t st) {
     const dim3 grid(ceil_div_u(p.seqlen_q, sm90cfg::kBM), unsigned(p.hq), unsigned(p.batch));
-    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
-    const size_t smem = sm90cfg::smem_bytes(D, sizeof(T));
-    auto k = sm90_fwd_kernel<T, D>;
-    cudaError_t e;
-    if ((e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess) return e;
-    k<<<grid, sm90cfg::kThreads, smem, st>>>(p, a, maps);
-    return cudaGetLastError();
+    return launch_kernel(sm90_fwd_kernel<T, D>, grid, sm90cfg::kThreads, sm90cfg::smem_bytes(D, sizeof(T)), st, p, a, maps);
 }
 
 template <typename T, int D>

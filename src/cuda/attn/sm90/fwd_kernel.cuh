@@ -174,7 +174,7 @@ __device__ __forceinline__ void sm90_produce_kvt(const KeyTiles &kt, const SeqRa
 template <typename T, int D>
 __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     sm90_fwd_kernel(const AttnFwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || !defined(__CUDACC__)
     using namespace sm90cfg;
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     constexpr int kBiasBatch = sizeof(T) == 2 && D > 64 ? 1 : (NS < 4 ? NS : 4);
     constexpr int NO = D / 8;                 // 8-column blocks of O
     constexpr int NK = kBN / KS;              // k-steps of P·V (A fragments of P)
-    extern __shared__ unsigned char smem_raw[];
+    FATTN_DYN_SMEM(smem_raw);
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     T *sQ = reinterpret_cast<T *>(base);                                   // NP × [kBM, PC]
     T *sK = reinterpret_cast<T *>(base + panel_bytes(kBM) * NP);           // kStages × NP × [kBN, PC]

@@ -7,10 +7,9 @@
 // panel row is 128 bytes, panels are rows·128 bytes apart, and every panel starts 1024-byte
 // aligned, so the swizzle pattern (16-byte chunk ^= row % 8) repeats per 8 rows.
 //
-// Compiled by a host compiler (the CPU emulation, src/emu) the wgmma path is emulated: saddr, the
-// descriptors and the wgmma wrappers (wgmma_ops.cuh) map to emu.h, whose wgmma computes a product
-// when it is issued, so the fences, commits and waits have nothing left to order. The mbarrier,
-// TMA and named-barrier primitives are nvcc-only.
+// Compiled by a host compiler (the CPU emulation, src/emu) every primitive maps to emu.h: the
+// mbarriers, TMA boxes and named barriers, and the wgmma wrappers (wgmma_ops.cuh), whose products
+// are computed when issued, so the fences, commits and waits have nothing left to order.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +20,47 @@
 #else
 #include "emu/emu.h"
 #define FATTN_SM90_DEV inline
+// cuda.h's tensor map: 128 opaque bytes, which the emulation's encoder (src/emu/sm90_map_emu.cpp)
+// fills with an emu::TensorMap.
+struct CUtensorMap {
+    alignas(64) unsigned long long opaque[16];
+};
+static_assert(sizeof(fattn::emu::TensorMap) <= sizeof(CUtensorMap), "emu tensor map fits a CUtensorMap");
 #endif
 
 namespace fattn::cuda::sm90 {
 
 #if !defined(__CUDACC__)
 inline uint32_t saddr(const void *p) { return emu::smem_addr(p); }
+inline void mbar_init(uint64_t *bar, uint32_t count) { emu::mbar_init(bar, count); }
+inline void mbar_fence_init() {}
+template <int S, int NE> inline void mbar_init_query_pipeline(uint64_t *bars) {
+    if (emu::tid() == 0) {
+        mbar_init(bars, 1);
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&bars[1 + s], 1);
+            mbar_init(&bars[1 + S + s], 1);
+            for (int e = 0; e < NE; ++e) mbar_init(&bars[1 + (2 + e) * S + s], 8);
+        }
+    }
+    emu::sync();
+}
+inline void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) { emu::mbar_arrive(bar, bytes); }
+inline void mbar_arrive(uint64_t *bar) { emu::mbar_arrive(bar, 0); }
+inline void mbar_arrive_warp(uint64_t *bar) {
+    emu::syncwarp();
+    if (emu::tid() % 32 == 0) mbar_arrive(bar);
+}
+inline bool mbar_try_wait(uint64_t *bar, uint32_t parity) { return emu::mbar_try_wait(bar, parity); }
+inline void mbar_wait(uint64_t *bar, uint32_t parity) {
+    while (!mbar_try_wait(bar, parity)) {
+    }
+}
+inline void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2, int c3) {
+    emu::tma_load(dst, *reinterpret_cast<const emu::TensorMap *>(map->opaque), bar, c0, c1, c2, c3);
+}
+inline void tma_prefetch_desc(const CUtensorMap *) {}
+inline void named_barrier_sync(int id, int threads) { emu::named_sync(id, threads); }
 inline void wgmma_fence() {}
 inline void wgmma_commit() {}
 template <int N> inline void wgmma_wait() {}

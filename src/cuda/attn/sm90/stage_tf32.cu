@@ -4,6 +4,7 @@
 // (the dQ kernel), Q and dO rows and Qᵀ, dOᵀ (the dK/dV kernel): tf32 wgmma reads K-major operands
 // only, so the B operand of O += P·V, dQ += dS·K, dV += Pᵀ·dO and dK += dSᵀ·Q must be stored with
 // the contracted rows innermost.
+#include "cuda/attn/launch.h"
 #include "cuda/attn/mma.cuh"
 #include "cuda/attn/sm90/stage_tf32.h"
 #include "cuda/attn/workspace.h"
@@ -20,7 +21,8 @@ namespace {
 template <int D>
 __global__ void __launch_bounds__(256)
     sm90_tf32_stage_kernel(const AttnFwdParams p, const Sm90Stage sg, int64_t nrows_flat, int64_t cols) {
-    __shared__ float tile[2][32][D + 1];  // +1: the transposed reads of 32 rows hit 32 banks
+    FATTN_DYN_SMEM_F32(smem_f32);  // tile[2][32][D + 1]: +1, the transposed reads of 32 rows hit 32 banks
+    float(*tile)[32][D + 1] = reinterpret_cast<float(*)[32][D + 1]>(smem_f32);
     const int64_t s = blockIdx.z, hh = blockIdx.y;
     const SeqRange sr = seq_range(p, s);
     const int64_t begin = sg.queries ? sr.q_begin : sr.kv_begin, len = sg.queries ? sr.q_len : sr.kv_len;
@@ -102,10 +104,9 @@ __global__ void __launch_bounds__(256)
 cudaError_t sm90_tf32_stage(const AttnFwdParams &p, int d, const Sm90Stage &sg, int64_t rows, int64_t cols,
                             cudaStream_t st) {
     const dim3 grid(ceil_div_u(sg.queries ? p.seqlen_q : p.seqlen_kv, 32), unsigned(sg.heads), unsigned(p.batch));
-    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return cudaSuccess;
-    if (d == 64) sm90_tf32_stage_kernel<64><<<grid, 256, 0, st>>>(p, sg, rows, cols);
-    else sm90_tf32_stage_kernel<128><<<grid, 256, 0, st>>>(p, sg, rows, cols);
-    return cudaGetLastError();
+    auto smem = [](int dd) { return size_t(2 * 32 * (dd + 1)) * sizeof(float); };
+    return d == 64 ? launch_kernel(sm90_tf32_stage_kernel<64>, grid, 256, smem(64), st, p, sg, rows, cols)
+                   : launch_kernel(sm90_tf32_stage_kernel<128>, grid, 256, smem(128), st, p, sg, rows, cols);
 }
 
 }  // namespace fattn::cuda::attn

@@ -2,7 +2,11 @@
 // and copies into the workspace (workspace.h: kr, vr, tr).
 #pragma once
 
+#if defined(__CUDACC__)
 #include <cuda_runtime.h>
+#else
+#include "emu/cuda_runtime_host.h"
+#endif
 
 #include "cuda/attn/launch.h"
 

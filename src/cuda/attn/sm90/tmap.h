@@ -1,8 +1,13 @@
 // tmap.h — TMA tensor maps of the sm_90a kernels (tmap.cu).
 #pragma once
 
+#if defined(__CUDACC__)
 #include <cuda.h>
 #include <cuda_runtime.h>
+#else
+#include "cuda/attn/sm90/ptx.cuh"       // CUtensorMap
+#include "emu/cuda_runtime_host.h"  // the CPU emulation: src/emu/sm90_map_emu.cpp encodes the maps
+#endif
 
 #include <cstdint>
 

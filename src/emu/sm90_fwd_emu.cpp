@@ -1,0 +1,3 @@
+// sm90_fwd_emu.cpp — src/cuda/attn/sm90/fwd.cu compiled for the CPU emulation: the same launcher
+// source, its kernels run by launch_kernel through emu::launch (emu/cuda_runtime_host.h).
+#include "cuda/attn/sm90/fwd.cu"
