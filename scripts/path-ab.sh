@@ -10,8 +10,8 @@
 # AB_CASES (indices into the six cases below, e.g. "0 4") and AB_NCU ("64", "128" or "64 128", the
 # per-kernel times' head dims; " " for none) narrow the run. AB_PARITY=1 also builds each variant's
 # fattn-test and runs the PaTH parity and determinism cases (`fattn-test test|determinism
-# --backend cuda -p path`) before timing it: a variant the CPU emulation cannot run (wgmma) is
-# judged here. Writes OUTDIR/ab.txt (the table), OUTDIR/ab-parity.txt (with AB_PARITY),
+# --backend cuda -p path`) before timing it (the emulation's verdict on the variant is the
+# CPU's; this is the GPU's). Writes OUTDIR/ab.txt (the table), OUTDIR/ab-parity.txt (with AB_PARITY),
 # OUTDIR/ab-times.txt and OUTDIR/logs.tgz; each build takes ~50-70 s with 16 cores (fattn-test adds ~40 s).
 set -u
 OUT=${1:?usage: scripts/path-ab.sh OUTDIR NAME=CMAKE_ARGS ...}

@@ -177,14 +177,6 @@ fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why, bo
     return choose(p, sm90 ? attn_device_sm90() : attn_device(), c, why);
 }
 
-bool attn_has_sm90() {
-#ifdef FATTN_HAVE_SM90
-    return true;
-#else
-    return false;
-#endif
-}
-
 size_t attn_workspace_bytes(const AttnFwdParams &p, const Choice &c, fattn_dir dir) {
     return workspace_size(p, c, dir);
 }

@@ -17,8 +17,6 @@ namespace fattn::emu {
 // H200), where selection takes the sm90 families (wgmma, TMA, mbarriers: emulated too).
 cuda::DeviceInfo attn_device();
 cuda::DeviceInfo attn_device_sm90();
-// Whether this emulation has the sm90 family (its kernels compiled: the fattn_emu library).
-bool attn_has_sm90();
 
 // The CUDA backend's selection for p on attn_device() (sm90: on attn_device_sm90()).
 fattn_status attn_choose(const AttnFwdParams &p, cuda::attn::Choice *c, std::string *why, bool sm90 = false);

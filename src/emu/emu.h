@@ -1,6 +1,7 @@
-// emu.h — a CPU emulation of the CUDA execution model, enough to run the portable kernel bodies
-// of src/cuda/path on the host (tests, and fattn-test --backend emu): the same source that nvcc
-// compiles for the GPU, checked against the float64 oracle on any machine, in CI included.
+// emu.h — a CPU emulation of the CUDA execution model, enough to run the kernel bodies of
+// src/cuda/path and src/cuda/attn (the portable families and the sm90 ones: wgmma, TMA, mbarriers)
+// on the host (tests, and fattn-test --backend emu): the same source that nvcc compiles for the
+// GPU, checked against the float64 oracle on any machine, in CI included.
 //
 // Model: the blocks of a grid run one after another; the threads of a block are fibers switched
 // cooperatively at barriers (sync) and at warp collectives. A collective (shuffle, ldmatrix,
@@ -9,6 +10,11 @@
 // their destinations are poisoned (0xFF) when issued, so a read before the wait (or a write-after-
 // read race on a ring buffer) shows up as NaN. Shared memory starts poisoned too. A barrier that
 // not every thread reaches is reported as a deadlock (std::runtime_error), never hangs.
+// The Hopper primitives: a wgmma is computed when issued, per thread, from the shared tiles its
+// descriptors address (the 128-byte swizzle applied to the address, as the hardware does); a TMA
+// box is copied when issued and completes its bytes on the mbarrier; a thread waiting on an
+// mbarrier phase yields until it completes (a block where every running thread only waits is a
+// deadlock); named barriers count their threads. Exited threads count as arrived at __syncthreads.
 //
 // Kernel code never calls this header directly: src/cuda/path/dev.cuh (the PaTH kernels) and
 // emu/cuda_host.h (the CUDA built-ins the softmax kernels of src/cuda/attn use) map their
