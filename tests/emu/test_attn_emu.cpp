@@ -385,6 +385,13 @@ std::vector<Case> cases() {
     c = mk("sm90_dbias_bf16_full_causal", FATTN_BF16);
     c.sm90 = true, c.bias = 1, c.dbias = true, c.causal = 1, c.Hq = 2, c.Hkv = 1;
     v.push_back(c);
+    // 16-bit head dims below the bucket on the sm90 kernels (TMA reads zeros past D; stores stop at it)
+    c = mk("sm90_bf16_D96_gqa_causal_bias", FATTN_BF16);
+    c.sm90 = true, c.D = c.Dv = 96, c.causal = 1, c.bias = 3;
+    v.push_back(c);
+    c = mk("sm90_f16_D40_varlen_window", FATTN_F16);
+    c.sm90 = true, c.D = c.Dv = 40, c.varlen = true, c.wl = 20, c.wr = 30;
+    v.push_back(c);
     c = mk("sm90_dbias_tf32_keybias_head_passes", FATTN_F32);
     c.sm90 = true, c.bias = 3, c.dbias = true, c.pass_heads = 1, c.causal = 2;
     v.push_back(c);

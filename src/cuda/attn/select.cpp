@@ -23,7 +23,7 @@ namespace fattn::cuda::attn {
 namespace {
 
 // Can the sm90 forward run p? Its TMA tensor maps need 16-byte aligned bases and strides, and the
-// kernel is instantiated for D = Dv = 64 or 128. With f32 inputs (tf32) only q is read through
+// kernels are instantiated for D = Dv = 64 or 128 (16-bit: smaller D = Dv on them). With f32 inputs (tf32) only q is read through
 // TMA: k and v reach the kernel as the pre-pass's rounded copies (workspace.h: kr, tr).
 bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *why) {
     auto no = [&](const std::string &m) {
@@ -38,8 +38,11 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     const bool tf32 = p.prec == FATTN_PREC_TF32 && p.dtype == FATTN_F32;
     if (!tf32 && (p.prec != FATTN_PREC_NATIVE || (p.dtype != FATTN_BF16 && p.dtype != FATTN_F16)))
         return no("bf16/f16 inputs at prec NATIVE, or f32 inputs at prec TF32, only");
-    if (p.d != p.dim_v || (p.d != 64 && p.d != 128))
-        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv = 64 or 128)");
+    // 16-bit: any D = Dv up to 128 in whole 16-byte rows, on the kernels of bucket 64 or 128 (TMA
+    // reads zeros past D, the stores stop at it); tf32: 64 or 128 (the pre-pass copies D columns).
+    if (p.d != p.dim_v || p.d > 128 || (tf32 ? p.d != 64 && p.d != 128 : p.d % 8 != 0))
+        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) +
+                  (tf32 ? " (needs D = Dv = 64 or 128)" : " (needs D = Dv, a multiple of 8 up to 128)"));
     auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
     // A tensor map needs at least one row: no queries (the backward still zeroes dK/dV) or no
     // keys go to the portable kernels.
@@ -60,7 +63,7 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     const int64_t kv_rows = tf32 ? sm90_vt_cols(bview * p.total_kv, p.batch) : p.total_kv;
     if (p.total_q >= (int64_t(1) << 31) || kv_rows >= (int64_t(1) << 31))
         return no("more than 2^31 rows (TMA coordinates are 32-bit)");
-    if (sm90_fwd_smem(int(p.d), tf32 ? 4 : 2) > dev.smem_optin) return no("needs more shared memory than the device allows");
+    if (sm90_fwd_smem(p.d <= 64 ? 64 : 128, tf32 ? 4 : 2) > dev.smem_optin) return no("needs more shared memory than the device allows");
     return true;
 #endif
 }

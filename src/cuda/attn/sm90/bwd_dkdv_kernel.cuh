@@ -289,10 +289,10 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
 #pragma unroll
         for (int j = 0; j < NO; ++j) {
             const int c = j * 8 + 2 * t4;
-            gdK[c] = from_f<T>(dk[4 * j + 2 * hf] * p.scale);
-            gdK[c + 1] = from_f<T>(dk[4 * j + 2 * hf + 1] * p.scale);
-            gdV[c] = from_f<T>(dv[4 * j + 2 * hf]);
-            gdV[c + 1] = from_f<T>(dv[4 * j + 2 * hf + 1]);
+            if (c < p.d) gdK[c] = from_f<T>(dk[4 * j + 2 * hf] * p.scale);  // head dims below the bucket
+            if (c + 1 < p.d) gdK[c + 1] = from_f<T>(dk[4 * j + 2 * hf + 1] * p.scale);
+            if (c < p.dim_v) gdV[c] = from_f<T>(dv[4 * j + 2 * hf]);
+            if (c + 1 < p.dim_v) gdV[c + 1] = from_f<T>(dv[4 * j + 2 * hf + 1]);
         }
     }
 #endif

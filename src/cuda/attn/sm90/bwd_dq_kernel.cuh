@@ -233,8 +233,8 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < NO; ++j) {
             const int c = j * 8 + 2 * t4;
-            gdQ[c] = from_f<T>(dq[4 * j + 2 * hf] * p.scale);
-            gdQ[c + 1] = from_f<T>(dq[4 * j + 2 * hf + 1] * p.scale);
+            if (c < p.d) gdQ[c] = from_f<T>(dq[4 * j + 2 * hf] * p.scale);  // head dims below the bucket
+            if (c + 1 < p.d) gdQ[c + 1] = from_f<T>(dq[4 * j + 2 * hf + 1] * p.scale);
         }
     }
 #endif

@@ -408,8 +408,8 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
 #pragma unroll
         for (int j = 0; j < NO; ++j) {
             const int c = j * 8 + 2 * t4;
-            gO[c] = from_f<T>(o[4 * j + 2 * hf] * inv);
-            gO[c + 1] = from_f<T>(o[4 * j + 2 * hf + 1] * inv);
+            if (c < p.dim_v) gO[c] = from_f<T>(o[4 * j + 2 * hf] * inv);  // head dims below the bucket: TMA
+            if (c + 1 < p.dim_v) gO[c + 1] = from_f<T>(o[4 * j + 2 * hf + 1] * inv);  // read zeros past them
         }
         if (t4 == 0)
             p.lse[sr.batch_index * p.lse_sb + h * p.lse_sh + sr.q_begin + qi] =
