@@ -107,9 +107,15 @@ constexpr int sc_stride(int db) { return db + 1; }
 constexpr int sm90_fwd_bm() { return 128; }
 constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return es == 4 && d > 64 ? 64 : 128; }
 // Ring depths (K/V stages here, K/V in the dQ kernel, Q/dO rows in the dK/dV kernel) are per head
-// dim and element size so that each can be measured on its own: 2 everywhere so far (the 16-bit
-// D64 kernels use a third of the shared memory; deeper rings there are untried).
-constexpr int sm90_fwd_stages(int /*d*/, size_t /*es*/) { return 2; }
+// dim and element size so that each can be measured on its own: 2 everywhere by default. The
+// 16-bit D64 kernels use a third of the shared memory: -DFATTN_SM90_RING64=N gives their three
+// rings N stages (an A/B switch, checked by the emulation at 3: the fattn_emu_alt library; the
+// forward takes 147 KB at 4, dQ 164 KB, dK/dV 102 KB).
+#ifndef FATTN_SM90_RING64
+#define FATTN_SM90_RING64 2
+#endif
+constexpr int sm90_ring(int d, size_t es) { return es == 2 && d <= 64 ? FATTN_SM90_RING64 : 2; }
+constexpr int sm90_fwd_stages(int d, size_t es) { return sm90_ring(d, es); }
 // The mbarriers after a kernel's tiles: n of 8 bytes in a 128-byte area, or as many such areas as
 // they need (deeper rings: the forward has 1 + 4·stages, dQ 1 + 3·stages, dK/dV 1 + 2·(stages + t_stages)).
 constexpr size_t sm90_bar_bytes(int n) { return n * 8 <= 128 ? 128 : (size_t(n) * 8 + 127) / 128 * 128; }
@@ -125,7 +131,7 @@ constexpr size_t sm90_fwd_smem(int d, size_t es = 2) {
 // (Q + dO 128 KB, three 16 KB tiles per stage: 225 KB in all) and 64 at D64 (161 KB).
 constexpr int sm90_dq_bm() { return 128; }
 constexpr int sm90_dq_bn(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 32 : 64) : (d > 64 ? 64 : 128); }
-constexpr int sm90_dq_stages(int /*d*/, size_t /*es*/) { return 2; }
+constexpr int sm90_dq_stages(int d, size_t es) { return sm90_ring(d, es); }
 constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
     return (size_t(2 * sm90_dq_bm()) + size_t(sm90_dq_stages(d, es) * (es == 4 ? 3 : 2) * sm90_dq_bn(d, es))) * size_t(d) * es +
            sm90_bar_bytes(1 + 3 * sm90_dq_stages(d, es)) + 1024;
@@ -140,7 +146,7 @@ constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
 // 231.5 KB in all), two at D64; 16-bit reads Q, dO MN-major from the row stage instead.
 constexpr int sm90_dkdv_bn() { return 128; }
 constexpr int sm90_dkdv_bm(size_t es = 2) { return es == 4 ? 32 : 64; }
-constexpr int sm90_dkdv_stages(int /*d*/, size_t /*es*/) { return 2; }
+constexpr int sm90_dkdv_stages(int d, size_t es) { return sm90_ring(d, es); }
 constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 1 : 2) : 0; }
 constexpr size_t sm90_dkdv_smem(int d, size_t es = 2) {
     return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
