@@ -173,6 +173,8 @@ cuda::DeviceInfo attn_device_sm90() {
     return d;
 }
 
+bool attn_sm90_d256_built() { return FATTN_SM90_D256 != 0; }
+
 fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why, bool sm90) {
     return choose(p, sm90 ? attn_device_sm90() : attn_device(), c, why);
 }

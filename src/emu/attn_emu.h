@@ -18,6 +18,9 @@ namespace fattn::emu {
 cuda::DeviceInfo attn_device();
 cuda::DeviceInfo attn_device_sm90();
 
+// Whether this library has the sm90 forward at D 256 (FATTN_SM90_D256: the fattn_emu_alt one).
+bool attn_sm90_d256_built();
+
 // The CUDA backend's selection for p on attn_device() (sm90: on attn_device_sm90()).
 fattn_status attn_choose(const AttnFwdParams &p, cuda::attn::Choice *c, std::string *why, bool sm90 = false);
 size_t attn_workspace_bytes(const AttnFwdParams &p, const cuda::attn::Choice &c, fattn_dir dir);

@@ -40,9 +40,12 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
         return no("bf16/f16 inputs at prec NATIVE, or f32 inputs at prec TF32, only");
     // 16-bit: any D = Dv up to 128 in whole 16-byte rows, on the kernels of bucket 64 or 128 (TMA
     // reads zeros past D, the stores stop at it); tf32: 64 or 128 (the pre-pass copies D columns).
-    if (p.d != p.dim_v || p.d > 128 || (tf32 ? p.d != 64 && p.d != 128 : p.d % 8 != 0))
+    // With FATTN_SM90_D256 (tiles.h) 16-bit D up to 256 on the forward's kernel of D 256.
+    const int64_t dmax16 = FATTN_SM90_D256 ? 256 : 128;
+    if (p.d != p.dim_v || (tf32 ? p.d != 64 && p.d != 128 : p.d % 8 != 0 || p.d > dmax16))
         return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) +
-                  (tf32 ? " (needs D = Dv = 64 or 128)" : " (needs D = Dv, a multiple of 8 up to 128)"));
+                  (tf32 ? " (needs D = Dv = 64 or 128)"
+                        : " (needs D = Dv, a multiple of 8 up to " + std::to_string(dmax16) + ")"));
     auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
     // A tensor map needs at least one row: no queries (the backward still zeroes dK/dV) or no
     // keys go to the portable kernels.
@@ -63,7 +66,8 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     const int64_t kv_rows = tf32 ? sm90_vt_cols(bview * p.total_kv, p.batch) : p.total_kv;
     if (p.total_q >= (int64_t(1) << 31) || kv_rows >= (int64_t(1) << 31))
         return no("more than 2^31 rows (TMA coordinates are 32-bit)");
-    if (sm90_fwd_smem(p.d <= 64 ? 64 : 128, tf32 ? 4 : 2) > dev.smem_optin) return no("needs more shared memory than the device allows");
+    if (sm90_fwd_smem(p.d <= 64 ? 64 : p.d <= 128 ? 128 : 256, tf32 ? 4 : 2) > dev.smem_optin)
+        return no("needs more shared memory than the device allows");
     return true;
 #endif
 }
@@ -139,8 +143,15 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             return s;
         if (dev.family != FATTN_CUDA_FAMILY_PORTABLE) {
             std::string w;
-            if (sm90_fwd_legal(p, dev, &w)) c->fwd_family = c->family = Family::SM90_NATIVE;
-            else if (dev.family == FATTN_CUDA_FAMILY_SM90) return no(w + " (family SM90 was asked for)");
+            if (sm90_fwd_legal(p, dev, &w)) {
+                c->fwd_family = Family::SM90_NATIVE;
+                // above D 128 (FATTN_SM90_D256) the forward only: the backward is bucket 256's mma.sync kernels
+                if (c->d_bucket <= 128) c->family = Family::SM90_NATIVE;
+                else if (dev.family == FATTN_CUDA_FAMILY_SM90)
+                    return no("family SM90 has no backward for head dims above 128 (family SM90 was asked for)");
+            } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {
+                return no(w + " (family SM90 was asked for)");
+            }
         }
         return FATTN_OK;
     case FATTN_PREC_TF32:

@@ -105,7 +105,13 @@ constexpr int sc_stride(int db) { return db + 1; }
 // the previous step's P fragments (32: one tf32 per register) and O (64) at once, and Q (64 KB)
 // plus two stages of K and Vᵀ (64 KB each) fill 193 KB; at D64 128 keys, 161 KB.
 constexpr int sm90_fwd_bm() { return 128; }
-constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return es == 4 && d > 64 ? 64 : 128; }
+// -DFATTN_SM90_D256=1: the 16-bit forward also at D 256 (head dims 136-256), 64 keys per step
+// (O alone takes 128 registers), 192 KB; the backward stays the portable kernels' (an A/B switch,
+// checked by the emulation: the fattn_emu_alt library).
+#ifndef FATTN_SM90_D256
+#define FATTN_SM90_D256 0
+#endif
+constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return (es == 4 && d > 64) || d > 128 ? 64 : 128; }
 // Ring depths (K/V stages here, K/V in the dQ kernel, Q/dO rows in the dK/dV kernel) are per head
 // dim and element size so that each can be measured on its own: 2 everywhere by default. The
 // 16-bit D64 kernels use a third of the shared memory: -DFATTN_SM90_RING64=N gives their three

@@ -59,6 +59,11 @@ cudaError_t launch_tf32(const AttnFwdParams &p, const KArgs &a, const Workspace 
 }  // namespace
 
 cudaError_t sm90_fwd(const AttnFwdParams &p, const KArgs &a, int db, cudaStream_t st) {
+#if FATTN_SM90_D256
+    if (db == 256) return p.dtype == FATTN_BF16 ? launch<__nv_bfloat16, 256>(p, a, st) : launch<__half, 256>(p, a, st);
+#else
+    if (db == 256) return cudaErrorInvalidValue;  // not built here (selection never asks for it then)
+#endif
     if (p.dtype == FATTN_BF16)
         return db == 64 ? launch<__nv_bfloat16, 64>(p, a, st) : launch<__nv_bfloat16, 128>(p, a, st);
     return db == 64 ? launch<__half, 64>(p, a, st) : launch<__half, 128>(p, a, st);

@@ -82,6 +82,10 @@ FATTN_WGMMA_K16(__nv_bfloat16, "bf16", 64, 32)
 FATTN_WGMMA_K16(__nv_bfloat16, "bf16", 128, 64)
 FATTN_WGMMA_K16(__half, "f16", 64, 32)
 FATTN_WGMMA_K16(__half, "f16", 128, 64)
+#if FATTN_SM90_D256
+FATTN_WGMMA_K16(__nv_bfloat16, "bf16", 256, 128)
+FATTN_WGMMA_K16(__half, "f16", 256, 128)
+#endif
 FATTN_WGMMA_K8(32, 16)
 FATTN_WGMMA_K8(64, 32)
 FATTN_WGMMA_K8(128, 64)
