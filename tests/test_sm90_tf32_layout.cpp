@@ -253,3 +253,41 @@ TEST(Sm90Tf32Layout, SelectionCountsTheLargestKernelsSharedMemory) {
     EXPECT_NE(why.find("shared memory"), std::string::npos) << why;
 }
 #endif
+
+#ifdef FATTN_WITH_CUDA
+// The 16-bit sm90 kernels take every D = Dv that is a multiple of 8 up to 128 (on the kernels of
+// bucket 64 or 128); tf32 only 64 and 128; above 128 the portable bucket 256 (FATTN_SM90_D256
+// off). Needs a library with sm_90a code: skipped otherwise.
+TEST(Sm90Selection, HeadDimsOfTheSm90Family) {
+    using fattn::cuda::attn::choose;
+    fattn::cuda::DeviceInfo dev;
+    dev.sm_major = 9, dev.sm_minor = 0, dev.num_sms = 132, dev.smem_optin = 232448;
+    alignas(16) static float dummy[4];
+    auto pick = [&](fattn_dtype dt, fattn_prec prec, int64_t d) {
+        fattn::AttnFwdParams p = params(2, 256, 4, 2, d);
+        p.dtype = dt, p.prec = prec;
+        p.q = p.k = p.v = dummy;
+        p.q_ss = 4 * d, p.k_ss = p.v_ss = 2 * d, p.q_sh = p.k_sh = p.v_sh = d;
+        p.q_sb = 256 * 4 * d, p.k_sb = p.v_sb = 256 * 2 * d;
+        Choice c;
+        std::string why;
+        EXPECT_EQ(choose(p, dev, &c, &why), FATTN_OK) << why;
+        return c;
+    };
+    if (pick(FATTN_BF16, FATTN_PREC_NATIVE, 64).family != Family::SM90_NATIVE) GTEST_SKIP() << "no sm_90a code";
+    for (int64_t d : {8, 32, 40, 72, 96, 120, 128}) {
+        const Choice c = pick(FATTN_BF16, FATTN_PREC_NATIVE, d);
+        EXPECT_EQ(c.family, Family::SM90_NATIVE) << d;
+        EXPECT_EQ(c.fwd_family, Family::SM90_NATIVE) << d;
+        EXPECT_EQ(c.d_bucket, d <= 64 ? 64 : 128) << d;
+    }
+    EXPECT_EQ(pick(FATTN_F16, FATTN_PREC_NATIVE, 100).family, Family::MMA_NATIVE);  // not a multiple of 8
+    EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 96).family, Family::MMA_TF32);       // the pre-pass copies D
+    EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 128).family, Family::SM90_TF32);
+    if (!FATTN_SM90_D256) {
+        const Choice c = pick(FATTN_BF16, FATTN_PREC_NATIVE, 192);
+        EXPECT_EQ(c.fwd_family, Family::MMA_NATIVE);
+        EXPECT_EQ(c.d_bucket, 256);
+    }
+}
+#endif
