@@ -19,24 +19,11 @@ shift
 # the build and parity logs go to OUTDIR/logs.tgz at the end (few files to copy back)
 LOGS=$OUT/logs
 mkdir -p "$LOGS"
-export PATH=/usr/local/cuda/bin:$PATH
-GEN=()
-command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+. "$(dirname "$0")/ab-common.sh"
 names=()
 for v in "$@"; do
-    name=${v%%=*}
-    args=${v#*=}
-    dir=build-ab-$name
-    t0=$(date +%s)
     # shellcheck disable=SC2086
-    if cmake -S . -B "$dir" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a \
-        -DFATTN_BUILD_TESTS=OFF $args >"$LOGS/build-$name.log" 2>&1 &&
-        cmake --build "$dir" -j "$(nproc)" --target fattn-bench ${AB_PARITY:+fattn-test} >>"$LOGS/build-$name.log" 2>&1; then
-        names+=("$name")
-        echo "built $name ($args) in $(( $(date +%s) - t0 )) s"
-    else
-        echo "build of $name FAILED:"; tail -n 15 "$LOGS/build-$name.log"
-    fi
+    ab_build "$v" fattn-bench ${AB_PARITY:+fattn-test}
 done
 cases=("--T 4096 --hq 32 --h 32" "--T 8192 --hq 32 --h 32" "--T 4096 --hq 32 --h 8"
        "--cu 0,512,2048,4096,8192 --hq 32 --h 32" "--T 4096 --hq 16 --h 16 --k 128 --v 128"
