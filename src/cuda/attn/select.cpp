@@ -74,12 +74,8 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
 
 // The sm90 tf32 backward's kv heads per pass (workspace.h: tf32_bwd_pass_kv_heads), from the
 // bytes its regions take per kv head: at least two waves of the dK/dV kernel (one CTA per SM).
-// -DFATTN_TF32_BWD_PASSES=0 (host code): one pass of every head, for an A/B of the passes' cost.
-#ifndef FATTN_TF32_BWD_PASSES
-#define FATTN_TF32_BWD_PASSES 1
-#endif
 int64_t tf32_pass_kv_heads(const AttnFwdParams &p, const DeviceInfo &dev) {
-    if (!FATTN_TF32_BWD_PASSES) return p.hkv;
+    if (!FATTN_TF32_BWD_PASSES) return p.hkv;  // workspace.h: off by default
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, rk = bview * p.total_kv, rq = bview * p.total_q;
     const size_t key_side = sat_add(sat_prod({2, rk, p.d, 4}), sat_prod({p.d, sm90_vt_cols(rk, p.batch), 4}));
     const size_t query_side = sat_add(sat_prod({2, rq, p.d, 4}), sat_prod({2, p.d, sm90_vt_cols(rq, p.batch), 4}));

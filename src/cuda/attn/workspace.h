@@ -53,6 +53,16 @@ FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 // heads) would then have fewer than min_ctas CTAs: a pass shorter than two waves loses more to
 // its tail than the bytes are worth, so small problems keep one pass. The passes are equal (the
 // last may be short). per_kv_head: the staged bytes of one kv head with its query heads.
+//
+// Off by default (one pass of every head): measured on the H200 (2026-12-05, fattn-bench --preset
+// targets-f32 --arms fused,exact --reps 10) with the passes on, B2 H16 S4096 fwd+bwd took 4.023 ms
+// at D64 and 5.744 at D128 against 3.245 and 5.074 for one pass (tree 9d224cd, same command, an
+// earlier run), for a measured peak of 642 MiB with the inputs at D128 against one pass's 962.
+// -DFATTN_TF32_BWD_PASSES=1 (host code: CMAKE_CXX_FLAGS) turns them on until a same-run A/B
+// decides.
+#ifndef FATTN_TF32_BWD_PASSES
+#define FATTN_TF32_BWD_PASSES 0
+#endif
 FATTN_HD int64_t tf32_bwd_pass_kv_heads(int64_t hkv, int64_t per_kv_head, int64_t cap_bytes, int64_t key_units,
                                         int64_t min_ctas) {
     if (hkv <= 1 || per_kv_head <= 0) return hkv < 1 ? 1 : hkv;
