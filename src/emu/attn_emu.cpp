@@ -141,8 +141,8 @@ struct EmuLauncher {
     Err sm90_fwd_tf32(const AttnFwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
         return sm90([&] { return cuda::attn::sm90_fwd_tf32(p, a, db, w, ws, nullptr); });
     }
-    Err sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db) {
-        return sm90([&] { return cuda::attn::sm90_bwd(p, a, db, nullptr); });
+    Err sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
+        return sm90([&] { return cuda::attn::sm90_bwd(p, a, db, w, ws, nullptr); });
     }
     Err sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
         return sm90([&] { return cuda::attn::sm90_bwd_tf32(p, a, db, w, ws, nullptr); });
@@ -174,13 +174,20 @@ cuda::DeviceInfo attn_device_sm90() {
 }
 
 bool attn_sm90_d256_built() { return FATTN_SM90_D256 != 0; }
+bool attn_sm90_dq_fused_built() { return FATTN_SM90_DQ_FUSED != 0; }
 
+// With CUDA, choose() is libfattn's, built without this library's switches: the fused dQ is set
+// here as select.cpp sets it.
 fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why, bool sm90) {
-    return choose(p, sm90 ? attn_device_sm90() : attn_device(), c, why);
+    const fattn_status s = choose(p, sm90 ? attn_device_sm90() : attn_device(), c, why);
+    if (s == FATTN_OK && FATTN_SM90_DQ_FUSED != 0 && c->family == Family::SM90_NATIVE && !p.bias) c->dq_fused = true;
+    return s;
 }
 
+// The layout as this library's kernels carve it (its switches: the fused dQ's regions), not
+// libfattn's workspace_size, which may be built without them.
 size_t attn_workspace_bytes(const AttnFwdParams &p, const Choice &c, fattn_dir dir) {
-    return workspace_size(p, c, dir);
+    return Workspace::layout(p, c, dir).total;
 }
 
 fattn_status attn_fwd(const AttnFwdParams &p, const Choice &c, void *workspace, std::string *err, bool reverse) {

@@ -20,6 +20,8 @@ cuda::DeviceInfo attn_device_sm90();
 
 // Whether this library has the sm90 forward at D 256 (FATTN_SM90_D256: the fattn_emu_alt one).
 bool attn_sm90_d256_built();
+// Whether this library's 16-bit sm90 backward computes dQ in its dK/dV kernel (FATTN_SM90_DQ_FUSED).
+bool attn_sm90_dq_fused_built();
 
 // The CUDA backend's selection for p on attn_device() (sm90: on attn_device_sm90()).
 fattn_status attn_choose(const AttnFwdParams &p, cuda::attn::Choice *c, std::string *why, bool sm90 = false);

@@ -634,6 +634,29 @@ void syncwarp() {
     collective([](int) {});
 }
 
+void bulk_s2g(void *g, const void *s, uint32_t bytes, bool add_f32) {
+    Block &b = blk();
+    check_align(g, 16, "cp.async.bulk (global)");
+    check_align(s, 16, "cp.async.bulk (shared)");
+    if (bytes % 16 != 0) throw std::logic_error("emu: cp.async.bulk size must be a multiple of 16");
+    const char *sc = static_cast<const char *>(s);
+    if (sc < b.smem || sc + bytes > b.smem + b.smem_bytes) throw std::logic_error("emu: cp.async.bulk source outside shared memory");
+    if (!add_f32) {
+        std::memcpy(g, s, bytes);
+        return;
+    }
+    float *gf = static_cast<float *>(g);
+    const float *sf = static_cast<const float *>(s);
+    for (uint32_t i = 0; i < bytes / 4; ++i) gf[i] += sf[i];
+}
+
+void counter_wait_eq(const int *c, int v) {
+    blk();
+    if (*c != v)
+        throw std::runtime_error("emu: a CTA waits for a counter to read " + std::to_string(v) + " but it reads " +
+                                 std::to_string(*c) + " (a block that runs after it would have to change it: deadlock)");
+}
+
 void check_align(const void *p, size_t n, const char *what) {
     if (reinterpret_cast<uintptr_t>(p) % n)
         throw std::logic_error(std::string("emu: ") + what + ": a " + std::to_string(n) + "-byte access must be " +

@@ -103,6 +103,13 @@ struct TensorMap {
 // the box's bytes completed on bar. Performed when issued.
 void tma_load(void *dst, const TensorMap &map, void *bar, int c0, int c1, int c2, int c3);
 void named_sync(int id, int threads);  // bar.sync id, threads
+// cp.async.bulk.global.shared::cta (add: cp.reduce.async.bulk ... .add.f32): bytes (a multiple of
+// 16, both addresses 16-byte aligned) from shared memory s to global g, performed when issued.
+void bulk_s2g(void *g, const void *s, uint32_t bytes, bool add_f32);
+// A CTA spinning until a global counter reads v: blocks run one after another here, so no other
+// block can change it while this one waits; a value other than v is reported as a deadlock (the
+// waiter depends on a block that starts after it: on the GPU, one that may never be resident).
+void counter_wait_eq(const int *c, int v);
 void syncwarp();                       // __syncwarp()
 
 // cp.async.cg.shared.global 16 bytes (src_bytes < 16: the rest is zero-filled), commit_group,

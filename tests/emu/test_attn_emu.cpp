@@ -214,6 +214,9 @@ TEST_P(AttnEmu, MatchesOracle) {
         EXPECT_EQ(int(pr.ch.fwd_family), int(want));
         EXPECT_EQ(int(pr.ch.family), int(pr.c.fwd256 ? cuda::attn::Family::MMA_NATIVE : want));
         if (pr.c.fwd256) EXPECT_EQ(pr.ch.d_bucket, 256);
+        // the fused dQ (its accumulator in the workspace) exactly where this library has it: 16-bit, no bias
+        const bool fused = emu::attn_sm90_dq_fused_built() && pr.c.dt != FATTN_F32 && !pr.c.bias && !pr.c.fwd256;
+        EXPECT_EQ(pr.ch.dq_fused, fused);
     }
     ref::Problem rp;
     ref::Tensors rt;
@@ -411,6 +414,21 @@ std::vector<Case> cases() {
     v.push_back(c);
     c = mk("sm90_f16_D128_full_bias_pad_row_gqa", FATTN_F16);
     c.sm90 = true, c.D = c.Dv = 128, c.bias = 1, c.bias_dt = FATTN_F16, c.Hq = 4, c.Hkv = 1, c.B = 1;
+    v.push_back(c);
+    // several key tiles per query tile (the fused dQ's order across CTAs, FATTN_SM90_DQ_FUSED):
+    // no mask; a band; top-left causal with keys no row sees (key tiles without items); bottom-right
+    // causal with rows that see no key (query tiles no CTA adds to: dq 0)
+    c = mk("sm90_bf16_D64_long_full_gqa", FATTN_BF16);
+    c.sm90 = true, c.B = 1, c.Sq = 200, c.Skv = 530;
+    v.push_back(c);
+    c = mk("sm90_f16_D128_long_window", FATTN_F16);
+    c.sm90 = true, c.D = c.Dv = 128, c.B = 1, c.Hq = c.Hkv = 1, c.Sq = c.Skv = 450, c.wl = 100, c.wr = 60;
+    v.push_back(c);
+    c = mk("sm90_bf16_D80_causal_tl_idle_keys", FATTN_BF16);
+    c.sm90 = true, c.D = c.Dv = 80, c.B = 1, c.Hq = 2, c.Hkv = 1, c.Sq = 150, c.Skv = 420, c.causal = 1;
+    v.push_back(c);
+    c = mk("sm90_f16_D64_causal_br_rows_without_keys", FATTN_F16);
+    c.sm90 = true, c.B = 1, c.Hq = c.Hkv = 2, c.Sq = 330, c.Skv = 140, c.causal = 2;
     v.push_back(c);
     return v;
 }

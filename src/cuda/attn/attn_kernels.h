@@ -26,6 +26,10 @@ struct Choice {
     Family fwd_family = Family::SCALAR_F32;  // the forward's family (SM90_NATIVE or SM90_TF32 where they apply)
     int d_bucket = 0;  // head dim the kernel is instantiated for (>= max(d, dv), padded loads masked)
     int64_t tf32_pass_kv_heads = 0;  // SM90_TF32 backward: kv heads per pass (workspace.h); 0 = all
+    // SM90_NATIVE backward: dQ inside the dK/dV kernel (FATTN_SM90_DQ_FUSED; sm90/bwd_dkdv_kernel.cuh).
+    // Never with a bias: its dead tiles break the contiguous order of the key tiles that add to a
+    // query tile.
+    bool dq_fused = false;
 };
 
 // FATTN_OK and *c filled, or UNSUPPORTED with *why.

@@ -220,6 +220,11 @@ struct CtaTile {
     __device__ __forceinline__ static CtaTile keys(const AttnFwdParams &p, int bn, int split = 1) {
         return CtaTile(p, bn, true, split);
     }
+    // The key tiles in reverse grid order (the last tile of the longest sequence at blockIdx.x 0):
+    // the sm90 dK/dV kernel with fused dQ, whose CTAs wait only on CTAs of later tiles.
+    __device__ __forceinline__ static CtaTile keys_reversed(const AttnFwdParams &p, int bn) {
+        return CtaTile(p, bn, true, 1, (p.seqlen_kv + bn - 1) / bn - 1 - int64_t(blockIdx.x));
+    }
     __device__ __forceinline__ bool past_end() const { return r0 >= len; }
     __device__ __forceinline__ int64_t r1() const { return r0 + rows < len ? r0 + rows : len; }
 
@@ -227,9 +232,9 @@ struct CtaTile {
     int64_t len;
     int rows;
 
-    __device__ __forceinline__ CtaTile(const AttnFwdParams &p, int rows_, bool on_keys, int split = 1)
+    __device__ __forceinline__ CtaTile(const AttnFwdParams &p, int rows_, bool on_keys, int split = 1, int64_t x = -1)
         : head(blockIdx.y), sr(seq_range(p, blockIdx.z)), lq(sr.q_len), lkv(sr.kv_len),
-          r0(int64_t(blockIdx.x / unsigned(split)) * rows_), len(on_keys ? lkv : lq), rows(rows_) {}
+          r0((x >= 0 ? x : int64_t(blockIdx.x / unsigned(split))) * rows_), len(on_keys ? lkv : lq), rows(rows_) {}
 };
 
 // Key tiles [n_first, n_last] (tile size bn) that rows [m0, m1) of a sequence may see.

@@ -49,7 +49,9 @@ struct CudaLauncher {
     Err sm90_fwd_tf32(const AttnFwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
         return attn::sm90_fwd_tf32(p, a, db, w, ws, st);
     }
-    Err sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db) { return attn::sm90_bwd(p, a, db, st); }
+    Err sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
+        return attn::sm90_bwd(p, a, db, w, ws, st);
+    }
     Err sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *ws) {
         return attn::sm90_bwd_tf32(p, a, db, w, ws, st);
     }

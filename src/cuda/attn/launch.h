@@ -33,7 +33,8 @@ cudaError_t sm90_fwd_tf32(const AttnFwdParams &p, const KArgs &a, int db, const 
 // f32 inputs, backward: dK/dV and dQ on tf32 wgmma (sm90/bwd.cu), after staging rounded copies.
 cudaError_t sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace,
                           cudaStream_t st);
-cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st);  // sm90/bwd.cu
+// bf16/f16 (sm90/bwd.cu); the workspace holds the fused dQ's accumulator where it is on.
+cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace, cudaStream_t st);
 
 // Opt in to more than 48 KiB of dynamic shared memory, then launch k(args...); nothing when the
 // grid is empty.

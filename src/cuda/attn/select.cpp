@@ -147,8 +147,12 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             if (sm90_fwd_legal(p, dev, &w)) {
                 c->fwd_family = Family::SM90_NATIVE;
                 // above D 128 (FATTN_SM90_D256) the forward only: the backward is bucket 256's mma.sync kernels
-                if (c->d_bucket <= 128) c->family = Family::SM90_NATIVE;
-                else if (dev.family == FATTN_CUDA_FAMILY_SM90)
+                if (c->d_bucket <= 128) {
+                    c->family = Family::SM90_NATIVE;
+                    // dQ inside the dK/dV kernel (tiles.h: FATTN_SM90_DQ_FUSED), not with a bias
+                    // (workspace.h: Choice::dq_fused)
+                    c->dq_fused = FATTN_SM90_DQ_FUSED != 0 && !p.bias && sm90_dkdv_smem(c->d_bucket, 2, true) <= dev.smem_optin;
+                } else if (dev.family == FATTN_CUDA_FAMILY_SM90)
                     return no("family SM90 has no backward for head dims above 128 (family SM90 was asked for)");
             } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {
                 return no(w + " (family SM90 was asked for)");

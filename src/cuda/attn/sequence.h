@@ -8,7 +8,8 @@
 //   bias_map(p, w, map, vec), bias_ceiling(p, w, ceil, warps), delta(p, a, rows, vec8),
 //   native_fwd / tf32_fwd / scalar_fwd (p, a, db), native_bwd / tf32_bwd / scalar_bwd (p, a, db),
 //   native_dbias / tf32_dbias / scalar_dbias (p, a, db), dbias_zero(p, rows),
-//   with FATTN_HAVE_SM90: sm90_fwd, sm90_fwd_tf32, sm90_bwd, sm90_bwd_tf32 (as launch.h);
+//   with FATTN_HAVE_SM90: sm90_fwd, sm90_fwd_tf32 (.., w, workspace), sm90_bwd, sm90_bwd_tf32
+//   (.., w, workspace) (as launch.h);
 //   check(e, what, err): the status of e (and its message).
 #pragma once
 
@@ -124,7 +125,9 @@ fattn_status seq_bwd(R &r, const AttnBwdParams &p, const DeviceInfo &dev, const 
     fattn_status s = FATTN_ERR_UNSUPPORTED;
     switch (c.family) {
 #ifdef FATTN_HAVE_SM90
-    case Family::SM90_NATIVE: s = r.check(r.sm90_bwd(p, a, c.d_bucket), "backward (sm90)", err); break;
+    case Family::SM90_NATIVE:
+        s = r.check(r.sm90_bwd(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_BWD), workspace), "backward (sm90)", err);
+        break;
     case Family::SM90_TF32:
         s = r.check(r.sm90_bwd_tf32(p, a, c.d_bucket, Workspace::layout(p, c, FATTN_DIR_BWD), workspace),
                     "backward (sm90 tf32)", err);

@@ -154,11 +154,32 @@ constexpr int sm90_dkdv_bn() { return 128; }
 constexpr int sm90_dkdv_bm(size_t es = 2) { return es == 4 ? 32 : 64; }
 constexpr int sm90_dkdv_stages(int d, size_t es) { return sm90_ring(d, es); }
 constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 1 : 2) : 0; }
-constexpr size_t sm90_dkdv_smem(int d, size_t es = 2) {
+// -DFATTN_SM90_DQ_FUSED=1 (CUDA and CXX flags: the workspace is host code): the 16-bit backward
+// without bias takes dQ = dS·K inside the dK/dV kernel (5 GEMM-sized products instead of 7, no dQ
+// kernel), FlashAttention-3's deterministic scheme: each CTA stages its dQ tile in f32 in shared
+// memory and a writer warp adds it to an f32 accumulator in the workspace, the CTAs of one query
+// tile in a fixed order (a counter per tile; bwd_dkdv_kernel.cuh); a small kernel then scales and
+// converts. An A/B switch, off by default until the H200 times it; the emulation checks it (the
+// fattn_emu_alt library). Extra shared memory: dS of the item in two buffers (two 64-key panels of
+// [bm, 64] each) and the f32 dQ tile (rows padded by 8 floats: the consumers' stores fall in
+// distinct banks) in one buffer at D128 (two do not fit beside K and V), two at D64.
+// -DFATTN_SM90_DQ_FUSED=2: the same with the adds in whatever order the CTAs come, into a zeroed
+// accumulator (a measurement build only, never a library: its dq is not bitwise repeatable), so
+// that an A/B prices the order.
+#ifndef FATTN_SM90_DQ_FUSED
+#define FATTN_SM90_DQ_FUSED 0
+#endif
+constexpr int sm90_dqf_bufs(int d) { return d > 64 ? 1 : 2; }
+constexpr int sm90_dqf_stride(int d) { return d + 8; }
+constexpr size_t sm90_dqf_smem(int d) {
+    return size_t(2 * 2 * sm90_dkdv_bm()) * 128 + size_t(sm90_dqf_bufs(d)) * sm90_dkdv_bm() * sm90_dqf_stride(d) * 4;
+}
+constexpr size_t sm90_dkdv_smem(int d, size_t es = 2, bool fused_dq = false) {
     return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
                size_t(d) * es +
-           size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 +
-           sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es))) + 1024;
+           (fused_dq ? sm90_dqf_smem(d) : 0) + size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 +
+           sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) + (fused_dq ? 2 * sm90_dqf_bufs(d) : 0)) +
+           1024;
 }
 
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P

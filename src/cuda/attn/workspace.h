@@ -19,6 +19,10 @@
 //                    same per-sequence column scheme over the queries.
 //                    The backward stages and runs in passes of kv heads (tf32_bwd_pass_kv_heads):
 //                    its regions hold one pass's heads (Hkv and Hq above read the pass's counts).
+//   [dqf_acc] [dqf_cnt]  bwd on SM90_NATIVE with the fused dQ (Choice::dq_fused): dQ's f32
+//                    accumulator [B_view, Hq, total_q, d_bucket] (delta's rows × d_bucket) and one
+//                    int counter per (sequence, query head, 64-row query tile of the longest
+//                    sequence): sm90/bwd_dkdv_kernel.cuh.
 // Every region starts 256-byte aligned.
 #pragma once
 
@@ -28,6 +32,7 @@
 #include "core/attn_params.h"
 #include "core/size_math.h"
 #include "cuda/attn/attn_kernels.h"
+#include "cuda/attn/tiles.h"
 
 namespace fattn::cuda::attn {
 
@@ -86,6 +91,8 @@ struct Workspace {
     size_t qr_off = 0, dor_off = 0, qt_off = 0, dot_off = 0, q_rows_bytes = 0, q_t_bytes = 0;
     int64_t q_rows = 0, q_cols = 0;  // Rq and q_cols above
     int64_t pass_kv_heads = 0;        // SM90_TF32 bwd: kv heads per pass (their regions' Hkv)
+    size_t dqf_acc_off = 0, dqf_acc_bytes = 0, dqf_cnt_off = 0, dqf_cnt_bytes = 0;
+    int64_t dqf_mtiles = 0;  // query tiles per (sequence, head) of the counters
     size_t total = 0;
 
     static size_t align(size_t x) { return (x + 255) & ~size_t(255); }
@@ -151,6 +158,15 @@ struct Workspace {
                     off = sat_add(off, sat_round(i < 2 ? w.q_rows_bytes : w.q_t_bytes, 256));
                 }
             }
+        }
+        if (!fwd && c.family == Family::SM90_NATIVE && c.dq_fused) {
+            w.dqf_mtiles = (p.seqlen_q + sm90_dkdv_bm() - 1) / sm90_dkdv_bm();
+            w.dqf_acc_off = off;
+            w.dqf_acc_bytes = sat_prod({bview, p.hq, p.total_q, int64_t(c.d_bucket), int64_t(sizeof(float))});
+            off = sat_add(off, sat_round(w.dqf_acc_bytes, 256));
+            w.dqf_cnt_off = off;
+            w.dqf_cnt_bytes = sat_prod({p.batch, p.hq, w.dqf_mtiles, int64_t(sizeof(int))});
+            off = sat_add(off, sat_round(w.dqf_cnt_bytes, 256));
         }
         w.total = off;
         return w;

@@ -1,12 +1,15 @@
 // bwd.cu — launcher of the sm_90a backward: the dK/dV kernel (bwd_dkdv_kernel.cuh) then the dQ
 // kernel (bwd_dq_kernel.cuh), each with its own TMA tensor maps (tmap.cu; box heights follow the
 // kernels' tiles), the grids, and the dtype × head-dim dispatch. δ, the bias map and ceilings
-// come from launch.cu's pre-passes, as for the portable kernels.
+// come from launch.cu's pre-passes, as for the portable kernels. With the fused dQ (16-bit:
+// Choice::dq_fused; the workspace then holds its regions) the dK/dV kernel also computes dQ,
+// between its counters' zeroing and dq's conversion (dq_fused.cuh).
 #include <algorithm>
 
 #include "cuda/attn/launch.h"
 #include "cuda/attn/sm90/bwd_dkdv_kernel.cuh"
 #include "cuda/attn/sm90/bwd_dq_kernel.cuh"
+#include "cuda/attn/sm90/dq_fused.cuh"
 #include "cuda/attn/sm90/stage_tf32.h"
 #include "cuda/attn/sm90/tmap.h"
 #include "cuda/attn/workspace.h"
@@ -14,7 +17,8 @@
 namespace fattn::cuda::attn {
 namespace {
 
-static_assert(sm90bwd::dkdv_smem(128) <= 227 * 1024 && sm90dq::dq_smem(128) <= 227 * 1024 &&
+static_assert(sm90bwd::dkdv_smem(128) <= 227 * 1024 && sm90bwd::dkdv_smem(128, 2, true) <= 227 * 1024 &&
+                  sm90dq::dq_smem(128) <= 227 * 1024 &&
                   sm90dq::dq_smem(128, 4) <= 227 * 1024 && sm90bwd::dkdv_smem(128, 4) <= 227 * 1024,
               "sm90 bwd smem");
 
@@ -31,16 +35,37 @@ cudaError_t maps_of(const AttnBwdParams &p, int qrows, int kvrows, Sm90Maps *m, 
 }
 
 template <typename T, int D>
-cudaError_t launch(const AttnBwdParams &p, const KArgs &a, cudaStream_t st) {
+cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, void *workspace, cudaStream_t st) {
     Sm90Maps m;
     CUtensorMap tm_do;
     cudaError_t e;
-    {  // dK/dV: 128-key CTAs, 64-row (D128) or 128-row (D64) query items
+    const dim3 grid_kv(ceil_div_u(p.seqlen_kv, sm90bwd::bn()), unsigned(p.hkv), unsigned(p.batch));
+    // fused dQ (instantiated only in a build with the switch, whose selection is the one that
+    // asks for it): zero the counters, dK/dV/dQ (grid x reversed), convert dq
+    if constexpr (FATTN_SM90_DQ_FUSED != 0) {
+        if (w.dqf_acc_bytes > 0) {
+            char *ws = static_cast<char *>(workspace);
+            const Sm90DqAcc fd{reinterpret_cast<float *>(ws + w.dqf_acc_off), reinterpret_cast<int *>(ws + w.dqf_cnt_off),
+                               w.dqf_mtiles};
+            const int64_t ncnt = p.batch * p.hq * w.dqf_mtiles, nacc = int64_t(w.dqf_acc_bytes / 4);
+            auto zero = [&](void *x, int64_t n) {
+                return launch_kernel(sm90_zero_words_kernel, dim3(ceil_div_u(n, kDqfThreads)), kDqfThreads, 0, st,
+                                     static_cast<uint32_t *>(x), n);
+            };
+            if ((e = zero(fd.cnt, ncnt)) != cudaSuccess || (FATTN_SM90_DQ_FUSED == 2 && (e = zero(fd.acc, nacc)) != cudaSuccess) ||
+                (e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess ||
+                (e = launch_kernel(sm90_dkdv_kernel<T, D, true>, grid_kv, sm90bwd::threads(), sm90bwd::dkdv_smem(D, 2, true), st, p,
+                                   a, m, tm_do, tm_do, tm_do, fd)) != cudaSuccess)
+                return e;
+            const dim3 grid_q(unsigned(w.dqf_mtiles), unsigned(p.hq), unsigned(p.batch));
+            return launch_kernel(sm90_dq_convert_kernel<T, D>, grid_q, kDqfThreads, 0, st, p, fd);
+        }
+    }
+    {  // dK/dV: 128-key CTAs, 64-row query items
         if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess) return e;
-        const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn()), unsigned(p.hkv), unsigned(p.batch));
         // no Qᵀ/dOᵀ maps: 16-bit
-        if ((e = launch_kernel(sm90_dkdv_kernel<T, D>, grid, sm90bwd::threads(), sm90bwd::dkdv_smem(D), st, p, a, m, tm_do,
-                               tm_do, tm_do)) != cudaSuccess)
+        if ((e = launch_kernel(sm90_dkdv_kernel<T, D>, grid_kv, sm90bwd::threads(), sm90bwd::dkdv_smem(D), st, p, a, m, tm_do,
+                               tm_do, tm_do, Sm90DqAcc{})) != cudaSuccess)
             return e;
     }
     {  // dQ: 128-row CTAs, 64-key (D128) or 128-key (D64) steps
@@ -100,7 +125,7 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
                 return e;
             const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(4)), unsigned(nk), unsigned(p.batch));
             if ((e = launch_kernel(sm90_dkdv_kernel<float, D>, grid, sm90bwd::threads(4), sm90bwd::dkdv_smem(D, 4), st, p, a,
-                                   m, tm_do, tm_qt, tm_dot)) != cudaSuccess)
+                                   m, tm_do, tm_qt, tm_dot, Sm90DqAcc{})) != cudaSuccess)
                 return e;
         }
         {  // dQ: 128-row CTAs over K, V rows and Kᵀ; q and dout read in place (TMA-legal: select.cpp)
@@ -129,10 +154,10 @@ cudaError_t sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const 
     return db == 64 ? launch_tf32<64>(p, a, w, workspace, st) : launch_tf32<128>(p, a, w, workspace, st);
 }
 
-cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, cudaStream_t st) {
+cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace, cudaStream_t st) {
     if (p.dtype == FATTN_BF16)
-        return db == 64 ? launch<__nv_bfloat16, 64>(p, a, st) : launch<__nv_bfloat16, 128>(p, a, st);
-    return db == 64 ? launch<__half, 64>(p, a, st) : launch<__half, 128>(p, a, st);
+        return db == 64 ? launch<__nv_bfloat16, 64>(p, a, w, workspace, st) : launch<__nv_bfloat16, 128>(p, a, w, workspace, st);
+    return db == 64 ? launch<__half, 64>(p, a, w, workspace, st) : launch<__half, 128>(p, a, w, workspace, st);
 }
 
 }  // namespace fattn::cuda::attn

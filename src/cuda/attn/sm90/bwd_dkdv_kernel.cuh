@@ -21,6 +21,17 @@
 // rings of their own: a consumer releases an item's rows after its softmax, its transposed tiles
 // after dV/dK, so at D128 (K and V of 128 keys: 128 KB) two row stages and one transposed stage
 // fit, and the next item's rows load under this item's dV/dK.
+// Fused dQ (kFused: FATTN_SM90_DQ_FUSED, 16-bit, no bias; tiles.h): each consumer also stores its
+// dSᵀ transposed into a shared dS tile [64 queries, 128 keys], and the item's dQ = dS·K (m64n64,
+// dS K-major, K read MN-major) lands in f32 in a shared staging tile: at D128 each warpgroup owns
+// 64 of the columns over all 128 keys; at D64 each sums its own 64 keys and the second adds its
+// part to the first's. Warp 1 of the producer warpgroup (the dQ writer) then adds the tile to the
+// workspace's f32 accumulator with bulk reductions, the CTAs of one query tile one after another
+// in descending key-tile order (a counter per tile: a CTA waits until it reads the number of
+// later key tiles that also add to that tile, adds, then increments it), so the sums are bitwise
+// repeatable. Grid x runs the key tiles in reverse (CtaTile::keys_reversed): a CTA waits only on
+// CTAs launched before it, which are resident or done, so the waits always end; under a causal
+// or banded mask a later key tile reaches a query tile first, so in the steady state no CTA waits.
 #pragma once
 
 #include "cuda/attn/sm90/fwd_kernel.cuh"
@@ -41,15 +52,24 @@ constexpr int threads(size_t es = 2) { return 128 * (1 + consumers(es)); }
 constexpr int producer_regs(int d) { return d > 64 ? 40 : 56; }
 constexpr int consumer_regs(int d) { return d > 64 ? 232 : 224; }
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
-constexpr size_t dkdv_smem(int d, size_t es = 2) { return sm90_dkdv_smem(d, es); }
+constexpr size_t dkdv_smem(int d, size_t es = 2, bool fused_dq = false) { return sm90_dkdv_smem(d, es, fused_dq); }
 }  // namespace sm90bwd
 
+// The fused dQ's workspace (workspace.h; unused by the other instances): acc, f32 [B_view, Hq,
+// total_q, D] (delta's rows × D); cnt, one counter per (sequence, query head, 64-row query tile)
+// at [sequence · Hq + head] · mtiles + tile, zero before the kernel.
+struct Sm90DqAcc {
+    float *acc;
+    int *cnt;
+    int64_t mtiles;
+};
+
 // tm_qt, tm_dot: the Qᵀ and dOᵀ copies' tensor maps (tf32 only; unused by the 16-bit instances).
-template <typename T, int D>
+template <typename T, int D, bool kFused = false>
 __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     sm90_dkdv_kernel(const AttnBwdParams p, const KArgs a, const __grid_constant__ Sm90Maps maps,
                      const __grid_constant__ CUtensorMap tm_do, const __grid_constant__ CUtensorMap tm_qt,
-                     const __grid_constant__ CUtensorMap tm_dot) {
+                     const __grid_constant__ CUtensorMap tm_dot, const Sm90DqAcc fd) {
 #if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || !defined(__CUDACC__)
     using namespace sm90bwd;
     using namespace sm90;
@@ -59,6 +79,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
     constexpr int NP = D / PC, NO = D / 8, NQ = kBM / 8, NK = kBM / KS;
+    static_assert(!kFused || (!kTf32 && kBM == 64 && kBN == 128 && NC == 2), "fused dQ: 16-bit, 64-query items, 128 keys");
+    constexpr int kDqBufs = kFused ? sm90_dqf_bufs(D) : 1, kDqS = sm90_dqf_stride(D);
     FATTN_DYN_SMEM(smem_raw);
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     T *sK = reinterpret_cast<T *>(base);                           // NP × [kBN, PC]
@@ -68,14 +90,18 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     // tf32: TS × kBM/32 × [D, 32 queries] each (Qᵀ, dOᵀ)
     T *sQt = reinterpret_cast<T *>(base + (2 * panel(kBN) + 2 * kStages * panel(kBM)) * NP);
     T *sdOt = reinterpret_cast<T *>(base + (2 * panel(kBN) + (2 * kStages + TS) * panel(kBM)) * NP);
-    float *sRow = reinterpret_cast<float *>(base + (2 * panel(kBN) + 2 * (kStages + TS) * panel(kBM)) * NP);
+    // kFused: two dS buffers of two 64-key panels [kBM, 64], then the f32 dQ tiles [kBM, kDqS]
+    T *sDs = reinterpret_cast<T *>(base + (2 * panel(kBN) + 2 * (kStages + TS) * panel(kBM)) * NP);
+    float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sDs) + (kFused ? 4 * panel(kBM) : 0));
+    float *sRow = sDq + (kFused ? kDqBufs * kBM * kDqS : 0);
     // per row stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
     uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * 4 * kBM);
     uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages, *tfull = empty + kStages, *tempty = tfull + TS;
+    uint64_t *dq_full = tempty + TS, *dq_empty = dq_full + kDqBufs;  // kFused
     constexpr size_t kTileElems = size_t(kBM) * D;
 
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
-    const CtaTile cta = CtaTile::keys(p, kBN);
+    const CtaTile cta = kFused ? CtaTile::keys_reversed(p, kBN) : CtaTile::keys(p, kBN);
     if (cta.past_end()) return;
     const SeqRange sr = cta.sr;
     // tf32: a pass of kv heads from a.kv_head0 on (bwd.cu), whose staged copies count heads from it.
@@ -94,12 +120,59 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             mbar_init(&tfull[s], 1);
             mbar_init(&tempty[s], 128 * NC);
         }
+        if constexpr (kFused)
+            for (int s = 0; s < kDqBufs; ++s) {
+                mbar_init(&dq_full[s], 128 * NC);  // every consumer thread, after its part of the tile
+                mbar_init(&dq_empty[s], 1);        // the writer, once its bulk copies have read the tile
+            }
         mbar_fence_init();
     }
     __syncthreads();
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
         regs_dealloc<producer_regs(D)>();
+        if constexpr (kFused) {
+            if (warp == 1 && lane == 0) {  // the dQ writer
+                // The CTAs adding to query tile ti: the key tiles from this one up to the last
+                // whose first query tile (QueryItems' t_first) is at most ti. The first query tile
+                // and the last of a key tile grow with it (causal, window or no mask), so they are
+                // contiguous, and for the rising ti of one head the last only moves up.
+                const int64_t nt0 = n0 / kBN, nkt = (lkv + kBN - 1) / kBN;
+                auto first_tile = [&](int64_t nn) {
+                    int64_t lo, hi;
+                    query_rows(p, nn * kBN, nn * kBN + kBN < lkv ? nn * kBN + kBN : lkv, lq, lkv, &lo, &hi);
+                    return hi >= lo ? lo / kBM : INT64_MAX;
+                };
+                int64_t hcur = -1, nlast = nt0;
+                int it = 0;
+                for (int idx = qi.next(qi.first); idx <= qi.last; idx = qi.next(idx + 1), ++it) {
+                    const int b = it % kDqBufs;
+                    const int64_t h = qi.head(idx), m0 = qi.row0(idx), ti = m0 / kBM;
+                    if (h != hcur) hcur = h, nlast = nt0;
+                    while (nlast + 1 < nkt && first_tile(nlast + 1) <= ti) ++nlast;
+                    int *cnt = fd.cnt + (int64_t(blockIdx.z) * p.hq + h) * fd.mtiles + ti;
+                    float *g = fd.acc + ((sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + m0) * D;
+                    const float *st = sDq + b * kBM * kDqS;
+                    const int rows = int(lq - m0 < kBM ? lq - m0 : kBM), rank = int(nlast - nt0);
+                    mbar_wait(&dq_full[b], (it / kDqBufs) & 1);
+                    constexpr bool kOrdered = FATTN_SM90_DQ_FUSED != 2;  // (2: a measurement build, tiles.h)
+                    if (kOrdered) counter_wait_eq(cnt, rank);  // the later key tiles have added theirs
+                    fence_proxy_async_global();
+                    for (int r = 0; r < rows; ++r) {
+                        if (kOrdered && rank == 0)
+                            bulk_s2g(g + r * D, st + r * kDqS, uint32_t(D * 4));
+                        else
+                            bulk_s2g_add_f32(g + r * D, st + r * kDqS, uint32_t(D * 4));
+                    }
+                    bulk_commit();
+                    bulk_wait_read<0>();
+                    mbar_arrive(&dq_empty[b]);
+                    bulk_wait<0>();
+                    fence_proxy_async_global();
+                    counter_release_inc(cnt);
+                }
+            }
+        }
         if (warp != 0) return;
         // tf32: the row copies are [heads, flat rows, D] (no batch dim); Qᵀ/dOᵀ columns per sequence.
         const int64_t kv_row0 = kTf32 ? sr.batch_index * p.total_kv + sr.kv_begin : sr.kv_begin;
@@ -254,6 +327,21 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             else masked(std::false_type{});
         }
         if constexpr (kTf32) mbar_arrive(&empty[st]);  // the rows and row arrays are read (dV/dK read Qᵀ, dOᵀ)
+        if constexpr (kFused) {
+            // dSᵀ transposed into panel cw of dS buffer it % 2 (row = query, 128-byte swizzle);
+            // the buffer was last read by item it - 2's dQ product, which both warpgroups waited
+            // for before the barrier of item it - 1
+            unsigned char *ds = reinterpret_cast<unsigned char *>(sDs) + (it & 1) * 2 * panel(kBM) + cw * panel(kBM);
+#pragma unroll
+            for (int j = 0; j < NQ; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int c = j * 8 + 2 * t4 + (e & 1), kl = 16 * wl + g + 8 * (e >> 1);
+                    *reinterpret_cast<T *>(ds + c * 128 + (((kl >> 3) ^ (c & 7)) << 4) + ((kl & 7) << 1)) = from_f<T>(dp[4 * j + e]);
+                }
+            fence_proxy_async_smem();
+            named_barrier_sync(1, 128 * NC);
+        }
         // Pᵀ and dSᵀ as A fragments (sm90_a_frag; tf32: in Qᵀ/dOᵀ's query order).
         uint32_t pa[NK][4], sa[NK][4];
 #pragma unroll
@@ -279,6 +367,49 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             mbar_arrive(&tempty[ts]);
         else
             mbar_arrive(&empty[st]);
+        if constexpr (kFused) {
+            // dQ = dS·K [64 queries, 64 columns]: at D128 columns 64·cw.. over all 128 keys, at D64
+            // all columns over this warpgroup's 64 keys (dS read K-major, K's rows MN-major). Issued
+            // after dV and dK are done, so that the P/dS fragments are dead while its accumulators live.
+            constexpr int KD = D > 64 ? 8 : 4;
+            const uint32_t a0 = saddr(sDs) + uint32_t((it & 1) * 2 * panel(kBM) + (D > 64 ? 0 : cw * panel(kBM)));
+            const uint32_t b0 = saddr(sK) + uint32_t(D > 64 ? cw * panel(kBN) : cw * 64 * 128);
+            float dq[32];
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < KD; ++kk)
+                Wgmma<T, 64>::ss_tb(dq, desc_sw128(a0 + uint32_t((kk / 4) * panel(kBM) + (kk % 4) * 32), 16, 1024),
+                                    desc_sw128(b0 + uint32_t(kk * 16 * 128), uint32_t(panel(kBN)), 1024), kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(dq);
+            // the item's dQ into staging tile it % kDqBufs once the writer has read it out; at D64
+            // the second warpgroup adds its keys' part to the first's (a fixed order)
+            const int b = it % kDqBufs;
+            if (it >= kDqBufs) mbar_wait(&dq_empty[b], ((it / kDqBufs) - 1) & 1);
+            float *dqs = sDq + b * kBM * kDqS + (D > 64 ? 64 * cw : 0);
+            auto put = [&](bool add) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        float2 *x = reinterpret_cast<float2 *>(dqs + (16 * wl + g + 8 * hf) * kDqS + 8 * j + 2 * t4);
+                        float2 v;
+                        v.x = add ? x->x + dq[4 * j + 2 * hf] : dq[4 * j + 2 * hf];
+                        v.y = add ? x->y + dq[4 * j + 2 * hf + 1] : dq[4 * j + 2 * hf + 1];
+                        *x = v;
+                    }
+            };
+            if constexpr (D > 64) {
+                put(false);
+            } else {
+                if (cw == 0) put(false);
+                named_barrier_sync(2, 128 * NC);
+                if (cw == 1) put(true);
+            }
+            fence_proxy_async_smem();  // the writer's bulk copies read the tile through the async proxy
+            mbar_arrive(&dq_full[b]);
+        }
     }
 
 #pragma unroll

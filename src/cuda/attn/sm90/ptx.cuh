@@ -34,23 +34,11 @@ namespace fattn::cuda::sm90 {
 inline uint32_t saddr(const void *p) { return emu::smem_addr(p); }
 inline void mbar_init(uint64_t *bar, uint32_t count) { emu::mbar_init(bar, count); }
 inline void mbar_fence_init() {}
-template <int S, int NE> inline void mbar_init_query_pipeline(uint64_t *bars) {
-    if (emu::tid() == 0) {
-        mbar_init(bars, 1);
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&bars[1 + s], 1);
-            mbar_init(&bars[1 + S + s], 1);
-            for (int e = 0; e < NE; ++e) mbar_init(&bars[1 + (2 + e) * S + s], 8);
-        }
-    }
-    emu::sync();
-}
+inline int thread_x() { return emu::tid(); }
+inline void cta_sync() { emu::sync(); }
+inline void warp_sync() { emu::syncwarp(); }
 inline void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) { emu::mbar_arrive(bar, bytes); }
 inline void mbar_arrive(uint64_t *bar) { emu::mbar_arrive(bar, 0); }
-inline void mbar_arrive_warp(uint64_t *bar) {
-    emu::syncwarp();
-    if (emu::tid() % 32 == 0) mbar_arrive(bar);
-}
 inline bool mbar_try_wait(uint64_t *bar, uint32_t parity) { return emu::mbar_try_wait(bar, parity); }
 inline void mbar_wait(uint64_t *bar, uint32_t parity) {
     while (!mbar_try_wait(bar, parity)) {
@@ -69,6 +57,14 @@ template <typename R> inline void reg_fence(R &) {}
 inline uint32_t opaque(uint32_t x) { return x; }
 template <int R> inline void regs_dealloc() {}
 template <int R> inline void regs_alloc() {}
+inline void bulk_s2g(void *g, const void *s, uint32_t bytes) { emu::bulk_s2g(g, s, bytes, false); }
+inline void bulk_s2g_add_f32(float *g, const float *s, uint32_t bytes) { emu::bulk_s2g(g, s, bytes, true); }
+inline void bulk_commit() {}
+template <int N> inline void bulk_wait_read() {}
+template <int N> inline void bulk_wait() {}
+inline void fence_proxy_async_global() {}
+inline void counter_wait_eq(const int *c, int v) { emu::counter_wait_eq(c, v); }
+inline void counter_release_inc(int *c) { ++*c; }
 #else
 __device__ __forceinline__ uint32_t saddr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -82,31 +78,15 @@ __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
 __device__ __forceinline__ void mbar_fence_init() {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
-// The query-side kernels' pipeline (forward, dQ): bars = [Q][K full × S][V full × S] and then
-// NE arrays of S "empty" barriers, one arrival per consumer warp (8); thread 0 initializes them
-// stage by stage, then the CTA syncs.
-template <int S, int NE> __device__ __forceinline__ void mbar_init_query_pipeline(uint64_t *bars) {
-    if (threadIdx.x == 0) {
-        mbar_init(bars, 1);
-        for (int s = 0; s < S; ++s) {
-            mbar_init(&bars[1 + s], 1);
-            mbar_init(&bars[1 + S + s], 1);
-            for (int e = 0; e < NE; ++e) mbar_init(&bars[1 + (2 + e) * S + s], 8);
-        }
-        mbar_fence_init();
-    }
-    __syncthreads();
-}
+// The thread's index in its CTA, __syncthreads and __syncwarp (the emulation's above).
+__device__ __forceinline__ int thread_x() { return int(threadIdx.x); }
+__device__ __forceinline__ void cta_sync() { __syncthreads(); }
+__device__ __forceinline__ void warp_sync() { __syncwarp(); }
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(saddr(bar)), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(saddr(bar)) : "memory");
-}
-// One arrival per warp (an empty barrier counting warps): after the warp's reads, lane 0 arrives.
-__device__ __forceinline__ void mbar_arrive_warp(uint64_t *bar) {
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) mbar_arrive(bar);
 }
 __device__ __forceinline__ bool mbar_try_wait(uint64_t *bar, uint32_t parity) {
     uint32_t ok;
@@ -151,6 +131,44 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// ---- bulk copies shared -> global (the fused dQ's tiles: bwd_dkdv_kernel.cuh) ----
+// `bytes` (a multiple of 16) from 16-byte aligned s to 16-byte aligned g: a copy, or an f32 add
+// performed at the L2 (each element atomically, the copy as a whole in no particular order).
+// They complete in bulk groups of the issuing thread: bulk_commit closes a group,
+// bulk_wait_read<N> waits until all but N groups have read their shared memory, bulk_wait<N>
+// until their writes are done.
+__device__ __forceinline__ void bulk_s2g(void *g, const void *s, uint32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(g), "r"(saddr(s)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_s2g_add_f32(float *g, const float *s, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(g), "r"(saddr(s)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+// Orders this thread's generic-proxy and async-proxy (bulk copy) accesses of global memory.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+// ---- a per-tile counter in global memory that orders CTAs (GPU scope) ----
+// Spin until *c == v; later accesses are ordered after the read (acquire).
+__device__ __forceinline__ void counter_wait_eq(const int *c, int v) {
+    int x;
+    do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(x) : "l"(c) : "memory");
+    } while (x != v);
+}
+// *c += 1, ordered after this thread's earlier accesses (release).
+__device__ __forceinline__ void counter_release_inc(int *c) {
+    asm volatile("fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.s32 [%0], 1;" ::"l"(c) : "memory");
+}
 // Keeps the compiler from moving accesses of accumulator registers across a wgmma wait/fence.
 template <int N> __device__ __forceinline__ void reg_fence(float (&r)[N]) {
 #pragma unroll
@@ -168,6 +186,28 @@ template <int M, int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[
 }
 
 #endif  // __CUDACC__
+
+// ---- written once over the primitives of either branch ----
+// The query-side kernels' pipeline (forward, dQ): bars = [Q][K full × S][V full × S] and then
+// NE arrays of S "empty" barriers, one arrival per consumer warp (8); thread 0 initializes them
+// stage by stage, then the CTA syncs.
+template <int S, int NE> FATTN_SM90_DEV void mbar_init_query_pipeline(uint64_t *bars) {
+    if (thread_x() == 0) {
+        mbar_init(bars, 1);
+        for (int s = 0; s < S; ++s) {
+            mbar_init(&bars[1 + s], 1);
+            mbar_init(&bars[1 + S + s], 1);
+            for (int e = 0; e < NE; ++e) mbar_init(&bars[1 + (2 + e) * S + s], 8);
+        }
+        mbar_fence_init();
+    }
+    cta_sync();
+}
+// One arrival per warp (an empty barrier counting warps): after the warp's reads, lane 0 arrives.
+FATTN_SM90_DEV void mbar_arrive_warp(uint64_t *bar) {
+    warp_sync();
+    if (thread_x() % 32 == 0) mbar_arrive(bar);
+}
 
 // ---- shared-memory matrix descriptors, 128-byte swizzle ----
 // K-major operand (rows of K elements; Q and K of S = Q·Kᵀ): the 8-row groups of a panel are

@@ -1,6 +1,7 @@
 // wgmma_ops.cuh — the wgmma.mma_async wrappers of the sm_90 kernels.
 // wgmma.mma_async m64nNk16 with f32 accumulators d[N/2] (per thread of the warpgroup):
 //   Wgmma<T, N>::ss(d, desc_a, desc_b, acc)         A and B from shared memory (K-major both)
+//   Wgmma<T, N>::ss_tb(d, desc_a, desc_b, acc)      the same with B MN-major (bf16/f16 only)
 //   Wgmma<T, N>::rs<TB>(d, a[4], desc_b, acc)       A from registers (the m16n8k16 A fragment
 //                                                   of each warp's 16 rows), B transposed if TB
 // T = float is tf32 (m64nNk8; a[4] is the m16n8k8 tf32 A fragment: rows g, g + 8 × columns t,
@@ -22,6 +23,10 @@ namespace fattn::cuda::sm90 {
 template <typename T, int N> struct Wgmma {
     static void ss(float (&d)[N / 2], uint64_t da, uint64_t db, int acc) {
         emu::wgmma(d, N, emu::MmaKindOf<T>::kind, nullptr, da, db, false, acc != 0);
+    }
+    static void ss_tb(float (&d)[N / 2], uint64_t da, uint64_t db, int acc) {
+        static_assert(sizeof(T) == 2, "tf32 wgmma takes K-major B only");
+        emu::wgmma(d, N, emu::MmaKindOf<T>::kind, nullptr, da, db, true, acc != 0);
     }
     template <int TB> static void rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, int acc) {
         static_assert(sizeof(T) == 2 || TB == 0, "tf32 wgmma takes K-major B only");
@@ -45,8 +50,8 @@ template <typename T, int N> struct Wgmma {
     "{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\n"             \
     "wgmma.mma_async.sync.aligned." SHAPE " " FATTN_WGMMA_REGS_##NA ", " AB ", p, 1, 1" TR ";\n}\n"
 #define FATTN_WGMMA_ASM_(...) FATTN_WGMMA_ASM(__VA_ARGS__)
-#define FATTN_WGMMA_SS(NA, SHAPE, TR)                                                               \
-    __device__ __forceinline__ static void ss(float (&d)[NA], uint64_t da, uint64_t db, int acc) {  \
+#define FATTN_WGMMA_SS(NA, SHAPE, TR, NAME)                                                         \
+    __device__ __forceinline__ static void NAME(float (&d)[NA], uint64_t da, uint64_t db, int acc) {\
         asm volatile(FATTN_WGMMA_ASM_(FATTN_WGMMA_SS_##NA, NA, SHAPE, TR)                           \
                      : FATTN_WGMMA_OPS_##NA                                                         \
                      : "l"(da), "l"(db), "r"(acc));                                                 \
@@ -63,12 +68,13 @@ template <typename T, int N> struct Wgmma {
 // One specialization: bf16/f16 (k16, with the transpose immediates) or tf32 (k8, K-major only).
 #define FATTN_WGMMA_K16(CT, TY, N, NA)                                                              \
     template <> struct Wgmma<CT, N> {                                                               \
-        FATTN_WGMMA_SS(NA, "m64n" #N "k16.f32." TY "." TY, ", 0, 0")                               \
+        FATTN_WGMMA_SS(NA, "m64n" #N "k16.f32." TY "." TY, ", 0, 0", ss)                           \
+        FATTN_WGMMA_SS(NA, "m64n" #N "k16.f32." TY "." TY, ", 0, 1", ss_tb)                        \
         FATTN_WGMMA_RS(NA, "m64n" #N "k16.f32." TY "." TY, FATTN_WGMMA_TB_##NA, , , "n"(TB))        \
     };
 #define FATTN_WGMMA_K8(N, NA)                                                                       \
     template <> struct Wgmma<float, N> {                                                            \
-        FATTN_WGMMA_SS(NA, "m64n" #N "k8.f32.tf32.tf32", "")                                       \
+        FATTN_WGMMA_SS(NA, "m64n" #N "k8.f32.tf32.tf32", "", ss)                                   \
         FATTN_WGMMA_RS(NA, "m64n" #N "k8.f32.tf32.tf32", "",                                       \
                        static_assert(TB == 0, "tf32 wgmma takes K-major B only");, )                \
     };
