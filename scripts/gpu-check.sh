@@ -12,6 +12,8 @@
 #   and, named only: ggml (scripts/ggml-cuda-check.sh: the ggml integration on ggml's CUDA
 #   backend; its own build, needs .carry/ggml-tree.tgz):
 #   GPU_CHECK_BUDGET=580 scripts/gpu-check.sh nobuild ggml
+#   unit (scripts/gpu-check-unit.sh: the GoogleTest suite with its CUDA tests, in the build folder
+#   with the tests on; needs .carry/googletest.tgz): scripts/gpu-check.sh nobuild unit
 # Everything does not fit one 10-minute run on the GPU machine: run it as three, back to back (each finds
 # the previous one's build; measured 2026-12-02: 192 s, 158 s for torch, ~350 s for path):
 #   GPU_CHECK_BUDGET=450 scripts/gpu-check.sh build parity determinism sanitize bench
@@ -248,6 +250,17 @@ if want path; then
         [ -f "$OUT/path/bench_path.log" ] && cp "$OUT/path/bench_path.log" "$OUT/bench_path.log"
         rm -rf "$OUT/path"
     fi
+fi
+
+# ---------------------------------------------------------------- the GoogleTest suite (named only)
+if want unit; then
+    mkdir -p "$OUT/unit"
+    run_step unit 420 "$OUT/unit-run.log" env UNIT_BUDGET=$(( $(slice 420) - 15 )) BUILD_DIR="$BUILD" \
+        bash scripts/gpu-check-unit.sh "$OUT/unit"
+    record unit "$(status_of $STEP_RC)" "$STEP_S" "$(grep '^gpu-check-unit:' "$OUT/unit-run.log" | tail -n1 | cut -c17-)"
+    [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
+    tar -czf "$OUT/unit-out.tar.gz" -C "$OUT" unit 2>/dev/null
+    rm -rf "$OUT/unit"
 fi
 
 # ---------------------------------------------------------------- ggml's CUDA backend (named only)
