@@ -169,8 +169,9 @@ std::vector<AttnCase> make_table() {
         C("large_s8k_gqa_tf32").shape(1, 8192, 8192, 8, 2, 128).algo_(AlgoSel::FUSED).is_large(),
         // The sm90 tf32 backward in passes of kv heads (workspace.h: tf32_bwd_pass_kv_heads, with
         // FATTN_TF32_BWD_PASSES=1): on 132 SMs two passes of two kv heads (4 query heads) each, the
-        // rounded copies of one pass in the workspace; the sampled rows fall in both passes.
-        C("large_tf32_head_passes").shape(8, 4096, 4096, 8, 4, 128).algo_(AlgoSel::FUSED).is_large(),
+        // rounded copies of one pass in the workspace; the sampled rows fall in both passes. A
+        // ±256 band, so that the sampled judge can afford keys too (dk, dv: a key's rows are few).
+        C("large_tf32_head_passes").shape(8, 4096, 4096, 8, 4, 128).window(256, 256, ATL).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_causal_bf16").shape(2, 16384, 16384, 16, 16, 128).dt(BF16).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
         C("large_varlen_32k").shape(1, 0, 0, 8, 2, 64).dt(F16).varlen({20000, 1, 12767}, {20000, 1, 12767}).causal_(BR).algo_(AlgoSel::FUSED).is_large(),
         C("large_s16k_window_bias").shape(1, 16384, 16384, 2, 2, 64).dt(BF16).with_bias(BiasKind::NEG_BAND).is_large(),
