@@ -6,7 +6,7 @@
 # presets (AB_PRESETS, default "targets-bf16") are timed alternating over the variants, two rounds
 # (`fattn-bench --backend cuda --preset P --arms fused --reps 10`). Writes OUTDIR/ab-attn.txt (the
 # fused rows of every round), OUTDIR/ab-attn-parity.txt and OUTDIR/logs-attn.tgz. E.g.
-#   scripts/attn-ab.sh $OUT base= r3=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_RING64=3
+#   scripts/attn-ab.sh $OUT base= r3=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_RING64=3 pp=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_PINGPONG=1
 #   AB_PRESETS="" AB_SHAPES="2,4096,4096,16,16,256" scripts/attn-ab.sh $OUT base= \
 #       "d256=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_D256=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_D256=1"
 #   scripts/attn-ab.sh $OUT base= "dqf=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=1" \

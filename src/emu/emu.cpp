@@ -316,7 +316,14 @@ void launch(Grid grid, int threads, size_t smem_bytes, const std::function<void(
                             done = done && pool[size_t(t)].state == DONE;
                         }
                         if (!b.error.empty()) throw std::runtime_error("emu: kernel threw: " + b.error);
-                        if (done) break;
+                        if (done) {
+                            for (int id = 1; id < 16; ++id)
+                                if (b.named_waiting[id] != 0)
+                                    throw std::runtime_error("emu: named barrier " + std::to_string(id) + " has " +
+                                                             std::to_string(b.named_waiting[id]) +
+                                                             " arrivals left at the end of its block");
+                            break;
+                        }
                         if (!ran || b.events == events0)
                             throw std::runtime_error("emu: deadlock in block (" + std::to_string(x) + ", " +
                                                      std::to_string(y) + ", " + std::to_string(z) +
@@ -627,6 +634,20 @@ void named_sync(int id, int threads) {
         f.wait = WAIT_NAMED;
         f.named = id;
         yield_to_scheduler(b, f);
+    }
+}
+
+void named_arrive(int id, int threads) {
+    Block &b = blk();
+    if (id < 1 || id > 15 || threads <= 0 || threads % 32 != 0 || threads > b.n)
+        throw std::logic_error("emu: bar.arrive needs an id in 1..15 and a thread count in whole warps");
+    ++b.events;
+    if (++b.named_waiting[id] == threads) {
+        b.named_waiting[id] = 0;
+        for (int t = 0; t < b.n; ++t) {
+            Fiber &o = (*b.f)[size_t(t)];
+            if (o.state == WAIT && o.wait == WAIT_NAMED && o.named == id) o.state = RUN, o.wait = WAIT_NONE, o.named = 0;
+        }
     }
 }
 

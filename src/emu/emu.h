@@ -102,7 +102,9 @@ struct TensorMap {
 // dst (128-byte swizzled rows of box[0] elements; coordinates outside the view read zero), then
 // the box's bytes completed on bar. Performed when issued.
 void tma_load(void *dst, const TensorMap &map, void *bar, int c0, int c1, int c2, int c3);
-void named_sync(int id, int threads);  // bar.sync id, threads
+void named_sync(int id, int threads);    // bar.sync id, threads
+void named_arrive(int id, int threads);  // bar.arrive id, threads: counts toward the barrier, no wait
+// (a named barrier that has arrivals left when its block ends is reported: an unmatched arrive)
 // cp.async.bulk.global.shared::cta (add: cp.reduce.async.bulk ... .add.f32): bytes (a multiple of
 // 16, both addresses 16-byte aligned) from shared memory s to global g, performed when issued.
 void bulk_s2g(void *g, const void *s, uint32_t bytes, bool add_f32);

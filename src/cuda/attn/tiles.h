@@ -111,6 +111,14 @@ constexpr int sm90_fwd_bm() { return 128; }
 #ifndef FATTN_SM90_D256
 #define FATTN_SM90_D256 0
 #endif
+// -DFATTN_SM90_PINGPONG=1 (CUDA flags): the forward's two consumer warpgroups take turns at the
+// tensor cores (FlashAttention-3's schedule, fwd_kernel.cuh): a warpgroup issues its S and P·V
+// products only in its turn and then hands the turn over, so that one's softmax runs under the
+// other's products. An A/B switch, off by default until the H200 times it; the emulation runs it
+// (the fattn_emu_alt library).
+#ifndef FATTN_SM90_PINGPONG
+#define FATTN_SM90_PINGPONG 0
+#endif
 constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return (es == 4 && d > 64) || d > 128 ? 64 : 128; }
 // Ring depths (K/V stages here, K/V in the dQ kernel, Q/dO rows in the dK/dV kernel) are per head
 // dim and element size so that each can be measured on its own: 2 everywhere by default. The

@@ -15,7 +15,10 @@
 //        waits for S_j alone, releases K_j and does its mask/bias/online softmax (the same
 //        per-element rules as the mma.sync forward). Then it waits for the P·V product, releases
 //        V_{j-1}, rescales O and packs P_j into 16-bit A fragments. So the softmax of one tile overlaps
-//        the tensor cores' work on two. O and LSE are written once at the end.
+//        the tensor cores' work on two. O and LSE are written once at the end. With
+//        FATTN_SM90_PINGPONG (tiles.h) the two warpgroups also take turns issuing their products
+//        (named barriers 3 and 4: a warpgroup waits on its own, issues, then arrives on the
+//        other's), so the tensor cores alternate between them.
 // f32 inputs (T = float, tf32 wgmma m64nNk8): tf32 takes K-major operands only and truncates, so a
 // pre-pass (sm90/fwd.cu) stages K rounded to tf32 and Vᵀ rounded, 8-key groups in the order of
 // tf32_key_order (workspace.h), and the producer loads those instead of k and v; each consumer
@@ -352,6 +355,18 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         for (int kk = 0; kk < NK; ++kk) sm90_a_frag<T>(s, kk, pa[kk]);
     };
 
+    // FATTN_SM90_PINGPONG: the turns. Both warpgroups walk the same key tiles, so each takes the
+    // same number of turns; warpgroup 0 goes first (warpgroup 1 arrives on its barrier once), and
+    // warpgroup 1 does not hand over after its last turn, so every barrier phase completes.
+    constexpr bool kPing = FATTN_SM90_PINGPONG != 0;
+    auto turn_begin = [&] {
+        if constexpr (kPing) named_barrier_sync(3 + cw, 256);
+    };
+    auto turn_end = [&](bool last) {
+        if constexpr (kPing)
+            if (!(last && cw == 1)) named_barrier_arrive(4 - cw, 256);
+    };
+
     // The pipeline: S_j is issued before O += P_{j-1}·V_{j-1}, and the softmax of S_j runs while
     // the P·V product is still on the tensor cores (wgmma groups complete in commit order, so
     // wait<1> is S_j alone). O is rescaled only after that product has landed.
@@ -365,8 +380,11 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
     float alpha[2];
     int n = kt.next(kt.first), it = 0, prev = 0;
     if (n <= kt.last) {
+        if (kPing && cw == 1) named_barrier_arrive(3, 256);
         mbar_wait(&fullK[0], 0);
+        turn_begin();
         issue_s(s, 0);
+        turn_end(false);
         wgmma_wait<0>();
         reg_fence(s);
         mbar_arrive_warp(&emptyK[0]);
@@ -375,9 +393,11 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
         for (n = kt.next(n + 1), it = 1; n <= kt.last; n = kt.next(n + 1), ++it) {
             const int st = it % kStages;
             mbar_wait(&fullK[st], (it / kStages) & 1);
+            turn_begin();
             issue_s(s, st);
             mbar_wait(&fullV[prev], ((it - 1) / kStages) & 1);
             issue_pv(pa, prev);
+            turn_end(false);
             wgmma_wait<1>();
             reg_fence(s);
             mbar_arrive_warp(&emptyK[st]);
@@ -391,7 +411,9 @@ __global__ void __launch_bounds__(sm90cfg::kThreads, 1)
             prev = st;
         }
         mbar_wait(&fullV[prev], ((it - 1) / kStages) & 1);
+        turn_begin();
         issue_pv(pa, prev);
+        turn_end(true);
         wgmma_wait<0>();
         reg_fence(o);
         mbar_arrive_warp(&emptyV[prev]);

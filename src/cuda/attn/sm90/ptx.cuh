@@ -49,6 +49,7 @@ inline void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0
 }
 inline void tma_prefetch_desc(const CUtensorMap *) {}
 inline void named_barrier_sync(int id, int threads) { emu::named_sync(id, threads); }
+inline void named_barrier_arrive(int id, int threads) { emu::named_arrive(id, threads); }
 inline void wgmma_fence() {}
 inline void wgmma_commit() {}
 template <int N> inline void wgmma_wait() {}
@@ -130,6 +131,10 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// Counts this thread's warp toward named barrier `id` without waiting for it (bar.arrive).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 // ---- bulk copies shared -> global (the fused dQ's tiles: bwd_dkdv_kernel.cuh) ----
 // `bytes` (a multiple of 16) from 16-byte aligned s to 16-byte aligned g: a copy, or an f32 add
