@@ -37,7 +37,9 @@ struct EmuLauncher {
 
 }  // namespace
 
-bool path_wgmma_dkv_built() { return FATTN_PATH_DKV_SM90_BUILT != 0; }
+bool path_wgmma_dkv_at(fattn_dtype dt, int kernel_d) {
+    return pathk::dkv_sm90_at(dt == FATTN_F32 ? 4 : 2, kernel_d);
+}
 
 size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *history_bytes) {
     const pathk::GpuWs w = pathk::gpu_workspace(p, path_layout(p, /*bases=*/false), dir);

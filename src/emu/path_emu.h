@@ -16,9 +16,9 @@ size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *histo
 // The largest dynamic shared memory of the kernels for one input dtype and kernel head dim
 // (32, 64, 128), as the CUDA backend's selection compares it with the device's per-block limit.
 size_t path_max_smem(fattn_dtype dtype, int D);
-// Whether this build of the emulation has the PaTH dK/dV kernel on wgmma (bwd_dkv_sm90.cuh,
-// FATTN_PATH_DKV_SM90=1), launched in place of the mma.sync one for 16-bit inputs at D 64 / 128.
-bool path_wgmma_dkv_built();
+// Whether this build of the emulation launches the PaTH dK/dV kernel on wgmma (bwd_dkv_sm90.cuh:
+// FATTN_PATH_DKV_SM90) in place of the mma.sync one for this input dtype and kernel head dim.
+bool path_wgmma_dkv_at(fattn_dtype dtype, int kernel_d);
 
 // One forward or backward on host buffers (p as the CUDA backend receives it, the STRICT check
 // included). reverse: run the threads of every block in reverse order. after_launch, when set, is

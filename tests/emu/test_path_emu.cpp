@@ -137,9 +137,10 @@ TEST_P(PathEmu, MatchesOracle) {
     std::string err;
     ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
     const Case &c = pr.c;
-    // The dK/dV kernel on wgmma runs where the library has it (the emu_alt build: 16-bit inputs,
-    // kernel head dims 64 and 128), the mma.sync one everywhere else.
-    const bool wg = emu::path_wgmma_dkv_built() && c.dt != FATTN_F32 && std::max(c.K, c.V) > 32;
+    // The dK/dV kernel on wgmma runs where the library has it (16-bit inputs; kernel head dim 128,
+    // and 64 in the emu_alt build), the mma.sync one everywhere else.
+    const int64_t kd = std::max(c.K, c.V), kernel_d = kd <= 32 ? 32 : kd <= 64 ? 64 : 128;
+    const bool wg = emu::path_wgmma_dkv_at(c.dt, int(kernel_d));
     EXPECT_EQ(pr.launched("KDkvSm90"), wg);
     ref::PathRefShape sh;
     sh.B = c.B, sh.T = c.T, sh.Hq = c.Hq, sh.H = c.H, sh.K = c.K, sh.V = c.V, sh.cu_seqlens = c.cu;

@@ -16,10 +16,10 @@
 
 namespace fattn::pathk {
 
-// KDkv, or its wgmma form on an sm_90 device where the build has it (bwd_dkv_sm90.cuh)
+// KDkv, or its wgmma form on an sm_90 device where the build has it (bwd_dkv_sm90.cuh: dkv_sm90_at)
 template <class L, typename Tin, int D> void launch_dkv(L &l, const PathDev &d) {
 #if FATTN_PATH_DKV_SM90_BUILT
-    if constexpr (sizeof(Tin) == 2 && D >= 64)
+    if constexpr (dkv_sm90_at(sizeof(Tin), D))
         if (l.sm90) return l.template launch<KDkvSm90<Tin, D>>(d.total_chunks, d.hq, d);
 #endif
     l.template launch<KDkv<Tin, D>>(d.total_chunks, d.hq, d);

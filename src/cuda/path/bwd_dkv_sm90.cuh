@@ -9,19 +9,23 @@
 // [64, 64] with the 128-byte swizzle), written by cp.async rather than TMA: the history's rows
 // are cells of a packed layout, not a tensor a map describes. Two query stages, as KDkv.
 //
-// Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code) and
-// FATTN_PATH_DKV_SM90=1 (an A/B switch until measured; scripts/path-ab.sh); bwd.cuh then launches
-// it on sm_90 devices (CudaLauncher::sm90). The CPU emulation runs it too (emu.h's wgmma, the
-// emu_alt build: tests/emu); on the GPU the parity cases (fattn-test -p path) of such a build.
+// Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code); bwd.cuh then launches
+// it on sm_90 devices (CudaLauncher::sm90) at the kernel head dims FATTN_PATH_DKV_SM90 names:
+//   2 (default): D 128 only — on the H200 (2026-12-05, scripts/path-ab.sh, both builds in one run)
+//                fwd+bwd at T4096 H16 D128 took 4.829 / 4.832 ms against KDkv's 4.974 / 4.977, and
+//                at D 64 4.891 / 4.870 against 4.777 / 4.807 (T4096 H32), 8.137 / 8.107 against
+//                7.942 / 7.962 (the varlen pack);
+//   1: D 64 and 128 (the A/B build);  0: never.
+// The CPU emulation runs it too (emu.h's wgmma: both emulation libraries, tests/emu); on the GPU
+// the parity cases (fattn-test -p path: path/dense_T640_K128_gate_bf16, path/dense_T1100_K128_bf16).
 #pragma once
 
 #include "cuda/path/bwd_dkv.cuh"
 
 #ifndef FATTN_PATH_DKV_SM90
-#define FATTN_PATH_DKV_SM90 0
+#define FATTN_PATH_DKV_SM90 2
 #endif
-// Also built by the CPU emulation (with FATTN_PATH_DKV_SM90=1: the emu_alt library), which
-// emulates wgmma (ptx.cuh).
+// Also built by the CPU emulation, which emulates wgmma (ptx.cuh).
 #if (!defined(__CUDACC__) || defined(FATTN_HAVE_SM90)) && FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90_BUILT 1
 #include "cuda/attn/sm90/wgmma_products.cuh"
@@ -35,6 +39,11 @@ namespace fattn::pathk {
 // the tile's 1024-aligned base): panel c / 64, row r, 16-byte chunk (c % 64) / 8 XOR r % 8, the
 // layout TMA's SWIZZLE_128B writes and the wgmma descriptors of ptx.cuh read.
 constexpr int sw128_elem(int r, int c) { return (c / 64) * kC * 64 + r * 64 + (((c % 64) / 8) ^ (r & 7)) * 8 + c % 8; }
+
+// Whether the (dtype, kernel head dim) backward launches KDkvSm90 on an sm_90 device.
+constexpr bool dkv_sm90_at(size_t in_bytes, int d) {
+    return FATTN_PATH_DKV_SM90_BUILT && in_bytes == 2 && (d == 128 || (d == 64 && FATTN_PATH_DKV_SM90 == 1));
+}
 
 }  // namespace fattn::pathk
 

@@ -185,7 +185,7 @@ template <typename Tin, int D> constexpr size_t max_smem_of() {
                      KChainA<Tin, D>::smem(), KChainB<Tin, D>::smem()})
         m = s > m ? s : m;
 #if FATTN_PATH_DKV_SM90_BUILT
-    if constexpr (sizeof(Tin) == 2 && D >= 64) m = KDkvSm90<Tin, D>::smem() > m ? KDkvSm90<Tin, D>::smem() : m;
+    if constexpr (dkv_sm90_at(sizeof(Tin), D)) m = KDkvSm90<Tin, D>::smem() > m ? KDkvSm90<Tin, D>::smem() : m;
 #endif
     return m;
 }
