@@ -403,6 +403,13 @@ struct QueryItems {
         while (idx <= last && p.bias && state(idx) == kBiasDead) ++idx;
         return idx;
     }
+    // The number of items next() walks.
+    __device__ __forceinline__ int count() const {
+        if (!p.bias) return last >= first ? last - first + 1 : 0;
+        int n = 0;
+        for (int idx = next(first); idx <= last; idx = next(idx + 1)) ++n;
+        return n;
+    }
 };
 
 // The piece of dbias a bias-gradient CTA owns (mma_dbias_kernel, sc_dbias_kernel: one source of

@@ -78,7 +78,7 @@ int64_t tf32_pass_kv_heads(const AttnFwdParams &p, const DeviceInfo &dev) {
     if (!FATTN_TF32_BWD_PASSES) return p.hkv;  // workspace.h: off by default
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, rk = bview * p.total_kv, rq = bview * p.total_q;
     const size_t key_side = sat_add(sat_prod({2, rk, p.d, 4}), sat_prod({p.d, sm90_vt_cols(rk, p.batch), 4}));
-    const size_t query_side = sat_add(sat_prod({2, rq, p.d, 4}), sat_prod({2, p.d, sm90_vt_cols(rq, p.batch), 4}));
+    const size_t query_side = sat_prod({2, p.d, sm90_vt_cols(rq, p.batch), 4});  // Qᵀ, dOᵀ (Q, dO rows: in place)
     const size_t per_head = sat_add(key_side, sat_mul(query_side, size_t(p.group())));
     const size_t cap = sat_prod({p.hq, rq, p.d, 4});
     constexpr size_t kMax = size_t(INT64_MAX);

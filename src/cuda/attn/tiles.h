@@ -186,7 +186,8 @@ constexpr size_t sm90_dkdv_smem(int d, size_t es = 2, bool fused_dq = false) {
     return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
                size_t(d) * es +
            (fused_dq ? sm90_dqf_smem(d) : 0) + size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 +
-           sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) + (fused_dq ? 2 * sm90_dqf_bufs(d) : 0)) +
+           sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) + (fused_dq ? 2 * sm90_dqf_bufs(d) : 0) +
+                          (es == 4 ? sm90_dkdv_stages(d, es) : 0)) +
            1024;
 }
 

@@ -14,9 +14,10 @@
 //                    transposed copy, Vᵀ in fwd (O += P·V), Kᵀ in bwd (dQ += dS·K), as f32
 //                    [Hkv, D, vt_cols]: sequence s's keys from column sm90_vt_col0(..) on (a
 //                    multiple of 8), each 8-key group stored in the order of tf32_key_order().
-//   [qr] [dor] [qt] [dot]  bwd on SM90_TF32, the dK/dV kernel's query side: Q and dO rounded as
-//                    rows [Hq, Rq, D] (Rq = B_view·total_q), and Qᵀ, dOᵀ as [Hq, D, q_cols] in the
-//                    same per-sequence column scheme over the queries.
+//   [qt] [dot]       bwd on SM90_TF32, the dK/dV kernel's query side: Qᵀ, dOᵀ rounded, as
+//                    [Hq, D, q_cols] in the same per-sequence column scheme over the queries
+//                    (Rq = B_view·total_q rows). Its Q and dO rows are read in place (TMA) and
+//                    rounded in shared memory by the kernel.
 //                    The backward stages and runs in passes of kv heads (tf32_bwd_pass_kv_heads):
 //                    its regions hold one pass's heads (Hkv and Hq above read the pass's counts).
 //   [dqf_acc] [dqf_cnt]  bwd on SM90_NATIVE with the fused dQ (Choice::dq_fused): dQ's f32
@@ -50,9 +51,10 @@ FATTN_HD int64_t sm90_vt_cols(int64_t rows, int64_t seqs) { return (rows + 7) / 
 // P·V wants k-columns t, t + 4: with this order the accumulator is the fragment as it stands.
 FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 
-// kv heads per pass of the sm90 tf32 backward. All heads at once, its staged copies would take
-// 3·|K| + 4·|Q| bytes (K, V rows and Kᵀ; Q, dO rows and Qᵀ, dOᵀ) beside the caller's dq, dk, dv:
-// 706 MiB of peak at B2 H16 S4096 D128, where PyTorch's mem-efficient kernel takes 385. A pass
+// kv heads per pass of the sm90 tf32 backward. All heads at once, its staged copies take
+// 3·|K| + 2·|Q| bytes (K, V rows and Kᵀ; Qᵀ, dOᵀ) beside the caller's dq, dk, dv (4·|Q| while Q and
+// dO rows were copied too: 706 MiB of peak above the inputs at B2 H16 S4096 D128, where PyTorch's
+// mem-efficient kernel takes 385). A pass
 // stages its own kv heads (and their query heads) and runs both kernels on them, so the copies
 // stay within about |Q| (cap_bytes) — unless a pass's dK/dV grid (key tiles · sequences · its kv
 // heads) would then have fewer than min_ctas CTAs: a pass shorter than two waves loses more to
@@ -88,7 +90,7 @@ struct Workspace {
     size_t lse_rel_off = 0, lse_rel_bytes = 0;
     size_t kr_off = 0, kr_bytes = 0, vr_off = 0, vr_bytes = 0, tr_off = 0, tr_bytes = 0;
     int64_t kr_rows = 0, vt_cols = 0;  // R and vt_cols above
-    size_t qr_off = 0, dor_off = 0, qt_off = 0, dot_off = 0, q_rows_bytes = 0, q_t_bytes = 0;
+    size_t qt_off = 0, dot_off = 0, q_t_bytes = 0;
     int64_t q_rows = 0, q_cols = 0;  // Rq and q_cols above
     int64_t pass_kv_heads = 0;        // SM90_TF32 bwd: kv heads per pass (their regions' Hkv)
     size_t dqf_acc_off = 0, dqf_acc_bytes = 0, dqf_cnt_off = 0, dqf_cnt_bytes = 0;
@@ -150,13 +152,11 @@ struct Workspace {
             if (!fwd) {
                 w.q_rows = bview * p.total_q;
                 w.q_cols = sm90_vt_cols(w.q_rows, p.batch);
-                w.q_rows_bytes = sat_prod({hq, w.q_rows, p.d, int64_t(sizeof(float))});
                 w.q_t_bytes = sat_prod({hq, p.d, w.q_cols, int64_t(sizeof(float))});
-                size_t *at[4] = {&w.qr_off, &w.dor_off, &w.qt_off, &w.dot_off};
-                for (int i = 0; i < 4; ++i) {
-                    *at[i] = off;
-                    off = sat_add(off, sat_round(i < 2 ? w.q_rows_bytes : w.q_t_bytes, 256));
-                }
+                w.qt_off = off;
+                off = sat_add(off, sat_round(w.q_t_bytes, 256));
+                w.dot_off = off;
+                off = sat_add(off, sat_round(w.q_t_bytes, 256));
             }
         }
         if (!fwd && c.family == Family::SM90_NATIVE && c.dq_fused) {

@@ -15,9 +15,11 @@
 //        16-bit A fragments from registers, Q and dO read MN-major).
 // Masks, bias tiles and ceilings follow the portable kernel exactly (common.cuh).
 // f32 inputs (T = float, tf32 m64nNk8): 32-query items, since every operand is 4 bytes and tf32
-// reads K-major operands only: K, V, Q and dO come as the pre-pass's rounded row copies, and the B
-// operands of dV += Pᵀ·dO and dK += dSᵀ·Q as its dOᵀ and Qᵀ copies (8-query groups in
-// tf32_key_order: stage_tf32.cu). The rows (for Sᵀ, dPᵀ) and the transposed tiles (for dV, dK) have
+// reads K-major operands only: K and V come as the pre-pass's rounded row copies, Q and dO rows
+// from q and dout in place, rounded to tf32 in shared memory by warps 1-3 of the producer
+// warpgroup once a stage lands (the consumers wait on the stage's `ready` barrier after them), and
+// the B operands of dV += Pᵀ·dO and dK += dSᵀ·Q as the pre-pass's dOᵀ and Qᵀ copies (8-query
+// groups in tf32_key_order: stage_tf32.cu). The rows (for Sᵀ, dPᵀ) and the transposed tiles (for dV, dK) have
 // rings of their own: a consumer releases an item's rows after its softmax, its transposed tiles
 // after dV/dK, so at D128 (K and V of 128 keys: 128 KB) two row stages and one transposed stage
 // fit, and the next item's rows load under this item's dV/dK.
@@ -48,9 +50,11 @@ constexpr int threads(size_t es = 2) { return 128 * (1 + consumers(es)); }
 // Register split (128·P + 128·consumers·C <= 64K): the producer's item walk spills under 56
 // registers; at D128 the consumers' dK + dV (128) + Sᵀ, dPᵀ (64) + fragments need more than 224
 // (ptxas -v). tf32 D128 (with the opaque K/V bases below): 40/232 ran 2% faster fwd+bwd than
-// 24/240, whose producer spills ~1.8 KB of loads (its consumers 12 B against 112 B at 232).
-constexpr int producer_regs(int d) { return d > 64 ? 40 : 56; }
-constexpr int consumer_regs(int d) { return d > 64 ? 232 : 224; }
+// 24/240, whose producer spills ~1.8 KB of loads (its consumers 12 B against 112 B at 232); since
+// the producer warpgroup also rounds the Q and dO stages, 56/224 (ptxas: 20 B of spill stores,
+// against 248 B at 40/232).
+constexpr int producer_regs(int d, size_t es = 2) { return d > 64 && es == 2 ? 40 : 56; }
+constexpr int consumer_regs(int d, size_t es = 2) { return d > 64 && es == 2 ? 232 : 224; }
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
 constexpr size_t dkdv_smem(int d, size_t es = 2, bool fused_dq = false) { return sm90_dkdv_smem(d, es, fused_dq); }
 }  // namespace sm90bwd
@@ -98,6 +102,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * 4 * kBM);
     uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages, *tfull = empty + kStages, *tempty = tfull + TS;
     uint64_t *dq_full = tempty + TS, *dq_empty = dq_full + kDqBufs;  // kFused
+    uint64_t *ready = dq_full + (kFused ? 2 * kDqBufs : 0);           // tf32: a stage's rows rounded
     constexpr size_t kTileElems = size_t(kBM) * D;
 
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
@@ -109,6 +114,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     const int64_t hk = cta.head + hb, lq = cta.lq, lkv = cta.lkv, n0 = cta.r0, n1 = cta.r1();
     // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
     const QueryItems qi(p, a, sr, hk, n0, n1, kBM);
+    // tf32: how many the rounding warps wait for (counted here, so that their loop holds no item state)
+    const int nitems = kTf32 ? qi.count() : 0;
 
     if (tid == 0) {
         mbar_init(barKV, 1);
@@ -120,6 +127,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             mbar_init(&tfull[s], 1);
             mbar_init(&tempty[s], 128 * NC);
         }
+        if constexpr (kTf32)
+            for (int s = 0; s < kStages; ++s) mbar_init(&ready[s], 3);  // one arrival per rounding warp
         if constexpr (kFused)
             for (int s = 0; s < kDqBufs; ++s) {
                 mbar_init(&dq_full[s], 128 * NC);  // every consumer thread, after its part of the tile
@@ -130,7 +139,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     __syncthreads();
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
-        regs_dealloc<producer_regs(D)>();
+        regs_dealloc<producer_regs(D, sizeof(T))>();
         if constexpr (kFused) {
             if (warp == 1 && lane == 0) {  // the dQ writer
                 // The CTAs adding to query tile ti: the key tiles from this one up to the last
@@ -173,10 +182,27 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                 }
             }
         }
+        if constexpr (kTf32) {
+            if (warp != 0) {  // warps 1-3: each landed stage's Q and dO rows to tf32, in place
+                for (int it = 0; it < nitems; ++it) {
+                    const int st = it % kStages;
+                    mbar_wait(&full[st], (it / kStages) & 1);
+                    float4 *tq = reinterpret_cast<float4 *>(sQ + st * kTileElems);
+                    float4 *tdo = reinterpret_cast<float4 *>(sdO + st * kTileElems);
+                    for (int i = tid - 32; i < int(kTileElems / 4); i += 96) {  // the swizzle is moot element-wise
+                        tq[i] = round4_tf32(tq[i]);
+                        tdo[i] = round4_tf32(tdo[i]);
+                    }
+                    fence_proxy_async_smem();  // the consumers' wgmma read them through the async proxy
+                    mbar_arrive_warp(&ready[st]);
+                }
+                return;
+            }
+        }
         if (warp != 0) return;
-        // tf32: the row copies are [heads, flat rows, D] (no batch dim); Qᵀ/dOᵀ columns per sequence.
+        // tf32: K, V row copies are [heads, flat rows, D] (no batch dim); Qᵀ/dOᵀ columns per
+        // sequence; q and dout are read in place, as with 16-bit inputs.
         const int64_t kv_row0 = kTf32 ? sr.batch_index * p.total_kv + sr.kv_begin : sr.kv_begin;
-        const int64_t q_row0 = kTf32 ? sr.batch_index * p.total_q + sr.q_begin : sr.q_begin;
         const int bidx = kTf32 ? 0 : int(sr.batch_index);
         const int64_t q_col0 = sm90_vt_col0(sr.batch_index * p.total_q + sr.q_begin, blockIdx.z);
         if (lane == 0) {
@@ -194,10 +220,10 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             if (lane == 0) {
                 mbar_arrive_expect_tx(&full[st], uint32_t(2 * kBM * D * sizeof(T)));
                 for (int pn = 0; pn < NP; ++pn) {
-                    tma_load_4d(sQ + st * kTileElems + pn * kBM * PC, &maps.q, &full[st], pn * PC, int(q_row0 + m0),
-                                int(h - hb * p.group()), bidx);
-                    tma_load_4d(sdO + st * kTileElems + pn * kBM * PC, &tm_do, &full[st], pn * PC, int(q_row0 + m0),
-                                int(h - hb * p.group()), bidx);
+                    tma_load_4d(sQ + st * kTileElems + pn * kBM * PC, &maps.q, &full[st], pn * PC, int(sr.q_begin + m0),
+                                int(h), int(sr.batch_index));
+                    tma_load_4d(sdO + st * kTileElems + pn * kBM * PC, &tm_do, &full[st], pn * PC, int(sr.q_begin + m0),
+                                int(h), int(sr.batch_index));
                 }
             }
             float *rows = sRow + st * 4 * kBM;
@@ -227,7 +253,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     }
 
     // -------------------------------------------------------------------------------- consumers
-    regs_alloc<consumer_regs(D)>();
+    regs_alloc<consumer_regs(D, sizeof(T))>();
     const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
     const int64_t k0w = n0 + 64 * cw;  // this warpgroup's first key
     const int64_t kj[2] = {k0w + 16 * wl + g, k0w + 16 * wl + g + 8};
@@ -245,6 +271,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         const int64_t h = qi.head(idx), m0 = qi.row0(idx);
         const float *cL = sRow + st * 4 * kBM, *cD = cL + kBM, *cLr = cL + 2 * kBM, *cC = cL + 3 * kBM;
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
+        if constexpr (kTf32) mbar_wait(&ready[st], (it / kStages) & 1);  // its Q and dO rows rounded
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [64 keys, kBM queries]
         float s[kBM / 2], dp[kBM / 2];

@@ -91,6 +91,14 @@ __device__ __forceinline__ void sm90_produce_kv(const KeyTiles &kt, const SeqRan
     }
 }
 
+// Four f32 values rounded to tf32 (cvt.rna, as the pre-pass rounds: wgmma would truncate).
+__device__ __forceinline__ float4 round4_tf32(float4 x) {
+    x.x = __uint_as_float(to_tf32(x.x));
+    x.y = __uint_as_float(to_tf32(x.y));
+    x.z = __uint_as_float(to_tf32(x.z));
+    x.w = __uint_as_float(to_tf32(x.w));
+    return x;
+}
 // tf32 consumers: round warpgroup cw's 64 rows of a [BM, NP·32] f32 tile (NP panels of [BM, 32];
 // the rows are contiguous in each panel, and the swizzle only moves 16-byte chunks within a row).
 template <int NP, int BM>
@@ -99,14 +107,7 @@ __device__ __forceinline__ void sm90_round_rows_tf32(float *tile, int cw) {
     for (int pn = 0; pn < NP; ++pn) {
         float4 *rows = reinterpret_cast<float4 *>(tile + pn * BM * 32 + cw * 64 * 32);
 #pragma unroll
-        for (int i = threadIdx.x % 128; i < 64 * 32 / 4; i += 128) {
-            float4 x = rows[i];
-            x.x = __uint_as_float(to_tf32(x.x));
-            x.y = __uint_as_float(to_tf32(x.y));
-            x.z = __uint_as_float(to_tf32(x.z));
-            x.w = __uint_as_float(to_tf32(x.w));
-            rows[i] = x;
-        }
+        for (int i = threadIdx.x % 128; i < 64 * 32 / 4; i += 128) rows[i] = round4_tf32(rows[i]);
     }
 }
 // Whether a kernel's masked tiles come in two copies, with bias reads and without (the forward,
