@@ -19,10 +19,10 @@
 // from q and dout in place, rounded to tf32 in shared memory by warps 1-3 of the producer
 // warpgroup once a stage lands (the consumers wait on the stage's `ready` barrier after them), and
 // the B operands of dV += Pᵀ·dO and dK += dSᵀ·Q as the pre-pass's dOᵀ and Qᵀ copies (8-query
-// groups in tf32_key_order: stage_tf32.cu). The rows (for Sᵀ, dPᵀ) and the transposed tiles (for dV, dK) have
-// rings of their own: a consumer releases an item's rows after its softmax, its transposed tiles
-// after dV/dK, so at D128 (K and V of 128 keys: 128 KB) two row stages and one transposed stage
-// fit, and the next item's rows load under this item's dV/dK.
+// groups in tf32_key_order: stage_tf32.cu). The rows (for Sᵀ, dPᵀ) and the transposed tiles (for
+// dV, dK) have rings of their own: a consumer releases an item's rows after its softmax, its
+// transposed tiles after dV/dK, so at D128 (K and V of 128 keys: 128 KB) two row stages and one
+// transposed stage fit, and the next item's rows load under this item's dV/dK.
 // Fused dQ (kFused: FATTN_SM90_DQ_FUSED, 16-bit, no bias; tiles.h): each consumer also stores its
 // dSᵀ transposed into a shared dS tile [64 queries, 128 keys], and the item's dQ = dS·K (m64n64,
 // dS K-major, K read MN-major) lands in f32 in a shared staging tile: at D128 each warpgroup owns
