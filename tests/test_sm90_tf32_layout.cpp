@@ -102,23 +102,18 @@ TEST(Sm90Tf32Layout, WorkspaceRegions) {
     sm90.family = sm90.fwd_family = Family::SM90_TF32;
     for (fattn_dir dir : {FATTN_DIR_FWD, FATTN_DIR_BWD}) {
         const Workspace a = Workspace::layout(p, portable, dir), w = Workspace::layout(p, sm90, dir);
-        EXPECT_EQ(a.kr_bytes + a.vr_bytes + a.tr_bytes, 0u);
+        EXPECT_EQ(a.kr_bytes + a.tr_bytes, 0u);
         const int64_t rows = p.batch * p.total_kv, cols = sm90_vt_cols(rows, p.batch);
         EXPECT_EQ(w.kr_rows, rows);
         EXPECT_EQ(w.vt_cols, cols);
-        EXPECT_GE(w.kr_bytes, size_t(p.hkv * rows * p.d * 4));
+        // K rows: the forward's copy; the backward reads k and v in place
+        if (dir == FATTN_DIR_FWD) EXPECT_GE(w.kr_bytes, size_t(p.hkv * rows * p.d * 4));
+        else EXPECT_EQ(w.kr_bytes, 0u);
         EXPECT_GE(w.tr_bytes, size_t(p.hkv * p.d * cols * 4));
-        EXPECT_EQ(w.vr_bytes, dir == FATTN_DIR_BWD ? w.kr_bytes : 0u);
-        EXPECT_GE(w.kr_off, a.total);  // the portable regions keep their offsets
+        EXPECT_GE(dir == FATTN_DIR_FWD ? w.kr_off : w.tr_off, a.total);  // the portable regions keep their offsets
         EXPECT_EQ(w.kr_off % 256, 0u);
         EXPECT_EQ(w.tr_off % 256, 0u);
-        if (dir == FATTN_DIR_BWD) {
-            EXPECT_EQ(w.vr_off % 256, 0u);
-            EXPECT_GE(w.vr_off, w.kr_off + w.kr_bytes);
-            EXPECT_GE(w.tr_off, w.vr_off + w.vr_bytes);
-        } else {
-            EXPECT_GE(w.tr_off, w.kr_off + w.kr_bytes);
-        }
+        if (dir == FATTN_DIR_FWD) EXPECT_GE(w.tr_off, w.kr_off + w.kr_bytes);
         EXPECT_GE(w.total, w.tr_off + w.tr_bytes);
         if (dir == FATTN_DIR_BWD) {  // the dK/dV kernel's query side: Qᵀ, dOᵀ (its Q, dO rows: in place)
             const int64_t qrows = p.batch * p.total_q, qcols = sm90_vt_cols(qrows, p.batch);
@@ -129,7 +124,7 @@ TEST(Sm90Tf32Layout, WorkspaceRegions) {
             EXPECT_GE(w.dot_off, w.qt_off + w.q_t_bytes);
             EXPECT_GE(w.total, w.dot_off + w.q_t_bytes);
             // nothing else: the staged regions are K, V rows, Kᵀ, Qᵀ and dOᵀ
-            EXPECT_LE(w.total, a.total + 5 * 256 + w.kr_bytes + w.vr_bytes + w.tr_bytes + 2 * w.q_t_bytes);
+            EXPECT_LE(w.total, a.total + 3 * 256 + w.tr_bytes + 2 * w.q_t_bytes);
             for (size_t off : {w.qt_off, w.dot_off}) EXPECT_EQ(off % 256, 0u);
         }
     }
@@ -145,13 +140,15 @@ TEST(Sm90Tf32Layout, WorkspaceRegions) {
 // equal passes of as many heads as the cap or the grid floor needs, never more than Hkv heads.
 TEST(Sm90Tf32Layout, BackwardPassesOfKvHeads) {
     using fattn::cuda::attn::tf32_bwd_pass_kv_heads;
-    // B2 H16 S4096 D128 (the TF32 row): a kv head's copies (K, V rows, Kᵀ, Qᵀ, dOᵀ) are 5/16
-    // of |Q|'s 64 MiB, the dK/dV grid 2 · 32 key tiles per kv head; two waves of 132 SMs need 5
-    // heads -> 4 passes of 4.
-    const int64_t mib = 1 << 20, per = 5 * 4 * mib, cap = 64 * mib;
+    // B2 H16 S4096 D128 (the TF32 row): a kv head's copies (Kᵀ, Qᵀ, dOᵀ) are 3/16 of |Q|'s
+    // 64 MiB, the dK/dV grid 2 · 32 key tiles per kv head; two waves of 132 SMs need 5 heads ->
+    // 4 passes of 4.
+    const int64_t mib = 1 << 20, per = 3 * 4 * mib, cap = 64 * mib;
     EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, cap, 64, 264), 4);
-    // Without the grid floor the cap alone: 3 heads (60 MiB) at most -> 6 passes of 3 (3·5 + 1).
-    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, cap, 64, 0), 3);
+    // Without the grid floor the cap alone: 5 heads (60 MiB) at most -> 4 passes of 4.
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, cap, 64, 0), 4);
+    // Copies of 7/16 |Q| a head (K, V, Q, dO rows too): 2 heads (56 MiB) -> 8 passes of 2.
+    EXPECT_EQ(tf32_bwd_pass_kv_heads(16, 7 * 4 * mib, cap, 64, 0), 2);
     // The HOT-Step sites (B1 H16 S625): 5 key tiles, one pass whatever the cap says.
     EXPECT_EQ(tf32_bwd_pass_kv_heads(16, per, cap, 5, 264), 16);
     // Everything fits the cap: one pass.
@@ -190,11 +187,10 @@ TEST(Sm90Tf32Layout, BackwardRegionsHoldOnePass) {
     const Workspace wa = Workspace::layout(p, all, FATTN_DIR_BWD), w2 = Workspace::layout(p, two, FATTN_DIR_BWD);
     EXPECT_EQ(wa.pass_kv_heads, 4);
     EXPECT_EQ(w2.pass_kv_heads, 2);
-    const int64_t rows = p.batch * p.total_kv;
-    EXPECT_EQ(w2.kr_bytes, size_t(2 * rows * p.d * 4));
+    EXPECT_EQ(w2.kr_bytes, 0u);  // the backward's K rows: in place
     EXPECT_EQ(w2.tr_bytes, size_t(2 * p.d * w2.vt_cols * 4));
     EXPECT_EQ(w2.q_t_bytes, size_t(2 * p.group() * p.d * w2.q_cols * 4));  // the pass's query heads
-    EXPECT_EQ(wa.kr_bytes, 2 * w2.kr_bytes);
+    EXPECT_EQ(wa.tr_bytes, 2 * w2.tr_bytes);
     EXPECT_LT(w2.total, wa.total);
     // A pass count above Hkv (or 0) is every head; the forward ignores the passes.
     Choice many = all;
@@ -235,6 +231,26 @@ TEST(Sm90Tf32Layout, SelectionCountsTheLargestKernelsSharedMemory) {
         Choice cb;
         ASSERT_EQ(choose(big, dev, &cb, &why), FATTN_OK) << why;
         EXPECT_EQ(cb.tf32_pass_kv_heads, FATTN_TF32_BWD_PASSES ? 4 : 16);  // off by default: one pass
+    }
+
+    {  // the backward reads k and v in place through TMA: an odd k (one float into its buffer, or a
+       // token stride off the 16-byte grid) keeps the sm90 forward and takes the portable backward
+       // under AUTO, and is refused with the reason under SM90
+        alignas(16) static float buf[8];
+        for (int odd = 0; odd < 2; ++odd) {
+            fattn::AttnFwdParams o = p;
+            if (odd == 0) o.k = buf + 1;
+            else o.v_ss = 8 * 128 + 1;
+            Choice co;
+            ASSERT_EQ(choose(o, dev, &co, &why), FATTN_OK) << why;
+            EXPECT_EQ(co.fwd_family, Family::SM90_TF32) << odd;
+            EXPECT_EQ(co.family, Family::MMA_TF32) << odd;
+            fattn::cuda::DeviceInfo pinned = dev;
+            pinned.family = FATTN_CUDA_FAMILY_SM90;
+            why.clear();
+            EXPECT_EQ(choose(o, pinned, &co, &why), FATTN_ERR_UNSUPPORTED) << odd;
+            EXPECT_NE(why.find("k and v must be 16-byte aligned"), std::string::npos) << why;
+        }
     }
 
     const size_t dq = fattn::cuda::attn::sm90_dq_smem(128, 4), dkdv = fattn::cuda::attn::sm90_dkdv_smem(128, 4);

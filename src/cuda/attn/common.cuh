@@ -358,6 +358,13 @@ struct KeyTiles {
         while (n <= last && p.bias && state(n) == kBiasDead) ++n;
         return n;
     }
+    // The number of tiles next() walks.
+    __device__ __forceinline__ int count() const {
+        if (!p.bias) return last >= first ? last - first + 1 : 0;
+        int c = 0;
+        for (int n = next(first); n <= last; n = next(n + 1)) ++c;
+        return c;
+    }
 };
 
 // The work items of a key tile [n0, n1) of kv head hk: for each query head of the GQA group in

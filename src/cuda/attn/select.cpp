@@ -22,6 +22,17 @@ namespace fattn::cuda::attn {
 
 namespace {
 
+// Can TMA read k and v in place: 16-byte aligned, strides of dims with more than one index
+// positive whole 16-byte chunks (byte strides below 2^39)?
+bool kv_tma_ok(const AttnFwdParams &p) {
+    auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
+    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, es = p.dtype == FATTN_F32 ? 4 : 2, chunk = 16 / es;
+    const int64_t smax = (int64_t(1) << 40) / es / 2;
+    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % chunk == 0 && s < smax); };
+    return a16(p.k) && a16(p.v) && st_ok(p.k_ss, p.total_kv) && st_ok(p.k_sh, p.hkv) && st_ok(p.k_sb, bview) &&
+           st_ok(p.v_ss, p.total_kv) && st_ok(p.v_sh, p.hkv) && st_ok(p.v_sb, bview);
+}
+
 // Can the sm90 forward run p? Its TMA tensor maps need 16-byte aligned bases and strides, and the
 // kernels are instantiated for D = Dv = 64 or 128 (16-bit: smaller D = Dv on them). With f32 inputs (tf32) only q is read through
 // TMA: k and v reach the kernel as the pre-pass's rounded copies (workspace.h: kr, tr).
@@ -77,7 +88,7 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
 int64_t tf32_pass_kv_heads(const AttnFwdParams &p, const DeviceInfo &dev) {
     if (!FATTN_TF32_BWD_PASSES) return p.hkv;  // workspace.h: off by default
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, rk = bview * p.total_kv, rq = bview * p.total_q;
-    const size_t key_side = sat_add(sat_prod({2, rk, p.d, 4}), sat_prod({p.d, sm90_vt_cols(rk, p.batch), 4}));
+    const size_t key_side = sat_prod({p.d, sm90_vt_cols(rk, p.batch), 4});  // Kᵀ (K, V rows: in place)
     const size_t query_side = sat_prod({2, p.d, sm90_vt_cols(rq, p.batch), 4});  // Qᵀ, dOᵀ (Q, dO rows: in place)
     const size_t per_head = sat_add(key_side, sat_mul(query_side, size_t(p.group())));
     const size_t cap = sat_prod({p.hq, rq, p.d, 4});
@@ -168,8 +179,16 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             // check): at D128 dQ 225 KB, dK/dV 231.5 KB (tiles.h).
             const size_t bwd_smem = std::max(sm90_dq_smem(int(p.d), 4), sm90_dkdv_smem(int(p.d), 4));
             if (sm90_fwd_legal(p, dev, &w) && bwd_smem <= dev.smem_optin) {
-                c->fwd_family = c->family = Family::SM90_TF32;
-                c->tf32_pass_kv_heads = tf32_pass_kv_heads(p, dev);
+                c->fwd_family = Family::SM90_TF32;
+                // The backward reads k and v in place through TMA (the forward, the pre-pass's
+                // copies): where TMA cannot, AUTO runs the portable backward.
+                if (kv_tma_ok(p)) {
+                    c->family = Family::SM90_TF32;
+                    c->tf32_pass_kv_heads = tf32_pass_kv_heads(p, dev);
+                } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {
+                    return no("sm90 tf32 backward: k and v must be 16-byte aligned with strides in whole 16-byte chunks "
+                              "(TMA) (family SM90 was asked for)");
+                }
             }
             else if (dev.family == FATTN_CUDA_FAMILY_SM90)
                 return no((w.empty() ? std::string("sm90 tf32 backward: needs more shared memory than the device allows") : w) +

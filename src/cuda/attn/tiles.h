@@ -148,7 +148,7 @@ constexpr int sm90_dq_bn(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 32 :
 constexpr int sm90_dq_stages(int d, size_t es) { return sm90_ring(d, es); }
 constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
     return (size_t(2 * sm90_dq_bm()) + size_t(sm90_dq_stages(d, es) * (es == 4 ? 3 : 2) * sm90_dq_bn(d, es))) * size_t(d) * es +
-           sm90_bar_bytes(1 + 3 * sm90_dq_stages(d, es)) + 1024;
+           sm90_bar_bytes(1 + (es == 4 ? 5 : 3) * sm90_dq_stages(d, es)) + 1024;  // tf32: + readyK, readyV
 }
 
 // ---- sm_90a dK/dV kernel (sm90/bwd_dkdv_kernel.cuh) ----

@@ -7,13 +7,14 @@
 //                    (common.cuh: bias ceilings); filled by a pre-pass in fwd and again in bwd.
 //   [delta]          bwd only: rowsum(dO∘O) as f32 [B_view, Hq, total_q] (same indexing as lse).
 //   [lse_rel]        bwd with a bias: lse' = lse − ceiling, f32 [B_view, Hq, total_q].
-//   [kr] [vr] [tr]   the sm90 tf32 kernels (Family::SM90_TF32): key-side operands rounded to tf32
+//   [kr] [tr]        the sm90 tf32 kernels (Family::SM90_TF32): key-side operands rounded to tf32
 //                    by a pre-pass (sm90/stage_tf32.cu), since tf32 wgmma truncates and takes
 //                    K-major operands only. kr = K as f32 [Hkv, R, D] (R = B_view·total_kv flat key
-//                    rows); vr = V likewise (bwd only: dP = dO·Vᵀ of the dQ kernel); tr = a
-//                    transposed copy, Vᵀ in fwd (O += P·V), Kᵀ in bwd (dQ += dS·K), as f32
-//                    [Hkv, D, vt_cols]: sequence s's keys from column sm90_vt_col0(..) on (a
-//                    multiple of 8), each 8-key group stored in the order of tf32_key_order().
+//                    rows; fwd only: the backward's kernels read K and V rows in place and round
+//                    them in shared memory); tr = a transposed copy, Vᵀ in fwd (O += P·V), Kᵀ in
+//                    bwd (dQ += dS·K), as f32 [Hkv, D, vt_cols]: sequence s's keys from column
+//                    sm90_vt_col0(..) on (a multiple of 8), each 8-key group stored in the order
+//                    of tf32_key_order().
 //   [qt] [dot]       bwd on SM90_TF32, the dK/dV kernel's query side: Qᵀ, dOᵀ rounded, as
 //                    [Hq, D, q_cols] in the same per-sequence column scheme over the queries
 //                    (Rq = B_view·total_q rows). Its Q and dO rows are read in place (TMA) and
@@ -52,7 +53,7 @@ FATTN_HD int64_t sm90_vt_cols(int64_t rows, int64_t seqs) { return (rows + 7) / 
 FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 
 // kv heads per pass of the sm90 tf32 backward. All heads at once, its staged copies take
-// 3·|K| + 2·|Q| bytes (K, V rows and Kᵀ; Qᵀ, dOᵀ) beside the caller's dq, dk, dv (4·|Q| while Q and
+// |K| + 2·|Q| bytes (Kᵀ; Qᵀ, dOᵀ) beside the caller's dq, dk, dv (3·|K| + 4·|Q| while K, V, Q and
 // dO rows were copied too: 706 MiB of peak above the inputs at B2 H16 S4096 D128, where PyTorch's
 // mem-efficient kernel takes 385). A pass
 // stages its own kv heads (and their query heads) and runs both kernels on them, so the copies
@@ -88,7 +89,7 @@ struct Workspace {
     size_t ceil_off = 0, ceil_bytes = 0;
     size_t delta_off = 0, delta_bytes = 0;
     size_t lse_rel_off = 0, lse_rel_bytes = 0;
-    size_t kr_off = 0, kr_bytes = 0, vr_off = 0, vr_bytes = 0, tr_off = 0, tr_bytes = 0;
+    size_t kr_off = 0, kr_bytes = 0, tr_off = 0, tr_bytes = 0;
     int64_t kr_rows = 0, vt_cols = 0;  // R and vt_cols above
     size_t qt_off = 0, dot_off = 0, q_t_bytes = 0;
     int64_t q_rows = 0, q_cols = 0;  // Rq and q_cols above
@@ -137,14 +138,10 @@ struct Workspace {
                                                                                                  : c.tf32_pass_kv_heads;
             const int64_t hq = hkv * p.group();
             w.pass_kv_heads = hkv;
-            const size_t rows_bytes = sat_prod({hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
-            w.kr_off = off;
-            w.kr_bytes = rows_bytes;
-            off = sat_add(off, sat_round(w.kr_bytes, 256));
-            if (!fwd) {
-                w.vr_off = off;
-                w.vr_bytes = rows_bytes;
-                off = sat_add(off, sat_round(w.vr_bytes, 256));
+            if (fwd) {  // the backward reads K and V rows in place (select.cpp: kv_tma_ok)
+                w.kr_off = off;
+                w.kr_bytes = sat_prod({hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
+                off = sat_add(off, sat_round(w.kr_bytes, 256));
             }
             w.tr_off = off;
             w.tr_bytes = sat_prod({hkv, p.d, w.vt_cols, int64_t(sizeof(float))});

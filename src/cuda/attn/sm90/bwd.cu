@@ -79,9 +79,9 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, v
     return cudaSuccess;
 }
 
-// f32 inputs: the dK/dV and dQ kernels on tf32 wgmma over the pre-pass's rounded copies
-// (stage_tf32.cu; workspace.h): K, V rows and Kᵀ (key side), Qᵀ and dOᵀ (query side); q and dout
-// are read in place (the dK/dV kernel rounds their rows in shared memory).
+// f32 inputs: the dK/dV and dQ kernels on tf32 wgmma over the pre-pass's rounded transposed copies
+// (stage_tf32.cu; workspace.h): Kᵀ (key side), Qᵀ and dOᵀ (query side); q, k, v and dout rows are
+// read in place (TMA-legal: select.cpp) and rounded in shared memory by the kernels.
 // In passes of w.pass_kv_heads kv heads (workspace.h: tf32_bwd_pass_kv_heads): each stages its
 // heads' copies into the same regions and runs both kernels on them (KArgs::kv_head0), so the
 // workspace holds one pass's copies. Every output element is written by one pass, in the same
@@ -91,14 +91,12 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
                         cudaStream_t st) {
     char *ws = static_cast<char *>(workspace);
     auto at = [&](size_t off) { return reinterpret_cast<float *>(ws + off); };
-    float *kr = at(w.kr_off), *vr = at(w.vr_off), *kt = at(w.tr_off);
-    float *qt = at(w.qt_off), *dot = at(w.dot_off);
+    float *kt = at(w.tr_off), *qt = at(w.qt_off), *dot = at(w.dot_off);
     const int64_t G = p.group(), pass = w.pass_kv_heads > 0 ? w.pass_kv_heads : p.hkv;
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-    // Row copies [heads, flat rows, D] (one batch entry), transposed copies [heads, D, cols].
-    auto rows_map = [&](CUtensorMap *mp, float *x, int64_t rows, int64_t heads, int box) {
-        return sm90_map(mp, x, FATTN_F32, D, rows, heads, 1, D, rows * D, 0, box);
-    };
+    // The tensors in place (box: rows per tile), transposed copies [heads, D, cols].
+    auto in_place = [&](CUtensorMap *mp, const void *x, int64_t rows, int64_t heads, int64_t ss, int64_t sh, int64_t sb,
+                        int box) { return sm90_map(mp, x, FATTN_F32, D, rows, heads, bview, ss, sh, sb, box); };
     auto t_map = [&](CUtensorMap *mp, float *x, int64_t cols, int64_t heads) {
         return sm90_map(mp, x, FATTN_F32, cols, D, heads, 1, cols, D * cols, 0, D);
     };
@@ -108,23 +106,21 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
         KArgs a = a_all;
         a.kv_head0 = g0;
         const Sm90Stage::Src k{static_cast<const float *>(p.k) + g0 * p.k_sh, p.k_sb, p.k_ss, p.k_sh},
-            v{static_cast<const float *>(p.v) + g0 * p.v_sh, p.v_sb, p.v_ss, p.v_sh},
             q{static_cast<const float *>(p.q) + q0 * p.q_sh, p.q_sb, p.q_ss, p.q_sh},
             dout{static_cast<const float *>(p.dout) + q0 * p.do_sh, p.do_sb, p.do_ss, p.do_sh};
-        Sm90Stage keys{false, nk, {k, v}, {kr, vr}, 2, {k, {}}, {kt, nullptr}, 1};
-        Sm90Stage queries{true, nq, {}, {}, 0, {q, dout}, {qt, dot}, 2};  // Q, dO rows: read in place
+        Sm90Stage keys{false, nk, {}, {}, 0, {k, {}}, {kt, nullptr}, 1};  // the rows: read in place
+        Sm90Stage queries{true, nq, {}, {}, 0, {q, dout}, {qt, dot}, 2};
         if ((e = sm90_tf32_stage(p, D, keys, w.kr_rows, w.vt_cols, st)) != cudaSuccess ||
             (e = sm90_tf32_stage(p, D, queries, w.q_rows, w.q_cols, st)) != cudaSuccess)
             return e;
-        {  // dK/dV: 128-key CTAs, 32-query items; q and dout read in place, rounded in shared memory
+        {  // dK/dV: 128-key CTAs, 32-query items
             Sm90Maps m;
             CUtensorMap tm_do, tm_qt, tm_dot;
-            if ((e = rows_map(&m.k, kr, w.kr_rows, nk, sm90bwd::bn(4))) != cudaSuccess ||
-                (e = rows_map(&m.v, vr, w.kr_rows, nk, sm90bwd::bn(4))) != cudaSuccess ||
-                (e = sm90_map(&m.q, p.q, FATTN_F32, D, p.total_q, p.hq, bview, p.q_ss, p.q_sh, p.q_sb, sm90bwd::bm(D, 4))) !=
-                    cudaSuccess ||
-                (e = sm90_map(&tm_do, p.dout, FATTN_F32, D, p.total_q, p.hq, bview, p.do_ss, p.do_sh, p.do_sb,
-                              sm90bwd::bm(D, 4))) != cudaSuccess ||
+            const int bm = sm90bwd::bm(D, 4), bn = sm90bwd::bn(4);
+            if ((e = in_place(&m.k, p.k, p.total_kv, p.hkv, p.k_ss, p.k_sh, p.k_sb, bn)) != cudaSuccess ||
+                (e = in_place(&m.v, p.v, p.total_kv, p.hkv, p.v_ss, p.v_sh, p.v_sb, bn)) != cudaSuccess ||
+                (e = in_place(&m.q, p.q, p.total_q, p.hq, p.q_ss, p.q_sh, p.q_sb, bm)) != cudaSuccess ||
+                (e = in_place(&tm_do, p.dout, p.total_q, p.hq, p.do_ss, p.do_sh, p.do_sb, bm)) != cudaSuccess ||
                 (e = t_map(&tm_qt, qt, w.q_cols, nq)) != cudaSuccess || (e = t_map(&tm_dot, dot, w.q_cols, nq)) != cudaSuccess)
                 return e;
             const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(4)), unsigned(nk), unsigned(p.batch));
@@ -132,13 +128,14 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
                                    m, tm_do, tm_qt, tm_dot, Sm90DqAcc{})) != cudaSuccess)
                 return e;
         }
-        {  // dQ: 128-row CTAs over K, V rows and Kᵀ; q and dout read in place (TMA-legal: select.cpp)
+        {  // dQ: 128-row CTAs over K, V rows in place and Kᵀ
             Sm90Maps m;
             CUtensorMap tm_do, tm_kt;
-            if ((e = sm90_map(&m.q, p.q, FATTN_F32, D, p.total_q, p.hq, bview, p.q_ss, p.q_sh, p.q_sb, sm90dq::kBM)) != cudaSuccess ||
-                (e = sm90_map(&tm_do, p.dout, FATTN_F32, D, p.total_q, p.hq, bview, p.do_ss, p.do_sh, p.do_sb, sm90dq::kBM)) != cudaSuccess ||
-                (e = rows_map(&m.k, kr, w.kr_rows, nk, sm90dq::bn(D, 4))) != cudaSuccess ||
-                (e = rows_map(&m.v, vr, w.kr_rows, nk, sm90dq::bn(D, 4))) != cudaSuccess ||
+            const int bn = sm90dq::bn(D, 4);
+            if ((e = in_place(&m.q, p.q, p.total_q, p.hq, p.q_ss, p.q_sh, p.q_sb, sm90dq::kBM)) != cudaSuccess ||
+                (e = in_place(&tm_do, p.dout, p.total_q, p.hq, p.do_ss, p.do_sh, p.do_sb, sm90dq::kBM)) != cudaSuccess ||
+                (e = in_place(&m.k, p.k, p.total_kv, p.hkv, p.k_ss, p.k_sh, p.k_sb, bn)) != cudaSuccess ||
+                (e = in_place(&m.v, p.v, p.total_kv, p.hkv, p.v_ss, p.v_sh, p.v_sb, bn)) != cudaSuccess ||
                 (e = t_map(&tm_kt, kt, w.vt_cols, nk)) != cudaSuccess)
                 return e;
             const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(nq), unsigned(p.batch));

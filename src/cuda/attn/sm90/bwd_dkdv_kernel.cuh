@@ -15,9 +15,10 @@
 //        16-bit A fragments from registers, Q and dO read MN-major).
 // Masks, bias tiles and ceilings follow the portable kernel exactly (common.cuh).
 // f32 inputs (T = float, tf32 m64nNk8): 32-query items, since every operand is 4 bytes and tf32
-// reads K-major operands only: K and V come as the pre-pass's rounded row copies, Q and dO rows
-// from q and dout in place, rounded to tf32 in shared memory by warps 1-3 of the producer
-// warpgroup once a stage lands (the consumers wait on the stage's `ready` barrier after them), and
+// reads K-major operands only: K and V rows come from k and v in place, each consumer warpgroup
+// rounding its 64 keys to tf32 in shared memory once; Q and dO rows from q and dout in place,
+// rounded by warps 1-3 of the producer warpgroup once a stage lands (the consumers wait on the
+// stage's `ready` barrier after them); and
 // the B operands of dV += Pᵀ·dO and dK += dSᵀ·Q as the pre-pass's dOᵀ and Qᵀ copies (8-query
 // groups in tf32_key_order: stage_tf32.cu). The rows (for Sᵀ, dPᵀ) and the transposed tiles (for
 // dV, dK) have rings of their own: a consumer releases an item's rows after its softmax, its
@@ -200,16 +201,14 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             }
         }
         if (warp != 0) return;
-        // tf32: K, V row copies are [heads, flat rows, D] (no batch dim); Qᵀ/dOᵀ columns per
-        // sequence; q and dout are read in place, as with 16-bit inputs.
-        const int64_t kv_row0 = kTf32 ? sr.batch_index * p.total_kv + sr.kv_begin : sr.kv_begin;
-        const int bidx = kTf32 ? 0 : int(sr.batch_index);
+        // q, k, v and dout are read in place (tf32 as 16-bit inputs); tf32's Qᵀ/dOᵀ copies count
+        // their columns per sequence and their heads from the pass's first.
         const int64_t q_col0 = sm90_vt_col0(sr.batch_index * p.total_q + sr.q_begin, blockIdx.z);
         if (lane == 0) {
             mbar_arrive_expect_tx(barKV, uint32_t(2 * kBN * D * sizeof(T)));
             for (int pn = 0; pn < NP; ++pn) {
-                tma_load_4d(sK + pn * kBN * PC, &maps.k, barKV, pn * PC, int(kv_row0 + n0), int(hk - hb), bidx);
-                tma_load_4d(sV + pn * kBN * PC, &maps.v, barKV, pn * PC, int(kv_row0 + n0), int(hk - hb), bidx);
+                tma_load_4d(sK + pn * kBN * PC, &maps.k, barKV, pn * PC, int(sr.kv_begin + n0), int(hk), int(sr.batch_index));
+                tma_load_4d(sV + pn * kBN * PC, &maps.v, barKV, pn * PC, int(sr.kv_begin + n0), int(hk), int(sr.batch_index));
             }
         }
         int it = 0;
@@ -264,6 +263,11 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     const uint32_t k_base0 = saddr(sK) + uint32_t(cw * 64 * 128), v_base0 = saddr(sV) + uint32_t(cw * 64 * 128);
 
     mbar_wait(barKV, 0);
+    if constexpr (kTf32) {  // this warpgroup's 64 keys of K and V to tf32, once
+        sm90_round_rows_tf32<NP, kBN>(reinterpret_cast<float *>(sK), cw);
+        sm90_round_rows_tf32<NP, kBN>(reinterpret_cast<float *>(sV), cw);
+        sm90_rows_written(cw);
+    }
     int it = 0;
     for (int idx = qi.next(qi.first); idx <= qi.last; idx = qi.next(idx + 1), ++it) {
         const int st = it % kStages;

@@ -8,8 +8,9 @@
 // tiles into a 2-stage ring; each consumer warpgroup (64 rows) computes S = Q·Kᵀ and
 // dP = dO·Vᵀ (m64n64k16, K-major operands), P = exp(S − lse) and dS = P∘(dP − δ) per row in
 // registers, then dQ += dS·K (m64nDk16, dS as A fragments from registers, K read MN-major).
-// f32 inputs (T = float, tf32 m64nNk8; the backward's dK/dV then runs on the mma.sync family):
-// K and V come from the pre-pass's rounded row copies and dQ's B operand from its Kᵀ copy, 8-key
+// f32 inputs (T = float, tf32 m64nNk8): K and V rows come from k and v in place, rounded to tf32
+// in shared memory by warps 1-3 of the producer warpgroup once a stage lands (readyK / readyV:
+// the consumers wait on those), and dQ's B operand from the pre-pass's rounded Kᵀ copy, 8-key
 // groups in tf32_key_order (stage_tf32.cu), all three per stage; each consumer warpgroup rounds
 // its own rows of Q and dO in shared memory; dS is packed as tf32 A fragments as the forward
 // packs P.
@@ -26,7 +27,9 @@ constexpr int stages(int d, size_t es = 2) { return sm90_dq_stages(d, es); }
 constexpr int kThreads = 384;
 // Register split (128·P + 256·C <= 64K): 24/240 measured ~1% faster than 40/232 at D64 and the
 // same at D128 (H200, fattn-bench --preset targets-bf16, 2026-12-01).
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+// tf32: 40/232, since the producer warpgroup also rounds the K and V stages (24/240 spilled 188 B).
+constexpr int producer_regs(size_t es) { return es == 4 ? 40 : 24; }
+constexpr int consumer_regs(size_t es) { return es == 4 ? 232 : 240; }
 constexpr size_t panel(int rows) { return size_t(rows) * 128; }
 constexpr size_t dq_smem(int d, size_t es = 2) { return sm90_dq_smem(d, es); }
 }  // namespace sm90dq
@@ -55,6 +58,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     T *sKt = reinterpret_cast<T *>(base + (2 * panel(kBM) + 2 * kStages * panel(kBN)) * NP);
     uint64_t *bars = reinterpret_cast<uint64_t *>(base + (2 * panel(kBM) + (kTf32 ? 3 : 2) * kStages * panel(kBN)) * NP);
     uint64_t *barQ = bars, *fullK = bars + 1, *fullV = fullK + kStages, *empty = fullV + kStages;
+    uint64_t *readyK = empty + kStages, *readyV = readyK + kStages;  // tf32: a stage's K, V rounded
     constexpr size_t kStageElems = size_t(kBN) * D;
 
     const int tid = threadIdx.x, wg = tid / 128, warp = tid / 32, lane = tid % 32;
@@ -65,11 +69,35 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     // staged K, V rows and Kᵀ counting kv heads from a.kv_head0 (q and dO are read in place).
     const int64_t hb = kTf32 ? a.kv_head0 : 0;
     const int64_t h = cta.head + hb * p.group(), lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
+    // tf32: how many key tiles the rounding warps wait for (counted here, so that their loop holds
+    // no tile state)
+    const int nsteps = kTf32 ? KeyTiles(p, a, sr, h, m0, m1, kBN).count() : 0;
 
-    mbar_init_query_pipeline<kStages, 1>(bars);
+    if (kTf32 && tid == 0)
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&readyK[s], 3);  // one arrival per rounding warp
+            mbar_init(&readyV[s], 3);
+        }
+    mbar_init_query_pipeline<kStages, 1>(bars);  // (fences the inits and syncs the CTA)
 
     if (wg == 0) {  // ---------------------------------------------------------------- producer
-        regs_dealloc<kProducerRegs>();
+        regs_dealloc<producer_regs(sizeof(T))>();
+        if constexpr (kTf32) {
+            if (warp != 0) {  // warps 1-3: each landed stage's K and V rows to tf32, in place
+                for (int it = 0; it < nsteps; ++it) {
+                    const int st = it % kStages;
+                    const uint32_t ph = (it / kStages) & 1;
+                    for (int t = 0; t < 2; ++t) {
+                        mbar_wait(t == 0 ? &fullK[st] : &fullV[st], ph);
+                        float4 *x = reinterpret_cast<float4 *>((t == 0 ? sK : sV) + st * kStageElems);
+                        for (int i = tid - 32; i < int(kStageElems / 4); i += 96) x[i] = round4_tf32(x[i]);
+                        fence_proxy_async_smem();  // the consumers' wgmma read them through the async proxy
+                        mbar_arrive_warp(t == 0 ? &readyK[st] : &readyV[st]);
+                    }
+                }
+                return;
+            }
+        }
         if (warp != 0) return;
         const KeyTiles kt(p, a, sr, h, m0, m1, kBN);
         if (lane == 0) {
@@ -79,20 +107,22 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                 tma_load_4d(sdO + pn * kBM * PC, &tm_do, barQ, pn * PC, int(sr.q_begin + m0), int(h), int(sr.batch_index));
             }
         }
-        if constexpr (kTf32) {  // K, V rows from kr, vr ([Hkv, R, D]); Kᵀ from kt with V (fullV)
+        if constexpr (kTf32) {  // K, V rows in place; Kᵀ from kt ([Hkv pass heads, D, cols]) with V (fullV)
             const int64_t flat0 = sr.batch_index * p.total_kv + sr.kv_begin, col0 = sm90_vt_col0(flat0, blockIdx.z);
             int it = 0;
             for (int n = kt.next(kt.first); n <= kt.last; n = kt.next(n + 1), ++it) {
                 const int st = it % kStages;
                 if (it >= kStages) mbar_wait(&empty[st], ((it / kStages) - 1) & 1);
                 if (lane == 0) {
-                    const int row = int(flat0 + int64_t(n) * kBN), col = int(col0 + int64_t(n) * kBN);
+                    const int row = int(sr.kv_begin + int64_t(n) * kBN), col = int(col0 + int64_t(n) * kBN);
                     mbar_arrive_expect_tx(&fullK[st], uint32_t(kBN * D * 4));
                     for (int pn = 0; pn < NP; ++pn)
-                        tma_load_4d(sK + st * kStageElems + pn * kBN * 32, &maps.k, &fullK[st], pn * 32, row, int(hk - hb), 0);
+                        tma_load_4d(sK + st * kStageElems + pn * kBN * 32, &maps.k, &fullK[st], pn * 32, row, int(hk),
+                                    int(sr.batch_index));
                     mbar_arrive_expect_tx(&fullV[st], uint32_t(2 * kBN * D * 4));
                     for (int pn = 0; pn < NP; ++pn)
-                        tma_load_4d(sV + st * kStageElems + pn * kBN * 32, &maps.v, &fullV[st], pn * 32, row, int(hk - hb), 0);
+                        tma_load_4d(sV + st * kStageElems + pn * kBN * 32, &maps.v, &fullV[st], pn * 32, row, int(hk),
+                                    int(sr.batch_index));
                     for (int pn = 0; pn < kBN / 32; ++pn)
                         tma_load_4d(sKt + st * kStageElems + pn * D * 32, &tm_kt, &fullV[st], col + pn * 32, 0, int(hk - hb), 0);
                 }
@@ -105,7 +135,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     }
 
     // -------------------------------------------------------------------------------- consumers
-    regs_alloc<kConsumerRegs>();
+    regs_alloc<consumer_regs(sizeof(T))>();
     const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
     const int64_t r0 = m0 + 64 * cw;
     auto row_of = [&](int hf) { return r0 + 16 * wl + g + 8 * hf; };
@@ -145,10 +175,12 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         const uint32_t kt_base = saddr(sKt + st * kStageElems);
         float s[kBN / 2], dp[kBN / 2];
         mbar_wait(&fullK[st], ph);
+        if constexpr (kTf32) mbar_wait(&readyK[st], ph);  // rounded by the producer's warps 1-3
         wgmma_fence();
         sm90_ss_product<T, D, kBN>(s, q_base, uint32_t(panel(kBM)), k_base, uint32_t(panel(kBN)));
         wgmma_commit();
         mbar_wait(&fullV[st], ph);
+        if constexpr (kTf32) mbar_wait(&readyV[st], ph);
         wgmma_fence();
         sm90_ss_product<T, D, kBN>(dp, do_base, uint32_t(panel(kBM)), v_base, uint32_t(panel(kBN)));
         wgmma_commit();

@@ -1,7 +1,7 @@
 // stage_tf32.cu — the pre-pass of the sm90 tf32 kernels: key-side f32 operands rounded to tf32
 // (cvt.rna; wgmma would truncate) into the workspace, as row copies and one transposed copy in
-// the layouts of workspace.h. The forward stages K rows and Vᵀ; the backward K and V rows and Kᵀ
-// (the dQ kernel), Qᵀ and dOᵀ (the dK/dV kernel): tf32 wgmma reads K-major operands
+// the layouts of workspace.h. The forward stages K rows and Vᵀ; the backward Kᵀ (the dQ kernel),
+// Qᵀ and dOᵀ (the dK/dV kernel), its kernels reading the rows in place: tf32 wgmma reads K-major operands
 // only, so the B operand of O += P·V, dQ += dS·K, dV += Pᵀ·dO and dK += dSᵀ·Q must be stored with
 // the contracted rows innermost.
 #include "cuda/attn/launch.h"

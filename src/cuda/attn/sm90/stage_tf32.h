@@ -1,5 +1,5 @@
 // stage_tf32.h — the tf32 pre-pass of the sm90 kernels (stage_tf32.cu): which operands it rounds
-// and copies into the workspace (workspace.h: kr, vr, tr).
+// and copies into the workspace (workspace.h: kr, tr, qt, dot).
 #pragma once
 
 #if defined(__CUDACC__)
