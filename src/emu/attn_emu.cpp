@@ -179,8 +179,10 @@ bool attn_sm90_dq_fused_built() { return FATTN_SM90_DQ_FUSED != 0; }
 // With CUDA, choose() is libfattn's, built without this library's switches: the fused dQ is set
 // here as select.cpp sets it.
 fattn_status attn_choose(const AttnFwdParams &p, Choice *c, std::string *why, bool sm90) {
-    const fattn_status s = choose(p, sm90 ? attn_device_sm90() : attn_device(), c, why);
-    if (s == FATTN_OK && FATTN_SM90_DQ_FUSED != 0 && c->family == Family::SM90_NATIVE && !p.bias) c->dq_fused = true;
+    const cuda::DeviceInfo dev = sm90 ? attn_device_sm90() : attn_device();
+    const fattn_status s = choose(p, dev, c, why);
+    if (s == FATTN_OK && FATTN_SM90_DQ_FUSED != 0 && c->family == Family::SM90_NATIVE)
+        c->dq_fused = sm90_dq_fused_ok(p, c->d_bucket, dev.smem_optin);
     return s;
 }
 

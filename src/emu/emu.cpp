@@ -617,39 +617,34 @@ void tma_load(void *dst, const TensorMap &map, void *bar, int c0, int c1, int c2
     mbar_complete(b, m);
 }
 
+namespace {
+// bar.sync / bar.arrive: count the calling thread toward named barrier id; when the count reaches
+// `threads` the barrier completes (its waiters run again) and true is returned.
+bool named_count(Block &b, int id, int threads, const char *what) {
+    if (id < 1 || id > 15 || threads <= 0 || threads % 32 != 0 || threads > b.n)
+        throw std::logic_error(std::string("emu: ") + what + " needs an id in 1..15 and a thread count in whole warps");
+    ++b.events;
+    if (++b.named_waiting[id] != threads) return false;
+    b.named_waiting[id] = 0;
+    for (int t = 0; t < b.n; ++t) {
+        Fiber &o = (*b.f)[size_t(t)];
+        if (o.state == WAIT && o.wait == WAIT_NAMED && o.named == id) o.state = RUN, o.wait = WAIT_NONE, o.named = 0;
+    }
+    return true;
+}
+}  // namespace
+
 void named_sync(int id, int threads) {
     Block &b = blk();
-    if (id < 1 || id > 15 || threads <= 0 || threads % 32 != 0 || threads > b.n)
-        throw std::logic_error("emu: bar.sync needs an id in 1..15 and a thread count in whole warps");
+    if (named_count(b, id, threads, "bar.sync")) return;
     Fiber &f = (*b.f)[size_t(b.cur)];
-    ++b.events;
-    if (++b.named_waiting[id] == threads) {
-        b.named_waiting[id] = 0;
-        for (int t = 0; t < b.n; ++t) {
-            Fiber &o = (*b.f)[size_t(t)];
-            if (t != b.cur && o.state == WAIT && o.wait == WAIT_NAMED && o.named == id) o.state = RUN, o.wait = WAIT_NONE, o.named = 0;
-        }
-    } else {
-        f.state = WAIT;
-        f.wait = WAIT_NAMED;
-        f.named = id;
-        yield_to_scheduler(b, f);
-    }
+    f.state = WAIT;
+    f.wait = WAIT_NAMED;
+    f.named = id;
+    yield_to_scheduler(b, f);
 }
 
-void named_arrive(int id, int threads) {
-    Block &b = blk();
-    if (id < 1 || id > 15 || threads <= 0 || threads % 32 != 0 || threads > b.n)
-        throw std::logic_error("emu: bar.arrive needs an id in 1..15 and a thread count in whole warps");
-    ++b.events;
-    if (++b.named_waiting[id] == threads) {
-        b.named_waiting[id] = 0;
-        for (int t = 0; t < b.n; ++t) {
-            Fiber &o = (*b.f)[size_t(t)];
-            if (o.state == WAIT && o.wait == WAIT_NAMED && o.named == id) o.state = RUN, o.wait = WAIT_NONE, o.named = 0;
-        }
-    }
-}
+void named_arrive(int id, int threads) { named_count(blk(), id, threads, "bar.arrive"); }
 
 void syncwarp() {
     collective([](int) {});

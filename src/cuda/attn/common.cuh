@@ -358,13 +358,6 @@ struct KeyTiles {
         while (n <= last && p.bias && state(n) == kBiasDead) ++n;
         return n;
     }
-    // The number of tiles next() walks.
-    __device__ __forceinline__ int count() const {
-        if (!p.bias) return last >= first ? last - first + 1 : 0;
-        int c = 0;
-        for (int n = next(first); n <= last; n = next(n + 1)) ++c;
-        return c;
-    }
 };
 
 // The work items of a key tile [n0, n1) of kv head hk: for each query head of the GQA group in
@@ -410,14 +403,15 @@ struct QueryItems {
         while (idx <= last && p.bias && state(idx) == kBiasDead) ++idx;
         return idx;
     }
-    // The number of items next() walks.
-    __device__ __forceinline__ int count() const {
-        if (!p.bias) return last >= first ? last - first + 1 : 0;
-        int n = 0;
-        for (int idx = next(first); idx <= last; idx = next(idx + 1)) ++n;
-        return n;
-    }
 };
+
+// The number of indices a walk (KeyTiles, QueryItems) visits: next(first), next(i + 1), ... up to last.
+template <class W> __device__ __forceinline__ int walk_count(const W &w) {
+    if (!w.p.bias) return w.last >= w.first ? w.last - w.first + 1 : 0;
+    int n = 0;
+    for (int i = w.next(w.first); i <= w.last; i = w.next(i + 1)) ++n;
+    return n;
+}
 
 // The piece of dbias a bias-gradient CTA owns (mma_dbias_kernel, sc_dbias_kernel: one source of
 // truth for both) and what sums into it. Grid (dbias_grid): x the bm × bn tile of a dbias plane

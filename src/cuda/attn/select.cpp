@@ -22,15 +22,14 @@ namespace fattn::cuda::attn {
 
 namespace {
 
-// Can TMA read k and v in place: 16-byte aligned, strides of dims with more than one index
-// positive whole 16-byte chunks (byte strides below 2^39)?
+// Can TMA read q, or k and v, in place (workspace.h: sm90_view_tma_ok)?
+bool q_tma_ok(const AttnFwdParams &p) {
+    return sm90_view_tma_ok(p.q, p.dtype, p.q_ss, p.q_sh, p.q_sb, p.total_q, p.hq, p.cu_seqlens_q ? 1 : p.batch);
+}
 bool kv_tma_ok(const AttnFwdParams &p) {
-    auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
-    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, es = p.dtype == FATTN_F32 ? 4 : 2, chunk = 16 / es;
-    const int64_t smax = (int64_t(1) << 40) / es / 2;
-    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % chunk == 0 && s < smax); };
-    return a16(p.k) && a16(p.v) && st_ok(p.k_ss, p.total_kv) && st_ok(p.k_sh, p.hkv) && st_ok(p.k_sb, bview) &&
-           st_ok(p.v_ss, p.total_kv) && st_ok(p.v_sh, p.hkv) && st_ok(p.v_sb, bview);
+    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
+    return sm90_view_tma_ok(p.k, p.dtype, p.k_ss, p.k_sh, p.k_sb, p.total_kv, p.hkv, bview) &&
+           sm90_view_tma_ok(p.v, p.dtype, p.v_ss, p.v_sh, p.v_sb, p.total_kv, p.hkv, bview);
 }
 
 // Can the sm90 forward run p? Its TMA tensor maps need 16-byte aligned bases and strides, and the
@@ -57,21 +56,12 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
         return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) +
                   (tf32 ? " (needs D = Dv = 64 or 128)"
                         : " (needs D = Dv, a multiple of 8 up to " + std::to_string(dmax16) + ")"));
-    auto a16 = [](const void *x) { return (reinterpret_cast<uintptr_t>(x) & 15) == 0; };
     // A tensor map needs at least one row: no queries (the backward still zeroes dK/dV) or no
     // keys go to the portable kernels.
     if (p.total_q < 1 || p.total_kv < 1) return no("no queries or no keys");
-    if (!a16(p.q) || (!tf32 && (!a16(p.k) || !a16(p.v)))) return no("q, k, v must be 16-byte aligned (TMA)");
-    // Strides of dims with more than one index must be whole 16-byte chunks and > 0.
+    if (!q_tma_ok(p)) return no("q must be 16-byte aligned with strides in whole 16-byte chunks (TMA)");
+    if (!tf32 && !kv_tma_ok(p)) return no("k and v must be 16-byte aligned with strides in whole 16-byte chunks (TMA)");
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-    const int64_t chunk = tf32 ? 4 : 8;
-    const int64_t smax = (int64_t(1) << 40) / (tf32 ? 4 : 2) / 2;  // byte strides below 2^39
-    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % chunk == 0 && s < smax); };
-    if (!st_ok(p.q_ss, p.total_q) || !st_ok(p.q_sh, p.hq) || !st_ok(p.q_sb, bview))
-        return no("q strides must be positive multiples of 16 bytes (TMA)");
-    if (!tf32 && (!st_ok(p.k_ss, p.total_kv) || !st_ok(p.k_sh, p.hkv) || !st_ok(p.k_sb, bview) ||
-                  !st_ok(p.v_ss, p.total_kv) || !st_ok(p.v_sh, p.hkv) || !st_ok(p.v_sb, bview)))
-        return no("k/v strides must be positive multiples of 8 elements (TMA)");
     // TMA coordinates are 32-bit: query and key rows; with tf32 the flat key rows of the kr copy
     // and the columns of the Vᵀ copy (workspace.h: sm90_vt_cols).
     const int64_t kv_rows = tf32 ? sm90_vt_cols(bview * p.total_kv, p.batch) : p.total_kv;
@@ -162,7 +152,7 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                     c->family = Family::SM90_NATIVE;
                     // dQ inside the dK/dV kernel (tiles.h: FATTN_SM90_DQ_FUSED), not with a bias
                     // (workspace.h: Choice::dq_fused)
-                    c->dq_fused = FATTN_SM90_DQ_FUSED != 0 && !p.bias && sm90_dkdv_smem(c->d_bucket, 2, true) <= dev.smem_optin;
+                    c->dq_fused = FATTN_SM90_DQ_FUSED != 0 && sm90_dq_fused_ok(p, c->d_bucket, dev.smem_optin);
                 } else if (dev.family == FATTN_CUDA_FAMILY_SM90)
                     return no("family SM90 has no backward for head dims above 128 (family SM90 was asked for)");
             } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {

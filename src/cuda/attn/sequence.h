@@ -25,10 +25,7 @@ namespace fattn::cuda::attn {
 // The sm90 backward reads dout through TMA like q, k, v (select.cpp checks those): 16-byte
 // aligned, strides of dims with more than one index whole 16-byte chunks.
 inline bool sm90_dout_ok(const AttnBwdParams &p) {
-    const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-    const int64_t chunk = p.dtype == FATTN_F32 ? 4 : 8, smax = (int64_t(1) << 39) / (p.dtype == FATTN_F32 ? 4 : 2);
-    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % chunk == 0 && s < smax); };
-    return aligned16(p.dout) && st_ok(p.do_ss, p.total_q) && st_ok(p.do_sh, p.hq) && st_ok(p.do_sb, bview);
+    return sm90_view_tma_ok(p.dout, p.dtype, p.do_ss, p.do_sh, p.do_sb, p.total_q, p.hq, p.cu_seqlens_q ? 1 : p.batch);
 }
 
 // The kernel arguments of one call: the bias map and ceilings computed, the workspace carved.

@@ -40,6 +40,23 @@ namespace fattn::cuda::attn {
 
 constexpr int64_t kMapBlock = 64;  // granularity of the bias tile map (rows and cols)
 
+// Can TMA read a [B_view, rows, heads, D] view of dt elements in place: a 16-byte aligned base, and
+// the strides of dims with more than one index positive whole 16-byte chunks, in bytes below 2^39
+// (the sm90 kernels' q, k, v and dout: select.cpp, sequence.h).
+inline bool sm90_view_tma_ok(const void *x, fattn_dtype dt, int64_t ss, int64_t sh, int64_t sb, int64_t rows, int64_t heads,
+                             int64_t bview) {
+    const int64_t es = dt == FATTN_F32 ? 4 : 2, chunk = 16 / es, smax = (int64_t(1) << 39) / es;
+    auto st_ok = [&](int64_t s, int64_t extent) { return extent <= 1 || (s > 0 && s % chunk == 0 && s < smax); };
+    return (reinterpret_cast<uintptr_t>(x) & 15) == 0 && st_ok(ss, rows) && st_ok(sh, heads) && st_ok(sb, bview);
+}
+
+// Whether the 16-bit sm90 backward of p (on the kernels of d_bucket) can take the fused dQ
+// (Choice::dq_fused; the build's FATTN_SM90_DQ_FUSED decides whether it does): not with a bias,
+// and its dK/dV kernel must fit the device's shared memory.
+inline bool sm90_dq_fused_ok(const AttnFwdParams &p, int d_bucket, size_t smem_optin) {
+    return !p.bias && sm90_dkdv_smem(d_bucket, 2, true) <= smem_optin;
+}
+
 // The Vᵀ copy of the sm90 tf32 forward: where sequence s (flat key row flat0 = batch_index ·
 // total_kv + kv_begin) starts: a multiple of 8, and at or past the end of the previous
 // sequence's last 8-key group (its padded groups never overlap the next sequence's).

@@ -40,6 +40,8 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, v
     CUtensorMap tm_do;
     cudaError_t e;
     const dim3 grid_kv(ceil_div_u(p.seqlen_kv, sm90bwd::bn()), unsigned(p.hkv), unsigned(p.batch));
+    // dK/dV: 128-key CTAs, 64-row query items (no Qᵀ/dOᵀ maps: 16-bit)
+    if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess) return e;
     // fused dQ (instantiated only in a build with the switch, whose selection is the one that
     // asks for it): zero the counters, dK/dV/dQ (grid x reversed), convert dq
     if constexpr (FATTN_SM90_DQ_FUSED != 0) {
@@ -53,7 +55,6 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, v
                                      static_cast<uint32_t *>(x), n);
             };
             if ((e = zero(fd.cnt, ncnt)) != cudaSuccess || (FATTN_SM90_DQ_FUSED == 2 && (e = zero(fd.acc, nacc)) != cudaSuccess) ||
-                (e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess ||
                 (e = launch_kernel(sm90_dkdv_kernel<T, D, true>, grid_kv, sm90bwd::threads(), sm90bwd::dkdv_smem(D, 2, true), st, p,
                                    a, m, tm_do, tm_do, tm_do, fd)) != cudaSuccess)
                 return e;
@@ -61,13 +62,9 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, v
             return launch_kernel(sm90_dq_convert_kernel<T, D>, grid_q, kDqfThreads, 0, st, p, fd);
         }
     }
-    {  // dK/dV: 128-key CTAs, 64-row query items
-        if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess) return e;
-        // no Qᵀ/dOᵀ maps: 16-bit
-        if ((e = launch_kernel(sm90_dkdv_kernel<T, D>, grid_kv, sm90bwd::threads(), sm90bwd::dkdv_smem(D), st, p, a, m, tm_do,
-                               tm_do, tm_do, Sm90DqAcc{})) != cudaSuccess)
-            return e;
-    }
+    if ((e = launch_kernel(sm90_dkdv_kernel<T, D>, grid_kv, sm90bwd::threads(), sm90bwd::dkdv_smem(D), st, p, a, m, tm_do,
+                           tm_do, tm_do, Sm90DqAcc{})) != cudaSuccess)
+        return e;
     {  // dQ: 128-row CTAs, 64-key (D128) or 128-key (D64) steps
         if ((e = maps_of(p, sm90dq::kBM, sm90dq::bn(D), &m, &tm_do)) != cudaSuccess) return e;
         const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(p.hq), unsigned(p.batch));

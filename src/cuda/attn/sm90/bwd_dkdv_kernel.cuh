@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     // Work items in the fixed order (head of the group, query tile), trimmed to live ones.
     const QueryItems qi(p, a, sr, hk, n0, n1, kBM);
     // tf32: how many the rounding warps wait for (counted here, so that their loop holds no item state)
-    const int nitems = kTf32 ? qi.count() : 0;
+    const int nitems = kTf32 ? walk_count(qi) : 0;
 
     if (tid == 0) {
         mbar_init(barKV, 1);
@@ -188,12 +188,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                 for (int it = 0; it < nitems; ++it) {
                     const int st = it % kStages;
                     mbar_wait(&full[st], (it / kStages) & 1);
-                    float4 *tq = reinterpret_cast<float4 *>(sQ + st * kTileElems);
-                    float4 *tdo = reinterpret_cast<float4 *>(sdO + st * kTileElems);
-                    for (int i = tid - 32; i < int(kTileElems / 4); i += 96) {  // the swizzle is moot element-wise
-                        tq[i] = round4_tf32(tq[i]);
-                        tdo[i] = round4_tf32(tdo[i]);
-                    }
+                    sm90_round_stage_tf32(sQ + st * kTileElems, int(kTileElems));
+                    sm90_round_stage_tf32(sdO + st * kTileElems, int(kTileElems));
                     fence_proxy_async_smem();  // the consumers' wgmma read them through the async proxy
                     mbar_arrive_warp(&ready[st]);
                 }

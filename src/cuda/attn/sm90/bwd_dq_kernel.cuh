@@ -66,12 +66,12 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
     if (cta.past_end()) return;
     const SeqRange sr = cta.sr;
     // tf32: a pass of kv heads from a.kv_head0 on (bwd.cu): query heads from a.kv_head0 · group, the
-    // staged K, V rows and Kᵀ counting kv heads from a.kv_head0 (q and dO are read in place).
+    // staged Kᵀ counting kv heads from a.kv_head0 (q, k, v and dO are read in place).
     const int64_t hb = kTf32 ? a.kv_head0 : 0;
     const int64_t h = cta.head + hb * p.group(), lq = cta.lq, lkv = cta.lkv, m0 = cta.r0, m1 = cta.r1(), hk = h / p.group();
     // tf32: how many key tiles the rounding warps wait for (counted here, so that their loop holds
     // no tile state)
-    const int nsteps = kTf32 ? KeyTiles(p, a, sr, h, m0, m1, kBN).count() : 0;
+    const int nsteps = kTf32 ? walk_count(KeyTiles(p, a, sr, h, m0, m1, kBN)) : 0;
 
     if (kTf32 && tid == 0)
         for (int s = 0; s < kStages; ++s) {
@@ -89,8 +89,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                     const uint32_t ph = (it / kStages) & 1;
                     for (int t = 0; t < 2; ++t) {
                         mbar_wait(t == 0 ? &fullK[st] : &fullV[st], ph);
-                        float4 *x = reinterpret_cast<float4 *>((t == 0 ? sK : sV) + st * kStageElems);
-                        for (int i = tid - 32; i < int(kStageElems / 4); i += 96) x[i] = round4_tf32(x[i]);
+                        sm90_round_stage_tf32((t == 0 ? sK : sV) + st * kStageElems, int(kStageElems));
                         fence_proxy_async_smem();  // the consumers' wgmma read them through the async proxy
                         mbar_arrive_warp(t == 0 ? &readyK[st] : &readyV[st]);
                     }

@@ -99,6 +99,13 @@ __device__ __forceinline__ float4 round4_tf32(float4 x) {
     x.w = __uint_as_float(to_tf32(x.w));
     return x;
 }
+// Warps 1-3 of a producer warpgroup (96 threads) round n floats of a landed ring stage in place
+// (element-wise: the swizzle is moot); the caller then fences (the consumers' wgmma read them
+// through the async proxy) and arrives on the stage's ready barrier (the dK/dV and dQ kernels).
+__device__ __forceinline__ void sm90_round_stage_tf32(float *x, int n) {
+    float4 *v = reinterpret_cast<float4 *>(x);
+    for (int i = int(threadIdx.x) - 32; i < n / 4; i += 96) v[i] = round4_tf32(v[i]);
+}
 // tf32 consumers: round warpgroup cw's 64 rows of a [BM, NP·32] f32 tile (NP panels of [BM, 32];
 // the rows are contiguous in each panel, and the swizzle only moves 16-byte chunks within a row).
 template <int NP, int BM>
