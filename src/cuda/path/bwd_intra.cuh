@@ -35,7 +35,7 @@ template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64
 
 template <typename Tin, int D> struct KSegIntra {
     using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1;
+    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1, CI = cvt_if<D>();
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
     // kS16: the scores of a pair (S, dP, then gamma += dS K~, dK~ += dS^T X, dV += P^T dO) in the
@@ -143,7 +143,7 @@ template <typename Tin, int D> struct KSegIntra {
               *dgr = gk + kC;
         rk.template put<true>(sA, SD);
         if (p.vec_v) rv.template put<true>(sB, SD);
-        else load_tile_cvt<float, Tin, kThreads, true>(sB, SD, gv, p.v_ss, kC, D, kC, p.V, false);
+        else load_tile_cvt<float, Tin, kThreads, true, CI>(sB, SD, gv, p.v_ss, kC, D, kC, p.V, false);
         for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
         sync();
         cta_gemm<float, false, false, NB64, NW, kRA | kRB>(kC, kC, D, sDO, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
@@ -184,7 +184,7 @@ template <typename Tin, int D> struct KSegIntra {
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
         auto rows_of = [&](int64_t lc) { return int(sq.len - lc * kC < kC ? sq.len - lc * kC : kC); };
         auto ldW = [&](float *s, int64_t lc) { load_w_f32<kThreads>(s, SD, p, sq, lc * kC, h, D, rows_of(lc)); };
-        auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads, true>(s, SD, p, sq.row0 + lc * kC, h, D, rows_of(lc)); };
+        auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads, true, CI>(s, SD, p, sq.row0 + lc * kC, h, D, rows_of(lc)); };
         // Operand flags (common.cuh): U, dO, K~, V, the states X of the pair loop and the products
         // read only as operands are stored as tf32 values; Q (16-bit inputs) is one already.
         constexpr int kQ = sizeof(Tin) == 2 ? kRA : 0;
@@ -196,9 +196,9 @@ template <typename Tin, int D> struct KSegIntra {
             sync();
             const Tin *gdo = static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh;
             if constexpr (kS16) load_tile<Tin, kThreads>(dO16, STi, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
-            else load_tile_cvt<float, Tin, kThreads, true>(sDO, SD, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
+            else load_tile_cvt<float, Tin, kThreads, true, CI>(sDO, SD, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
             load_ws_f32<D, kThreads>(sG, p.gam + (qrow * p.hq + hq) * D, hqd, nq);
-            load_tile_cvt<float, Tin, kThreads>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+            load_tile_cvt<float, Tin, kThreads, false, CI>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
                                                 p.q_ss, kC, D, nq, p.K, p.vec_q);
             ldW(sA, ci);
             ldU(sB, ci);
@@ -241,14 +241,21 @@ template <typename Tin, int D> struct KSegIntra {
                     rk.issue(gkt, hd, kC, D);
                     if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
                 }
-                if (j > 0) {
-                    sync();
-                    load_tile_cvt<float, Tw, kThreads, true>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
-                }
-                if (r >= 1 || j >= 1) {  // gamma back through chunk cj
+                if (r >= 1 || j >= 1) {  // the state X(j) (j >= 1), then gamma back through chunk cj
                     sync();
                     ldW(sA, cj);
-                    ldU(sB, cj);
+                    if constexpr (kS16 && FATTN_PATH_LOAD_OVERLAP) {
+                        // the state and U in flight together (16-byte loads in registers) beside W's
+                        // cp.async: one round trip
+                        TileRegs<Tw, D, kThreads> rx, ru;
+                        if (j > 0) rx.issue(qts + (j - 1) * kC * D, D, kC, D);
+                        ru.issue(static_cast<const Tw *>(p.uw) + (krow * p.h + h) * D, hd, rows_of(cj), D);
+                        if (j > 0) rx.template put<true>(sX, SD);
+                        ru.template put<true>(sB, SD);
+                    } else {
+                        if (j > 0) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
+                        ldU(sB, cj);
+                    }
                     cp_landed();
                     cta_gemm<float, false, false, NB64, NW, kRB>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = tf32_round(v); });
                     sync();  // U read: M1 takes its place
@@ -273,7 +280,7 @@ template <typename Tin, int D> struct KSegIntra {
 
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
-    static constexpr int NW = 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
+    static constexpr int NW = 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1, CI = cvt_if<D>();
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
     // B2 holds K, Dm, V, U, Dm, K in turn (Dm loaded twice rather than kept): six tiles, two CTAs
@@ -292,13 +299,13 @@ template <typename Tin, int D> struct KOwn {
         float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
         const int64_t hqd = int64_t(p.hq) * D;
         auto ldK = [&](float *s) {
-            load_tile_cvt<float, Tin, kThreads, true>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
+            load_tile_cvt<float, Tin, kThreads, true, CI>(s, SD, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
                                                       p.k_ss, kC, D, n, p.K, p.vec_k);
         };
         // Operand flags (common.cuh): Q, K, V, dO, U, Dm and the products read only as operands
         // (QW, dQW) are stored as tf32 values; P, dA and gamma are read element-wise too.
         // 1. QW = LT(Q W^T)
-        load_tile_cvt<float, Tin, kThreads, true>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+        load_tile_cvt<float, Tin, kThreads, true, CI>(B0, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
                                                   p.q_ss, kC, D, n, p.K, p.vec_q);
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
@@ -324,9 +331,9 @@ template <typename Tin, int D> struct KOwn {
         });
         sync();
         // 3. dV += P^T dO;  dA = scale P (dO V^T - delta)
-        load_tile_cvt<float, Tin, kThreads, true>(B3, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+        load_tile_cvt<float, Tin, kThreads, true, CI>(B3, SD, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
                                                   p.do_ss, kC, D, n, p.V, p.vec_do);
-        load_tile_cvt<float, Tin, kThreads, true>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
+        load_tile_cvt<float, Tin, kThreads, true, CI>(B2, SD, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
                                                   p.v_ss, kC, D, n, p.V, p.vec_v);
         sync();
         cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, B3, SD, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
@@ -337,7 +344,7 @@ template <typename Tin, int D> struct KOwn {
         sync();
         // 4. gamma (p.gam is the dK_own buffer: read the chunk's gamma before writing its dK_own) and U
         load_ws_f32<D, kThreads>(B3, p.gam + (row * p.hq + hq) * D, hqd, n);
-        load_u_f32<Tin, kThreads, true>(B2, SD, p, row, h, D, n);
+        load_u_f32<Tin, kThreads, true, CI>(B2, SD, p, row, h, D, n);
         cp_landed();
         // 5. dK_own = dA^T Q;  dD = -QW^T dA;  dG
         cta_gemm<float, true, true, NB, NW, kRB>(kC, D, kC, M2, S64, B0, SD, [&](int b, int c, float v) {

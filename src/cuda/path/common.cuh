@@ -19,6 +19,13 @@
 #ifndef FATTN_PATH_TF32_PERMK
 #define FATTN_PATH_TF32_PERMK 0
 #endif
+// Global round trips of seg-intra and the own-chunk kernel (an A/B switch): 1 = at D 128 their
+// converting tile loads keep four 16-byte loads per thread in flight (cvt_if: a 64 x 128 16-bit
+// tile in one round trip), and seg-intra loads a pair's state and U together (16-bit inputs);
+// 0 = two loads in flight, one tile after the other.
+#ifndef FATTN_PATH_LOAD_OVERLAP
+#define FATTN_PATH_LOAD_OVERLAP 1
+#endif
 
 namespace fattn::pathk {
 
@@ -212,22 +219,23 @@ PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int w
     }
 }
 // Same with a conversion (plain loads, done when the call returns): Es <- Eg. vec (rows 16-byte
-// aligned, width and cols_valid whole 16-byte vectors): 16-byte loads, two per thread in flight
-// before the converted values are stored (an element-wise loop waits for each load). Rnd: f32
-// values are stored rounded to tf32 (a tile read only as tf32 operands; 16-bit values are tf32).
-template <typename Es, typename Eg, int NT, bool Rnd = false>
+// aligned, width and cols_valid whole 16-byte vectors): 16-byte loads, IF per thread in flight
+// before the converted values are stored (an element-wise loop waits for each load; a 64 x 128
+// 16-bit tile is four per thread of 256: one round trip with IF = 4). Rnd: f32 values are stored
+// rounded to tf32 (a tile read only as tf32 operands; 16-bit values are tf32).
+template <typename Es, typename Eg, int NT, bool Rnd = false, int IF = 2>
 PK_DEV void load_tile_cvt(Es *s, int ST, const Eg *g, int64_t gstride, int rows, int width, int rows_valid,
                           int cols_valid, bool vec) {
     constexpr int EPV = 16 / int(sizeof(Eg));
     if (vec) {
         const int per_row = width / EPV, n = rows * per_row;
-        for (int e0 = 0; e0 < n; e0 += 2 * NT) {
-            V16 v[2];
-            for (int i = 0; i < 2; ++i) {
+        for (int e0 = 0; e0 < n; e0 += IF * NT) {
+            V16 v[IF];
+            for (int i = 0; i < IF; ++i) {
                 const int e = e0 + tid() + i * NT, r = e / per_row, c = (e % per_row) * EPV;
                 v[i] = e < n && r < rows_valid && c < cols_valid ? ld16(g + r * gstride + c) : V16{};
             }
-            for (int i = 0; i < 2; ++i) {
+            for (int i = 0; i < IF; ++i) {
                 const int e = e0 + tid() + i * NT, r = e / per_row, c = (e % per_row) * EPV;
                 if (e >= n) break;
                 for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = from_f<Es>(rnd_if<Rnd && sizeof(Eg) == 4>(v16_elem<Eg>(v[i], k)));
@@ -268,13 +276,13 @@ template <typename E, int NT> PK_DEV void zero_tile(E *s, int ST, int rows, int 
 // The 64 x width f32 tile of U rows [row, row + n) of kv head h: U is kept in the walk type (f16
 // for 16-bit inputs: the 10-bit mantissa the tf32 products it feeds use anyway; f32 otherwise).
 // Rnd: stored rounded to tf32 (a tile read only as tf32 operands; plain loads for f32).
-template <typename Tin, int NT, bool Rnd = false>
+template <typename Tin, int NT, bool Rnd = false, int IF = 2>
 PK_DEV void load_u_f32(float *s, int ST, const PathDev &p, int64_t row, int h, int width, int n) {
     using Tw = walk_t<Tin>;
     const Tw *g = static_cast<const Tw *>(p.uw) + (row * p.h + h) * width;
     if constexpr (sizeof(Tw) == 4 && !Rnd)
         load_tile<float, NT>(s, ST, reinterpret_cast<const float *>(g), int64_t(p.h) * width, 64, width, n, width, true);
-    else load_tile_cvt<float, Tw, NT, Rnd>(s, ST, g, int64_t(p.h) * width, 64, width, n, width, true);
+    else load_tile_cvt<float, Tw, NT, Rnd, IF>(s, ST, g, int64_t(p.h) * width, 64, width, n, width, true);
 }
 
 // All of the issued cp.async copies landed and every thread's writes visible.
@@ -427,6 +435,11 @@ template <> struct Frag<float> {
 // Geometry of the f32 tile-algebra kernels with NW warps: 64 x D and 64 x 64 tiles, and the
 // n-tiles per warp tile that give each warp one tile of a 64 x D product (NB) and of a 64 x 64
 // one (NB64): 8 warps, 16 x D/2 and 16 x 32; 16 warps, half as wide.
+// The converting loads' 16-byte loads in flight per thread for a kernel of head dim D (four at D 128
+// with FATTN_PATH_LOAD_OVERLAP, where the registers are there: four at D <= 64 spill in the
+// 128-register kernels of two CTAs per SM).
+template <int D> constexpr int cvt_if() { return FATTN_PATH_LOAD_OVERLAP && D > 64 ? 4 : 2; }
+
 template <int D, int NW = 8> struct F32Tiles {
     static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(64);
     static constexpr size_t BIG = tile_bytes<float>(64, D), SMALL = tile_bytes<float>(64, 64);
