@@ -6,10 +6,16 @@
 // X lives in registers (f32) the whole time; the walk products run in the walk type (f16 for 16-bit
 // inputs, tf32 for f32), the scores in the input dtype. Logits are in the exp2 domain
 // (scale * log2 e); lse is stored as a natural log. The next key chunk's tiles (K~, V, W, U) are
-// prefetched with cp.async while this one is computed when two stages fit in shared memory.
+// prefetched with cp.async while this one is computed when two stages fit in shared memory; else,
+// with FATTN_PATH_FWD_SPLIT, a chunk's W and U load while its scores run and the next chunk's K~ and
+// V while this one is walked (two K~ V slots and one W U slot).
 #pragma once
 
 #include "cuda/path/common.cuh"
+
+#ifndef FATTN_PATH_FWD_SPLIT
+#define FATTN_PATH_FWD_SPLIT 1
+#endif
 
 namespace fattn::pathk {
 
@@ -18,7 +24,8 @@ template <typename Tin, int D> struct KFwd {
     static constexpr int kThreads = 128, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D), STw = tile_stride<Tw>(D), STm = tile_stride<Tw>(kC);
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), TW = tile_bytes<Tw>(kC, D), TM = tile_bytes<Tw>(kC, kC);
-    static constexpr size_t STAGE = 2 * TI + 2 * TW + kC * 4;            // K~, V, W, U, G of the keys
+    // A stage: a key chunk's K~, V, G (KVB bytes), then its W, U
+    static constexpr size_t KVB = 2 * TI + kC * 4, STAGE = KVB + 2 * TW;
     static constexpr size_t OWN = 3 * TI + 2 * TW + TM;                 // Q, K, V, W, U, Dm
     static constexpr size_t MAXB = STAGE > OWN ? STAGE : OWN;
     // Two stages where they fit beside a second CTA's: at D 128 one stage, so that two CTAs share an
@@ -26,20 +33,32 @@ template <typename Tin, int D> struct KFwd {
     // f32 inputs at D 64 take one stage, two CTAs per SM (102 KiB each): T4096 H32 f32 fwd 2.47 ms
     // vs 4.02 with two stages in one CTA of 171 KiB (fwd+bwd 8.88 vs 10.45).
     static constexpr bool kTwo = D <= 64 && STAGE + MAXB + 256 <= 113 * 1024;
-    static constexpr size_t smem() { return (kTwo ? STAGE + MAXB : MAXB) + 256; }
+    // kSplit (one stage otherwise): two K~ V G slots and one W U slot in the own tiles' place, where
+    // that keeps the CTAs per SM (113 KiB for two; at D 128 f32 one CTA of up to 227 KiB)
+    static constexpr size_t SPL = 2 * KVB + 2 * TW, BASE = MAXB + 256;
+    static constexpr bool kSplit = FATTN_PATH_FWD_SPLIT && !kTwo &&
+                                   (BASE <= 113 * 1024 ? SPL + 256 <= 113 * 1024 : SPL + 256 <= 227 * 1024);
+    static constexpr size_t REG = kTwo ? STAGE + MAXB : kSplit && SPL > MAXB ? SPL : MAXB;
+    static constexpr size_t smem() { return REG + 256; }
 
-    PK_DEV static void issue_stage(const PathDev &p, const SeqInfo &sq, int hq, int h, int64_t cj, char *buf) {
+    PK_DEV static void issue_kv(const PathDev &p, const SeqInfo &sq, int hq, int h, int64_t cj, char *buf) {
         Tin *sKt = reinterpret_cast<Tin *>(buf), *sV = reinterpret_cast<Tin *>(buf + TI);
-        Tw *sW = reinterpret_cast<Tw *>(buf + 2 * TI), *sU = reinterpret_cast<Tw *>(buf + 2 * TI + TW);
-        float *gk = reinterpret_cast<float *>(buf + 2 * TI + 2 * TW);
+        float *gk = reinterpret_cast<float *>(buf + 2 * TI);
         const int64_t row = sq.row0 + cj * kC, t0 = sq.begin + cj * kC;
-        const int64_t ws = int64_t(p.h) * D;
-        load_tile<Tin, kThreads>(sKt, STi, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+        load_tile<Tin, kThreads>(sKt, STi, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, int64_t(p.h) * D, kC, D, kC, D, true);
         load_tile<Tin, kThreads>(sV, STi, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh,
                                  p.v_ss, kC, D, kC, p.V, p.vec_v);
-        load_tile<Tw, kThreads>(sW, STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
-        load_tile<Tw, kThreads>(sU, STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
         for (int a = tid(); a < kC; a += kThreads) gk[a] = p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
+    }
+    PK_DEV static void issue_wu(const PathDev &p, const SeqInfo &sq, int h, int64_t cj, char *buf) {
+        const int64_t row = sq.row0 + cj * kC, ws = int64_t(p.h) * D;
+        load_tile<Tw, kThreads>(reinterpret_cast<Tw *>(buf), STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+        load_tile<Tw, kThreads>(reinterpret_cast<Tw *>(buf + TW), STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D,
+                                kC, D, true);
+    }
+    PK_DEV static void issue_stage(const PathDev &p, const SeqInfo &sq, int hq, int h, int64_t cj, char *buf) {
+        issue_kv(p, sq, hq, h, cj, buf);
+        issue_wu(p, sq, h, cj, buf + KVB);
     }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
@@ -50,7 +69,7 @@ template <typename Tin, int D> struct KFwd {
         const int r0 = 16 * warp_id();
         char *st0 = smem, *own = smem + (kTwo ? STAGE : 0);
         char *st1 = kTwo ? own : smem;
-        float *gq = reinterpret_cast<float *>(smem + (kTwo ? STAGE + MAXB : MAXB));
+        float *gq = reinterpret_cast<float *>(smem + REG);
         Tin *sQ = reinterpret_cast<Tin *>(own), *sK = reinterpret_cast<Tin *>(own + TI),
             *sV = reinterpret_cast<Tin *>(own + 2 * TI);
         Tw *sW = reinterpret_cast<Tw *>(own + 3 * TI), *sU = reinterpret_cast<Tw *>(own + 3 * TI + TW),
@@ -105,13 +124,31 @@ template <typename Tin, int D> struct KFwd {
         }
         zero_acc(O);
         warp_gemm_acc<Tin, true>(O, S, 1.f, sV, STi, 0);
-        sync();  // the own tiles may be overwritten from here on (stage 1 aliases them)
+        sync();  // the own tiles may be overwritten from here on (stage 1 and the split slots alias them)
 
         // ---- earlier chunks, newest first ----
+        // kSplit: slots KV0, KV1 at 0 and KVB, WU at 2 KVB; K~ V of chunk cj land while chunk cj + 1
+        // is walked, its W U while its scores run
+        char *const wu = smem + 2 * KVB;
+        if (kSplit && ci > 0) {
+            issue_kv(p, sq, hq, h, ci - 1, smem);
+            cp_commit();
+        }
         for (int64_t cj = ci - 1, s = 0; cj >= 0; --cj, ++s) {
             char *cur = kTwo && (s & 1) ? st1 : st0;
             if (kTwo) {
                 ring_step(cj > 0, [&] { issue_stage(p, sq, hq, h, cj - 1, (s & 1) ? st0 : st1); });
+            } else if (kSplit) {
+                cur = smem + (s & 1) * KVB;
+                if (cj > 0) {  // in flight: K~ V (cj), then W U (cj), K~ V (cj - 1)
+                    issue_wu(p, sq, h, cj, wu);
+                    cp_commit();
+                    issue_kv(p, sq, hq, h, cj - 1, smem + ((s + 1) & 1) * KVB);
+                    cp_commit();
+                    cp_wait<2>();
+                } else {
+                    cp_wait<0>();
+                }
             } else {
                 issue_stage(p, sq, hq, h, cj, st0);
                 cp_commit();
@@ -119,8 +156,8 @@ template <typename Tin, int D> struct KFwd {
             }
             sync();
             const Tin *cKt = reinterpret_cast<const Tin *>(cur), *cV = reinterpret_cast<const Tin *>(cur + TI);
-            const Tw *cW = reinterpret_cast<const Tw *>(cur + 2 * TI), *cU = reinterpret_cast<const Tw *>(cur + 2 * TI + TW);
-            const float *gk = reinterpret_cast<const float *>(cur + 2 * TI + 2 * TW);
+            const Tw *cW = reinterpret_cast<const Tw *>(kSplit ? wu : cur + KVB), *cU = cW + TW / sizeof(Tw);
+            const float *gk = reinterpret_cast<const float *>(cur + 2 * TI);
             zero_acc(S);
             warp_gemm_acc<Tin, false>(S, X, 1.f, cKt, STi, 0);
             for (int hh = 0; hh < 2; ++hh) {
@@ -145,6 +182,10 @@ template <typename Tin, int D> struct KFwd {
                     }
             }
             warp_gemm_acc<Tin, true>(O, S, 1.f, cV, STi, 0);
+            if (kSplit && cj > 0) {  // W U (cj) landed
+                cp_wait<1>();
+                sync();
+            }
             if (cj > 0) walk_back<Tw>(X, cW, cU, STw);
             sync();
         }
