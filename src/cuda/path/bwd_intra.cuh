@@ -53,10 +53,20 @@ template <typename Tin, int D> struct KSegIntra {
     // layout: dO (sDO / dO16) | sG | sX | R (RZ bytes) | lse2, dl, gq, gk, dgr (64 floats each)
     static constexpr size_t DOB = kS16 ? TI : FT::BIG, OFF_R = DOB + 2 * FT::BIG;
     static constexpr size_t RZ = kS16 && RS > RG ? RS : RG, OFF_SMALL = OFF_R + RZ;
-    static constexpr size_t smem() { return OFF_SMALL + 5 * kC * 4; }
+    // kPreKV (D 128, 16-bit, FATTN_PATH_LOAD_OVERLAP): K~ and V of a pair in a region of their own
+    // (one CTA per SM has the room), loaded while gamma's step runs
+    static constexpr bool kPreKV = kS16 && FATTN_PATH_LOAD_OVERLAP && D > 64;
+    static constexpr size_t OFF_KV = OFF_SMALL + 5 * kC * 4;
+    static constexpr size_t smem() { return OFF_KV + (kPreKV ? 2 * TI : 0); }
+
+    // The pair's K~ and V into Tin tiles (cp.async; the caller commits).
+    PK_DEV static void issue_kv(const PathDev &p, const Tin *gkt, const Tin *gv, Tin *k16, Tin *v16) {
+        load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
+        load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
+    }
 
     // The scores of pair (query chunk, key chunk krow) in the input dtype (kS16; the gamma step is
-    // done, R is free): K~, V (cp.async) and X (from sX) into Tin tiles,
+    // done, R is free): K~, V (cp.async; kPreKV: issued by the caller) and X (from sX) into Tin tiles,
     // then each warp its 16 x 32 block of S = X K~^T and dP = dO V^T in registers, P and dS into
     // Tin tiles and the f32 partial row / column sums of dS into rsum / csum (fixed order); then
     // gamma += dS K~, dK~ += dS^T X, dV += P^T dO and the dG sums.
@@ -66,14 +76,16 @@ template <typename Tin, int D> struct KSegIntra {
         float *sG = reinterpret_cast<float *>(smem + DOB);
         char *R = smem + OFF_R;
         const Tin *dO16 = reinterpret_cast<const Tin *>(smem);
-        Tin *k16 = reinterpret_cast<Tin *>(R), *v16 = reinterpret_cast<Tin *>(R + TI), *x16 = reinterpret_cast<Tin *>(R + 2 * TI),
-            *p16 = reinterpret_cast<Tin *>(R + 3 * TI), *ds16 = reinterpret_cast<Tin *>(R + 3 * TI + T64);
+        Tin *k16 = reinterpret_cast<Tin *>(kPreKV ? smem + OFF_KV : R), *v16 = k16 + TI / sizeof(Tin),
+            *x16 = reinterpret_cast<Tin *>(R + 2 * TI), *p16 = reinterpret_cast<Tin *>(R + 3 * TI),
+            *ds16 = reinterpret_cast<Tin *>(R + 3 * TI + T64);
         float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + 2 * kC;  // [2][64], [4][64]
         float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
               *dgr = gk + kC;
-        load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
-        load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
-        cp_commit();
+        if constexpr (!kPreKV) {
+            issue_kv(p, gkt, gv, k16, v16);
+            cp_commit();
+        }
         for (int e = tid(); e < kC * D / 2; e += kThreads) {
             const int a = e / (D / 2), c = 2 * (e % (D / 2));
             st_pair<Tin>(x16, a * STi + c, sX[a * SD + c], sX[a * SD + c + 1]);
@@ -241,12 +253,17 @@ template <typename Tin, int D> struct KSegIntra {
                     rk.issue(gkt, hd, kC, D);
                     if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
                 }
+                [[maybe_unused]] Tin *kv16 = reinterpret_cast<Tin *>(smem + OFF_KV);  // kPreKV
                 if (r >= 1 || j >= 1) {  // the state X(j) (j >= 1), then gamma back through chunk cj
                     sync();
                     ldW(sA, cj);
                     if constexpr (kS16 && FATTN_PATH_LOAD_OVERLAP) {
                         // the state and U in flight together (16-byte loads in registers) beside W's
-                        // cp.async: one round trip
+                        // cp.async (and kPreKV: the scores' K~ and V, a group of their own): one round trip
+                        if constexpr (kPreKV) {
+                            cp_commit();
+                            issue_kv(p, gkt, gv, kv16, kv16 + TI / sizeof(Tin));
+                        }
                         TileRegs<Tw, D, kThreads> rx, ru;
                         if (j > 0) rx.issue(qts + (j - 1) * kC * D, D, kC, D);
                         ru.issue(static_cast<const Tw *>(p.uw) + (krow * p.h + h) * D, hd, rows_of(cj), D);
@@ -256,7 +273,13 @@ template <typename Tin, int D> struct KSegIntra {
                         if (j > 0) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
                         ldU(sB, cj);
                     }
-                    cp_landed();
+                    if constexpr (kPreKV) {  // W landed, K~ and V may still be in flight
+                        cp_commit();
+                        cp_wait<1>();
+                        sync();
+                    } else {
+                        cp_landed();
+                    }
                     cta_gemm<float, false, false, NB64, NW, kRB>(kC, kC, D, sG, SD, sB, SD, [&](int a, int b, float v) { M2[a * S64 + b] = tf32_round(v); });
                     sync();  // U read: M1 takes its place
                     cta_gemm<float, false, false, NB64, NW, kRA>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M1[a * S64 + b] = tf32_round(v); });
@@ -265,6 +288,10 @@ template <typename Tin, int D> struct KSegIntra {
                     cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sX, SD, p.dwacc + (krow * p.hq + hq) * D, hqd, -1.f, kC);
                     sync();
                     cta_gemm<float, false, true, NB, NW, kRA>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
+                } else if constexpr (kPreKV) {  // no gamma step (r = 0, j = 0)
+                    sync();
+                    issue_kv(p, gkt, gv, kv16, kv16 + TI / sizeof(Tin));
+                    cp_commit();
                 }
                 // scores against chunk cj
                 sync();
