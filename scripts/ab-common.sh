@@ -1,19 +1,23 @@
 # ab-common.sh — sourced by the A/B scripts (path-ab.sh, attn-ab.sh): ab_build builds one variant
 # NAME=CMAKE_ARGS into build-ab-NAME (sm_90a, Release, all cores; the targets named after it),
-# logs into $LOGS/build-NAME.log, and appends NAME to the array `names` when it built.
+# logs into $LOGS/build-NAME.log, and appends NAME to the array `names` when it built. CMAKE_ARGS
+# is split at spaces; a comma inside an argument stands for a space, so one CMAKE_CUDA_FLAGS can
+# carry several definitions: "old=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_LOAD_OVERLAP=0,-DFATTN_PATH_FWD_SPLIT=0".
 export PATH=/usr/local/cuda/bin:$PATH
 AB_GEN=()
 command -v ninja >/dev/null 2>&1 && AB_GEN=(-G Ninja)
 ab_build() {
-    local v=$1 name args dir t0
+    local v=$1 name args dir t0 w
+    local -a cargs=()
     shift
     name=${v%%=*}
     args=${v#*=}
+    # shellcheck disable=SC2086
+    for w in $args; do cargs+=("${w//,/ }"); done
     dir=build-ab-$name
     t0=$(date +%s)
-    # shellcheck disable=SC2086
     if cmake -S . -B "$dir" "${AB_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a \
-        -DFATTN_BUILD_TESTS=OFF $args >"$LOGS/build-$name.log" 2>&1 &&
+        -DFATTN_BUILD_TESTS=OFF "${cargs[@]}" >"$LOGS/build-$name.log" 2>&1 &&
         cmake --build "$dir" -j "$(nproc)" --target "$@" >>"$LOGS/build-$name.log" 2>&1; then
         names+=("$name")
         echo "built $name ($args) in $(( $(date +%s) - t0 )) s"

@@ -19,6 +19,8 @@ size_t path_max_smem(fattn_dtype dtype, int D);
 // Whether this build of the emulation launches the PaTH dK/dV kernel on wgmma (bwd_dkv_sm90.cuh:
 // FATTN_PATH_DKV_SM90) in place of the mma.sync one for this input dtype and kernel head dim.
 bool path_wgmma_dkv_at(fattn_dtype dtype, int kernel_d);
+// The same for seg-inter's key loop (bwd_seg_sm90.cuh: FATTN_PATH_SEG_SM90).
+bool path_wgmma_seg_at(fattn_dtype dtype, int kernel_d);
 
 // One forward or backward on host buffers (p as the CUDA backend receives it, the STRICT check
 // included). reverse: run the threads of every block in reverse order. after_launch, when set, is

@@ -142,6 +142,9 @@ TEST_P(PathEmu, MatchesOracle) {
     const int64_t kd = std::max(c.K, c.V), kernel_d = kd <= 32 ? 32 : kd <= 64 ? 64 : 128;
     const bool wg = emu::path_wgmma_dkv_at(c.dt, int(kernel_d));
     EXPECT_EQ(pr.launched("KDkvSm90"), wg);
+    // seg-inter's key loop on wgmma likewise (the emu_alt build: 16-bit inputs at 64 and 128);
+    // a sequence of one segment has no seg-inter work but the kernel still launches
+    EXPECT_EQ(pr.launched("KSegInterSm90"), emu::path_wgmma_seg_at(c.dt, int(kernel_d)));
     ref::PathRefShape sh;
     sh.B = c.B, sh.T = c.T, sh.Hq = c.Hq, sh.H = c.H, sh.K = c.K, sh.V = c.V, sh.cu_seqlens = c.cu;
     const size_t R = size_t(c.B * c.T);

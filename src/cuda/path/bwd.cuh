@@ -12,6 +12,7 @@
 #include "cuda/path/bwd_hist.cuh"
 #include "cuda/path/bwd_intra.cuh"
 #include "cuda/path/bwd_seg.cuh"
+#include "cuda/path/bwd_seg_sm90.cuh"
 #include "cuda/path/small.cuh"
 
 namespace fattn::pathk {
@@ -25,13 +26,22 @@ template <class L, typename Tin, int D> void launch_dkv(L &l, const PathDev &d) 
     l.template launch<KDkv<Tin, D>>(d.total_chunks, d.hq, d);
 }
 
+// KSegInter, or its wgmma form on an sm_90 device where the build has it (bwd_seg_sm90.cuh: seg_sm90_at)
+template <class L, typename Tin, int D> void launch_seg_inter(L &l, const PathDev &d) {
+#if FATTN_PATH_SEG_SM90_BUILT
+    if constexpr (seg_sm90_at(sizeof(Tin), D))
+        if (l.sm90) return l.template launch<KSegInterSm90<Tin, D>>(d.total_segs * d.seg_split, d.hq, d);
+#endif
+    l.template launch<KSegInter<Tin, D>>(d.total_segs * d.seg_split, d.hq, d);
+}
+
 template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d) {
     const int64_t rows = d.B * d.T;
     l.template launch<KSegPrep<Tin, D>>(d.total_segs, d.h, d);
     l.template launch<KDelta<Tin>>(ceil_div(rows * d.hq, KDelta<Tin>::kRows), 1, d);
     l.template launch<KHist<Tin, D>>(d.total_chunks, d.hq, d);
     launch_dkv<L, Tin, D>(l, d);
-    l.template launch<KSegInter<Tin, D>>(d.total_segs * d.seg_split, d.hq, d);
+    launch_seg_inter<L, Tin, D>(l, d);
     // dU, dW, dK~ are first added to by KSegIntra; dK~'s leading rows (and dD, the seg-intra
     // states) take the span of W, K^, E and the history, which KSegInter has read for the last time
     const size_t row_bytes = size_t(d.hq) * D * sizeof(float);

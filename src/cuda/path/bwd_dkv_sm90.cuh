@@ -40,6 +40,30 @@ namespace fattn::pathk {
 // layout TMA's SWIZZLE_128B writes and the wgmma descriptors of ptx.cuh read.
 constexpr int sw128_elem(int r, int c) { return (c / 64) * kC * 64 + r * 64 + (((c % 64) / 8) ^ (r & 7)) * 8 + c % 8; }
 
+// 64 x D tile of g (row stride gstride) into the swizzled panels at s (sw128_elem), NT threads. Rows
+// >= rows_valid and columns >= cols_valid are 0. vec: cp.async (the caller commits and waits), as
+// load_tile's; else plain stores.
+template <typename Tin, int D, int NT>
+PK_DEV void load_tile_sw(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
+    constexpr int CPR = D / 8;  // 16-byte chunks per row
+    for (int e = tid(); e < kC * CPR; e += NT) {
+        const int r = e / CPR, c8 = e % CPR, c = 8 * c8;
+        Tin *dst = s + sw128_elem(r, c);
+        if (vec) {
+            const bool ok = r < rows_valid && c < cols_valid;
+            cp16(dst, ok ? static_cast<const void *>(g + r * gstride + c) : static_cast<const void *>(g), ok ? 16 : 0);
+        } else {
+            for (int k = 0; k < 8; ++k) dst[k] = r < rows_valid && c + k < cols_valid ? g[r * gstride + c + k] : from_f<Tin>(0.f);
+        }
+    }
+}
+
+// The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
+// same fragment map, a warp's 16 rows of the warpgroup's 64).
+template <int N> PK_DEV float (&wg_acc(float (&a)[N][4]))[4 * N] {
+    return reinterpret_cast<float(&)[4 * N]>(a);
+}
+
 // Whether the (dtype, kernel head dim) backward launches KDkvSm90 on an sm_90 device.
 constexpr bool dkv_sm90_at(size_t in_bytes, int d) {
     return FATTN_PATH_DKV_SM90_BUILT && in_bytes == 2 && (d == 128 || (d == 64 && FATTN_PATH_DKV_SM90 == 1));
@@ -50,12 +74,6 @@ constexpr bool dkv_sm90_at(size_t in_bytes, int d) {
 #if FATTN_PATH_DKV_SM90_BUILT
 namespace fattn::pathk {
 
-// The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
-// same fragment map, a warp's 16 rows of the warpgroup's 64).
-template <int N> PK_DEV float (&wg_acc(float (&a)[N][4]))[4 * N] {
-    return reinterpret_cast<float(&)[4 * N]>(a);
-}
-
 template <typename Tin, int D> struct KDkvSm90 {
     static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
     static constexpr int kThreads = 128, NP = D / 64, NQ = kC / 8, NK = kC / 16;
@@ -65,21 +83,8 @@ template <typename Tin, int D> struct KDkvSm90 {
     // 1024 bytes of slack to align the base (the swizzle repeats per 1024-byte 8-row group)
     static constexpr size_t smem() { return 1024 + 2 * TILE + 2 * STAGE + kC * 4; }
 
-    // 64 x D tile of g (row stride gstride) into the swizzled panels at s (sw128_elem). Rows >=
-    // rows_valid and columns >= cols_valid are 0. vec: cp.async (caller commits and waits), as
-    // load_tile's.
     PK_DEV static void load_sw(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
-        constexpr int CPR = D / 8;  // 16-byte chunks per row
-        for (int e = tid(); e < kC * CPR; e += kThreads) {
-            const int r = e / CPR, c8 = e % CPR, c = 8 * c8;
-            Tin *dst = s + sw128_elem(r, c);
-            if (vec) {
-                const bool ok = r < rows_valid && c < cols_valid;
-                cp16(dst, ok ? static_cast<const void *>(g + r * gstride + c) : static_cast<const void *>(g), ok ? 16 : 0);
-            } else {
-                for (int k = 0; k < 8; ++k) dst[k] = r < rows_valid && c + k < cols_valid ? g[r * gstride + c + k] : from_f<Tin>(0.f);
-            }
-        }
+        load_tile_sw<Tin, D, kThreads>(s, g, gstride, rows_valid, cols_valid, vec);
     }
 
     PK_DEV static void issue(const PathDev &p, const SeqInfo &sq, int hq, int64_t ci, int64_t rcol, char *buf) {

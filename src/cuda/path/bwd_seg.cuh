@@ -17,15 +17,23 @@
 
 namespace fattn::pathk {
 
-template <typename Tin, int D> struct KSegInter {
+// The wgmma products of KSegInter's key loop (kW; bwd_seg_sm90.cuh, built where wgmma is).
+template <typename Tin, int D> struct SegInterW;
+
+// kW: the key loop's products on wgmma (16-bit inputs, sm_90: bwd_seg_sm90.cuh), dO, Qh, K^ and V
+// in 128-byte swizzled panels (sw128_elem) written by cp.async; else mma.sync on padded tiles.
+template <typename Tin, int D, bool kW = false> struct KSegInter {
     // Query blocks of BM rows (one warp per 16): 128 for D <= 64 (two chunks share every K^ / V
     // load and the segment's critical path halves), 64 at D = 128 (shared memory).
     static constexpr int BM = D <= 64 ? 2 * kC : kC;
     static constexpr int kThreads = 2 * BM, NW = BM / 16, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
-    static constexpr size_t TI = tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
-    static constexpr size_t QI = tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
+    // kW: a [64, D] tile is D / 64 panels of [64, 64] (8 KiB), every tile and stage 1024-aligned
+    static constexpr size_t TW = size_t(D / 64) * kC * 128;
+    static constexpr size_t TI = kW ? TW : tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
+    static constexpr size_t QI = kW ? (BM / kC) * TW : tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
     static constexpr bool kF32 = sizeof(Tin) == 4;
+    static_assert(!kW || (sizeof(Tin) == 2 && (D == 64 || D == 128)), "wgmma: 16-bit inputs at D 64 or 128");
     // dO, Qh (input dtype), then the layout of the K x K step:
     //  * D <= 64: Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two stages of
     //    (K^, V, G of the keys) in a union (E loads while Qh is converted);
@@ -33,17 +41,39 @@ template <typename Tin, int D> struct KSegInter {
     //    the dE product, then gamma and half of E's rows at a time for gamma's step (EH = 2), or
     //    the two key stages: 103 KiB instead of 169, so two CTAs share an SM; for f32 inputs gamma
     //    and E, or the two key stages: 199 KiB instead of 232 (over the 227 KiB a CTA may have).
-    static constexpr size_t STG = 2 * TI + kC * 4;
+    static constexpr size_t STG = kW ? (2 * TI + kC * 4 + 1023) / 1024 * 1024 : 2 * TI + kC * 4;
     static constexpr bool kUnion = D > 64;
     static constexpr int EH = kUnion && !kF32 ? 2 : 1;
     static constexpr size_t OFF_G = kF32 ? 0 : QF, OFF_E = kF32 ? QF : 0;  // in the region (kUnion)
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
     static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EH, 2 * STG);
-    static constexpr size_t smem() { return kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4; }
+    static constexpr size_t smem() {
+        return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4);
+    }
     static constexpr int NB = D / 16;
 
-    PK_DEV static void run(const PathDev &p, char *smem) {
+    // BM rows of g (row stride gstride; rows >= rows_valid and columns >= cols_valid are 0) into s:
+    // a padded tile, or (kW) BM / 64 swizzled ones. vec: cp.async (the caller commits and waits).
+    PK_DEV static void load_rows(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
+        if constexpr (kW) {
+            for (int b = 0; b < BM / kC; ++b) {
+                const bool any = rows_valid > b * kC;
+                SegInterW<Tin, D>::load(s + b * (TW / sizeof(Tin)), any ? g + b * kC * gstride : g, gstride,
+                                        any ? rows_valid - b * kC : 0, cols_valid, vec);
+            }
+        } else {
+            load_tile<Tin, kThreads>(s, STi, g, gstride, BM, D, rows_valid, cols_valid, vec);
+        }
+    }
+    // Element (a, c) of a tile load_rows wrote.
+    PK_DEV static Tin at(const Tin *s, int a, int c) {
+        if constexpr (kW) return s[(a / kC) * (TW / sizeof(Tin)) + sw128_elem(a % kC, c)];
+        else return s[a * STi + c];
+    }
+
+    PK_DEV static void run(const PathDev &p, char *smem_raw) {
+        char *smem = kW ? reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)) : smem_raw;
         // the segment's query blocks [ib0, ib0 + NIB) are this CTA's (split sp of p.seg_split)
         const int kSplit = p.seg_split, NIB = kS / BM / kSplit;
         const GridItem it = heavy_first(p.total_segs * kSplit, p.hq, true);
@@ -78,8 +108,8 @@ template <typename Tin, int D> struct KSegInter {
             const int64_t c0 = r * kS + ib * BM, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             if (c0 >= sq.len) break;
             const int nq = int(sq.len - c0 < BM ? sq.len - c0 : BM);
-            load_tile<Tin, kThreads>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                     p.do_ss, BM, D, nq, p.V, p.vec_do);
+            load_rows(sdO, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, nq, p.V,
+                      p.vec_do);
             for (int a = tid(); a < BM; a += kThreads) {
                 const bool ok = a < nq;
                 lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
@@ -90,15 +120,14 @@ template <typename Tin, int D> struct KSegInter {
             zero_acc(gam);
             for (int64_t rp = 0; rp < r; ++rp) {
                 sync();  // previous users of sQh / sE / the key stages are done
-                load_tile<Tin, kThreads>(sQh, STi,
-                                         static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.K,
-                                         hstride, BM, D, nq, p.K, true);
+                load_rows(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.K, hstride, nq, p.K,
+                          true);
                 cp_commit();
                 cp_wait<0>();
                 sync();
                 if (rp >= 1) {
                     if (!kF32)
-                        for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(sQh[(e / D) * STi + e % D]);
+                        for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(at(sQh, e / D, e % D));
                     acc_to_tile(sG, SD, r0, gam);
                     const float *gE = p.emat + ((sq.seg0 + rp) * p.h + h) * D * D;
                     if (EH == 1) {
@@ -135,11 +164,15 @@ template <typename Tin, int D> struct KSegInter {
                 // the segment's key chunks, the next one's K^ and V in flight while this one is used
                 auto issue = [&](int64_t cj, char *buf) {
                     const int64_t krow = sq.row0 + cj * kC;
-                    load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf), STi, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D,
-                                             ws, kC, D, kC, D, true);
-                    load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf + TI), STi,
-                                             static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
-                                             p.v_ss, kC, D, kC, p.V, p.vec_v);
+                    const Tin *gkh = static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D;
+                    const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
+                    if constexpr (kW) {
+                        SegInterW<Tin, D>::load(reinterpret_cast<Tin *>(buf), gkh, ws, kC, D, true);
+                        SegInterW<Tin, D>::load(reinterpret_cast<Tin *>(buf + TI), gv, p.v_ss, kC, p.V, p.vec_v);
+                    } else {
+                        load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf), STi, gkh, ws, kC, D, kC, D, true);
+                        load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf + TI), STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
+                    }
                     float *g = reinterpret_cast<float *>(buf + 2 * TI);
                     for (int b = tid(); b < kC; b += kThreads) g[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 };
@@ -148,14 +181,20 @@ template <typename Tin, int D> struct KSegInter {
                 for (int64_t j = 0; j < kNcs; ++j) {
                     char *cur = u + (j & 1) * STG;
                     ring_step(j + 1 < kNcs, [&] { issue(rp * kNcs + j + 1, u + ((j + 1) & 1) * STG); });
+                    if constexpr (kW) SegInterW<Tin, D>::fence();  // this thread's cp.async data, before wgmma reads it
                     sync();
                     const Tin *sKh = reinterpret_cast<const Tin *>(cur), *sV = reinterpret_cast<const Tin *>(cur + TI);
                     const float *gk = reinterpret_cast<const float *>(cur + 2 * TI);
                     float S[8][4], dP[8][4];
-                    zero_acc(S);
-                    zero_acc(dP);
-                    warp_gemm<Tin, false, false, 8>(S, sQh, STi, sKh, STi, r0, 0, D);
-                    warp_gemm<Tin, false, false, 8>(dP, sdO, STi, sV, STi, r0, 0, D);
+                    if constexpr (kW) {  // this warpgroup's 64 rows of S = Qh K^^T and dP = dO V^T
+                        const int wg = warp_id() / 4;
+                        SegInterW<Tin, D>::scores(S, dP, sQh + wg * (TW / sizeof(Tin)), sKh, sdO + wg * (TW / sizeof(Tin)), sV);
+                    } else {
+                        zero_acc(S);
+                        zero_acc(dP);
+                        warp_gemm<Tin, false, false, 8>(S, sQh, STi, sKh, STi, r0, 0, D);
+                        warp_gemm<Tin, false, false, 8>(dP, sdO, STi, sV, STi, r0, 0, D);
+                    }
                     for (int jj = 0; jj < 8; ++jj)
                         for (int e = 0; e < 4; ++e) {
                             const int a = r0 + acc_row(e), b = acc_col(jj, e);
@@ -164,7 +203,8 @@ template <typename Tin, int D> struct KSegInter {
                             S[jj][e] = ds;
                             dgr[e >> 1] += ds;
                         }
-                    warp_gemm_acc<Tin, true>(gam, S, 1.f, sKh, STi, 0);
+                    if constexpr (kW) SegInterW<Tin, D>::gamma(gam, S, sKh);
+                    else warp_gemm_acc<Tin, true>(gam, S, 1.f, sKh, STi, 0);
                     sync();
                 }
             }

@@ -187,6 +187,9 @@ template <typename Tin, int D> constexpr size_t max_smem_of() {
 #if FATTN_PATH_DKV_SM90_BUILT
     if constexpr (dkv_sm90_at(sizeof(Tin), D)) m = KDkvSm90<Tin, D>::smem() > m ? KDkvSm90<Tin, D>::smem() : m;
 #endif
+#if FATTN_PATH_SEG_SM90_BUILT
+    if constexpr (seg_sm90_at(sizeof(Tin), D)) m = KSegInterSm90<Tin, D>::smem() > m ? KSegInterSm90<Tin, D>::smem() : m;
+#endif
     return m;
 }
 template <typename Tin> size_t max_smem(int D) {
