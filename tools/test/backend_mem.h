@@ -48,4 +48,8 @@ private:
 // Wait for the backend's queued work (CUDA: device sync; CPU: nothing).
 void backend_sync(BackendKind b);
 
+// The device's whole memory in bytes (CUDA: cudaMemGetInfo's total), 0 where unknown (the CPU):
+// a case that needs more than the card has is skipped with the numbers, not failed.
+size_t device_total_bytes(BackendKind b);
+
 }  // namespace fattn_test
