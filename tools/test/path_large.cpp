@@ -144,7 +144,7 @@ void run_path_large(const Options &o, Summary &sum) {
     }
     fattn_ctx_free(ctx);
     if (!err.empty()) {
-        // a card smaller than the case (the H100's 80 GB: 67 GiB of workspace beside ~30 GiB of
+        // a card smaller than the case (the H100's 80 GB: 67 GiB of workspace beside 22 GiB of
         // tensors) is skipped with the numbers; an allocation that fails where it fits is a failure
         size_t need = size_t(std::max(wf.total_bytes, wb.total_bytes));
         for (const Big *t : {&q, &k, &v, &w, &beta, &g, &dout, &out, &lse, &dq, &dk, &dv, &dw, &db, &dg}) need += t->bytes();
