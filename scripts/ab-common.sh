@@ -1,8 +1,9 @@
 # ab-common.sh — sourced by the A/B scripts (path-ab.sh, attn-ab.sh): ab_build builds one variant
 # NAME=CMAKE_ARGS into build-ab-NAME (sm_90a, Release, all cores; the targets named after it),
 # logs into $LOGS/build-NAME.log, and appends NAME to the array `names` when it built. CMAKE_ARGS
-# is split at spaces; a comma inside an argument stands for a space, so one CMAKE_CUDA_FLAGS can
-# carry several definitions: "old=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_LOAD_OVERLAP=0,-DFATTN_PATH_FWD_SPLIT=0".
+# is split at spaces; a ^ inside an argument stands for a space, so one CMAKE_CUDA_FLAGS can carry
+# several definitions: "old=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_LOAD_OVERLAP=0^-DFATTN_PATH_FWD_SPLIT=0"
+# (commas pass through: nvcc and CMake use them).
 export PATH=/usr/local/cuda/bin:$PATH
 AB_GEN=()
 command -v ninja >/dev/null 2>&1 && AB_GEN=(-G Ninja)
@@ -13,7 +14,7 @@ ab_build() {
     name=${v%%=*}
     args=${v#*=}
     # shellcheck disable=SC2086
-    for w in $args; do cargs+=("${w//,/ }"); done
+    for w in $args; do cargs+=("${w//^/ }"); done
     dir=build-ab-$name
     t0=$(date +%s)
     if cmake -S . -B "$dir" "${AB_GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a \

@@ -11,7 +11,7 @@
 #       "d256=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_D256=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_D256=1"
 #   scripts/attn-ab.sh $OUT base= "dqf=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=1" \
 #       "dqu=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=2 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=2"
-# (a variant's flags are split at spaces; a comma inside one stands for a space: ab-common.sh)
+# (a variant's flags are split at spaces; a ^ inside one stands for a space: ab-common.sh)
 # AB_SHAPES: fattn-bench --shape values (B,Sq,Skv,Hq,Hkv,D; bf16) timed beside the presets.
 set -u
 OUT=${1:?usage: scripts/attn-ab.sh OUTDIR NAME=CMAKE_ARGS ...}

@@ -3,7 +3,8 @@
 # variant's fattn-bench is built into build-ab-NAME (sm_90a, all cores), then the cases run
 # alternated over the variants (two rounds: `fattn-bench path --backend cuda --gate 0 --reps 10
 # --check none` + the case's options), then the per-kernel times of each variant at T4096 H32 D64
-# and T4096 H16 D128 (scripts/ncu-times.sh). A variant's CMAKE_ARGS are passed to cmake as they are,
+# and T4096 H16 D128 (scripts/ncu-times.sh). A variant's CMAKE_ARGS are passed to cmake split at spaces (a ^ inside one
+# stands for a space: ab-common.sh),
 # e.g.
 #   scripts/path-ab.sh $OUT base= s32=-DFATTN_PATH_SCORE16=OFF "permk=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_PERMK=1" \
 #       "noflags=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_TF32_FLAGS=0"

@@ -146,9 +146,11 @@ void backend_sync(BackendKind b) {
 
 size_t device_total_bytes(BackendKind b) {
 #ifdef FATTN_WITH_CUDA
-    size_t free_b = 0, total_b = 0;
-    if (b == BackendKind::CUDA && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return total_b;
-    cudaGetLastError();
+    if (b == BackendKind::CUDA) {
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) return total_b;
+        cudaGetLastError();
+    }
 #else
     (void)b;
 #endif

@@ -625,4 +625,28 @@ PK_DEV float quad_max(float x) {
     return fmax_(x, shfl_xor(x, 2));
 }
 
+// ---- 128-byte swizzled tiles (the wgmma kernels: bwd_dkv_sm90.cuh, bwd_seg_sm90.cuh) ----
+// Where element (r, c) of a [64, D] 16-bit tile lies in its 128-byte swizzled panels (elements from
+// the tile's 1024-aligned base): panel c / 64, row r, 16-byte chunk (c % 64) / 8 XOR r % 8, the
+// layout TMA's SWIZZLE_128B writes and the wgmma descriptors of ptx.cuh read.
+constexpr int sw128_elem(int r, int c) { return (c / 64) * kC * 64 + r * 64 + (((c % 64) / 8) ^ (r & 7)) * 8 + c % 8; }
+
+// 64 x D tile of g (row stride gstride) into the swizzled panels at s (sw128_elem), NT threads. Rows
+// >= rows_valid and columns >= cols_valid are 0. vec: cp.async (the caller commits and waits), as
+// load_tile's; else plain stores.
+template <typename Tin, int D, int NT>
+PK_DEV void load_tile_sw(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
+    constexpr int CPR = D / 8;  // 16-byte chunks per row
+    for (int e = tid(); e < kC * CPR; e += NT) {
+        const int r = e / CPR, c8 = e % CPR, c = 8 * c8;
+        Tin *dst = s + sw128_elem(r, c);
+        if (vec) {
+            const bool ok = r < rows_valid && c < cols_valid;
+            cp16(dst, ok ? static_cast<const void *>(g + r * gstride + c) : static_cast<const void *>(g), ok ? 16 : 0);
+        } else {
+            for (int k = 0; k < 8; ++k) dst[k] = r < rows_valid && c + k < cols_valid ? g[r * gstride + c + k] : from_f<Tin>(0.f);
+        }
+    }
+}
+
 }  // namespace fattn::pathk
