@@ -26,7 +26,7 @@
 #define FATTN_PATH_DKV_SM90 2
 #endif
 // Also built by the CPU emulation, which emulates wgmma (ptx.cuh).
-#if (!defined(__CUDACC__) || defined(FATTN_HAVE_SM90)) && FATTN_PATH_DKV_SM90
+#if FATTN_PATH_WGMMA_BUILD && FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90_BUILT 1
 #include "cuda/attn/sm90/wgmma_products.cuh"
 #else
@@ -75,7 +75,7 @@ template <typename Tin, int D> struct KDkvSm90 {
     }
 
     PK_DEV static void run(const PathDev &p, char *smem_raw) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDACC__)
+#if FATTN_PATH_WGMMA_PASS
         using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
         const ChunkItem ck = chunk_item(p, false);

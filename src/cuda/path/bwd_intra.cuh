@@ -59,10 +59,10 @@ template <typename Tin, int D> struct KSegIntra {
     static constexpr size_t OFF_KV = OFF_SMALL + 5 * kC * 4;
     static constexpr size_t smem() { return OFF_KV + (kPreKV ? 2 * TI : 0); }
 
-    // The pair's K~ and V into Tin tiles (cp.async; the caller commits).
-    PK_DEV static void issue_kv(const PathDev &p, const Tin *gkt, const Tin *gv, Tin *k16, Tin *v16) {
+    // The pair's K~ and V into Tin tiles at k16 and k16 + TI (cp.async; the caller commits).
+    PK_DEV static void issue_kv(const PathDev &p, const Tin *gkt, const Tin *gv, Tin *k16) {
         load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
-        load_tile<Tin, kThreads>(v16, STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
+        load_tile<Tin, kThreads>(k16 + TI / sizeof(Tin), STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
     }
 
     // The scores of pair (query chunk, key chunk krow) in the input dtype (kS16; the gamma step is
@@ -83,7 +83,7 @@ template <typename Tin, int D> struct KSegIntra {
         float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
               *dgr = gk + kC;
         if constexpr (!kPreKV) {
-            issue_kv(p, gkt, gv, k16, v16);
+            issue_kv(p, gkt, gv, k16);
             cp_commit();
         }
         for (int e = tid(); e < kC * D / 2; e += kThreads) {
@@ -262,7 +262,7 @@ template <typename Tin, int D> struct KSegIntra {
                         // cp.async (and kPreKV: the scores' K~ and V, a group of their own): one round trip
                         if constexpr (kPreKV) {
                             cp_commit();
-                            issue_kv(p, gkt, gv, kv16, kv16 + TI / sizeof(Tin));
+                            issue_kv(p, gkt, gv, kv16);
                         }
                         TileRegs<Tw, D, kThreads> rx, ru;
                         if (j > 0) rx.issue(qts + (j - 1) * kC * D, D, kC, D);
@@ -290,7 +290,7 @@ template <typename Tin, int D> struct KSegIntra {
                     cta_gemm<float, false, true, NB, NW, kRA>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
                 } else if constexpr (kPreKV) {  // no gamma step (r = 0, j = 0)
                     sync();
-                    issue_kv(p, gkt, gv, kv16, kv16 + TI / sizeof(Tin));
+                    issue_kv(p, gkt, gv, kv16);
                     cp_commit();
                 }
                 // scores against chunk cj

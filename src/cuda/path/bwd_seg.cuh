@@ -53,17 +53,19 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     }
     static constexpr int NB = D / 16;
 
-    // BM rows of g (row stride gstride; rows >= rows_valid and columns >= cols_valid are 0) into s:
-    // a padded tile, or (kW) BM / 64 swizzled ones. vec: cp.async (the caller commits and waits).
+    // Tiles of `rows` rows of g (row stride gstride; rows >= rows_valid and columns >= cols_valid are
+    // 0) into s: one padded tile, or (kW) rows / 64 swizzled ones. vec: cp.async (the caller commits
+    // and waits).
+    template <int rows>
     PK_DEV static void load_rows(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
         if constexpr (kW) {
-            for (int b = 0; b < BM / kC; ++b) {
+            for (int b = 0; b < rows / kC; ++b) {
                 const bool any = rows_valid > b * kC;
-                SegInterW<Tin, D>::load(s + b * (TW / sizeof(Tin)), any ? g + b * kC * gstride : g, gstride,
-                                        any ? rows_valid - b * kC : 0, cols_valid, vec);
+                load_tile_sw<Tin, D, kThreads>(s + b * (TW / sizeof(Tin)), any ? g + b * kC * gstride : g, gstride,
+                                               any ? rows_valid - b * kC : 0, cols_valid, vec);
             }
         } else {
-            load_tile<Tin, kThreads>(s, STi, g, gstride, BM, D, rows_valid, cols_valid, vec);
+            load_tile<Tin, kThreads>(s, STi, g, gstride, rows, D, rows_valid, cols_valid, vec);
         }
     }
     // Element (a, c) of a tile load_rows wrote.
@@ -108,7 +110,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
             const int64_t c0 = r * kS + ib * BM, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             if (c0 >= sq.len) break;
             const int nq = int(sq.len - c0 < BM ? sq.len - c0 : BM);
-            load_rows(sdO, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, nq, p.V,
+            load_rows<BM>(sdO, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, nq, p.V,
                       p.vec_do);
             for (int a = tid(); a < BM; a += kThreads) {
                 const bool ok = a < nq;
@@ -120,7 +122,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
             zero_acc(gam);
             for (int64_t rp = 0; rp < r; ++rp) {
                 sync();  // previous users of sQh / sE / the key stages are done
-                load_rows(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.K, hstride, nq, p.K,
+                load_rows<BM>(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.K, hstride, nq, p.K,
                           true);
                 cp_commit();
                 cp_wait<0>();
@@ -166,13 +168,8 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     const int64_t krow = sq.row0 + cj * kC;
                     const Tin *gkh = static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D;
                     const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
-                    if constexpr (kW) {
-                        SegInterW<Tin, D>::load(reinterpret_cast<Tin *>(buf), gkh, ws, kC, D, true);
-                        SegInterW<Tin, D>::load(reinterpret_cast<Tin *>(buf + TI), gv, p.v_ss, kC, p.V, p.vec_v);
-                    } else {
-                        load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf), STi, gkh, ws, kC, D, kC, D, true);
-                        load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf + TI), STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
-                    }
+                    load_rows<kC>(reinterpret_cast<Tin *>(buf), gkh, ws, kC, D, true);
+                    load_rows<kC>(reinterpret_cast<Tin *>(buf + TI), gv, p.v_ss, kC, p.V, p.vec_v);
                     float *g = reinterpret_cast<float *>(buf + 2 * TI);
                     for (int b = tid(); b < kC; b += kThreads) g[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 };

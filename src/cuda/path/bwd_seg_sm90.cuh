@@ -18,7 +18,7 @@
 #ifndef FATTN_PATH_SEG_SM90
 #define FATTN_PATH_SEG_SM90 0
 #endif
-#if (!defined(__CUDACC__) || defined(FATTN_HAVE_SM90)) && FATTN_PATH_SEG_SM90
+#if FATTN_PATH_WGMMA_BUILD && FATTN_PATH_SEG_SM90
 #define FATTN_PATH_SEG_SM90_BUILT 1
 #include "cuda/attn/sm90/wgmma_products.cuh"
 #else
@@ -38,20 +38,17 @@ constexpr bool seg_sm90_at(size_t in_bytes, int d) {
 namespace fattn::pathk {
 
 template <typename Tin, int D> struct SegInterW {
-    static constexpr int kThreads = KSegInter<Tin, D, true>::kThreads, NK = kC / 16;
+    static constexpr int NK = kC / 16;
     static constexpr uint32_t PANEL = kC * 128;  // bytes from one [64, 64] panel of a tile to the next
 
-    PK_DEV static void load(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
-        load_tile_sw<Tin, D, kThreads>(s, g, gstride, rows_valid, cols_valid, vec);
-    }
     PK_DEV static void fence() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDACC__)
+#if FATTN_PATH_WGMMA_PASS
         cuda::sm90::fence_proxy_async_smem();
 #endif
     }
     // S = q·kᵀ and dP = o·vᵀ for this warpgroup's 64 rows (q, o: its rows' tiles; k, v: the keys')
     PK_DEV static void scores(float (&S)[8][4], float (&dP)[8][4], const Tin *q, const Tin *k, const Tin *o, const Tin *v) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDACC__)
+#if FATTN_PATH_WGMMA_PASS
         using namespace fattn::cuda;
         sm90::wgmma_fence();
         attn::sm90_ss_product<Tin, D, kC>(wg_acc(S), sm90::saddr(q), PANEL, sm90::saddr(k), PANEL);
@@ -69,7 +66,7 @@ template <typename Tin, int D> struct SegInterW {
     }
     // gam += dS·k (dS: the warp's accumulators, as 16-bit A fragments; k read MN-major)
     PK_DEV static void gamma(float (&gam)[D / 8][4], const float (&dS)[8][4], const Tin *k) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDACC__)
+#if FATTN_PATH_WGMMA_PASS
         using namespace fattn::cuda;
         uint32_t a[NK][4];
         for (int kk = 0; kk < NK; ++kk) Frag<Tin>::a_acc(a[kk], dS, kk, 1.f);

@@ -26,6 +26,20 @@
 #ifndef FATTN_PATH_LOAD_OVERLAP
 #define FATTN_PATH_LOAD_OVERLAP 1
 #endif
+// The wgmma kernels (bwd_dkv_sm90.cuh, bwd_seg_sm90.cuh): WGMMA_BUILD, this compilation may hold
+// them (the CPU emulation, which emulates wgmma, or nvcc with sm_90a in the build); WGMMA_PASS, this
+// pass emits their instructions (the emulation, or nvcc's sm_90a device pass; the others compile
+// their bodies to a trap, never launched).
+#if !defined(__CUDACC__) || defined(FATTN_HAVE_SM90)
+#define FATTN_PATH_WGMMA_BUILD 1
+#else
+#define FATTN_PATH_WGMMA_BUILD 0
+#endif
+#if !defined(__CUDACC__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FATTN_PATH_WGMMA_PASS 1
+#else
+#define FATTN_PATH_WGMMA_PASS 0
+#endif
 
 namespace fattn::pathk {
 
@@ -432,14 +446,14 @@ template <> struct Frag<float> {
     }
 };
 
-// Geometry of the f32 tile-algebra kernels with NW warps: 64 x D and 64 x 64 tiles, and the
-// n-tiles per warp tile that give each warp one tile of a 64 x D product (NB) and of a 64 x 64
-// one (NB64): 8 warps, 16 x D/2 and 16 x 32; 16 warps, half as wide.
 // The converting loads' 16-byte loads in flight per thread for a kernel of head dim D (four at D 128
 // with FATTN_PATH_LOAD_OVERLAP, where the registers are there: four at D <= 64 spill in the
 // 128-register kernels of two CTAs per SM).
 template <int D> constexpr int cvt_if() { return FATTN_PATH_LOAD_OVERLAP && D > 64 ? 4 : 2; }
 
+// Geometry of the f32 tile-algebra kernels with NW warps: 64 x D and 64 x 64 tiles, and the
+// n-tiles per warp tile that give each warp one tile of a 64 x D product (NB) and of a 64 x 64
+// one (NB64): 8 warps, 16 x D/2 and 16 x 32; 16 warps, half as wide.
 template <int D, int NW = 8> struct F32Tiles {
     static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(64);
     static constexpr size_t BIG = tile_bytes<float>(64, D), SMALL = tile_bytes<float>(64, 64);
