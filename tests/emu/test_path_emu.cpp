@@ -89,16 +89,19 @@ struct Problem {
     // fwd then bwd, each in a fresh 0xFF-poisoned workspace; *ws_out: the backward's workspace from
     // its aligned base (gpu_ws_base: the layout's offsets index it) as it is after the backward's
     // kernel whose type name contains `after_kernel` (else at the end).
-    std::vector<std::string> kernels;  // the backward's kernels, in launch order (type names)
-    bool launched(const char *name) const {
-        for (const std::string &k : kernels)
+    std::vector<std::string> kernels, fwd_kernels;  // the backward's, the forward's kernels, in launch order (type names)
+    static bool among(const std::vector<std::string> &ks, const char *name) {
+        for (const std::string &k : ks)
             if (k.find(name) != std::string::npos) return true;
         return false;
     }
+    bool launched(const char *name) const { return among(kernels, name); }
+    bool fwd_launched(const char *name) const { return among(fwd_kernels, name); }
     fattn_status run(std::string *err, bool reverse = false, std::vector<uint8_t> *ws_out = nullptr,
                      const char *after_kernel = nullptr) {
         std::vector<uint8_t> ws(emu::path_workspace_bytes(p, FATTN_DIR_FWD), 0xFF);
-        fattn_status s = emu::path_run(p, ws.data(), false, err, reverse);
+        fwd_kernels.clear();
+        fattn_status s = emu::path_run(p, ws.data(), false, err, reverse, [&](const char *k) { fwd_kernels.push_back(k); });
         if (s != FATTN_OK) return s;
         ws.assign(emu::path_workspace_bytes(p, FATTN_DIR_BWD), 0xFF);
         bool taken = false;
@@ -145,6 +148,9 @@ TEST_P(PathEmu, MatchesOracle) {
     // seg-inter's key loop on wgmma likewise (the emu_alt build: 16-bit inputs at 64 and 128);
     // a sequence of one segment has no seg-inter work but the kernel still launches
     EXPECT_EQ(pr.launched("KSegInterSm90"), emu::path_wgmma_seg_at(c.dt, int(kernel_d)));
+    // and the forward's earlier-chunk loop (the emu_alt build: 16-bit inputs at 64 and 128)
+    EXPECT_EQ(pr.fwd_launched("KFwdSm90"), emu::path_wgmma_fwd_at(c.dt, int(kernel_d)));
+    EXPECT_EQ(pr.fwd_launched("KFwd"), true);
     ref::PathRefShape sh;
     sh.B = c.B, sh.T = c.T, sh.Hq = c.Hq, sh.H = c.H, sh.K = c.K, sh.V = c.V, sh.cu_seqlens = c.cu;
     const size_t R = size_t(c.B * c.T);

@@ -35,12 +35,6 @@
 
 namespace fattn::pathk {
 
-// The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
-// same fragment map, a warp's 16 rows of the warpgroup's 64).
-template <int N> PK_DEV float (&wg_acc(float (&a)[N][4]))[4 * N] {
-    return reinterpret_cast<float(&)[4 * N]>(a);
-}
-
 // Whether the (dtype, kernel head dim) backward launches KDkvSm90 on an sm_90 device.
 constexpr bool dkv_sm90_at(size_t in_bytes, int d) {
     return FATTN_PATH_DKV_SM90_BUILT && in_bytes == 2 && (d == 128 || (d == 64 && FATTN_PATH_DKV_SM90 == 1));

@@ -639,7 +639,13 @@ PK_DEV float quad_max(float x) {
     return fmax_(x, shfl_xor(x, 2));
 }
 
-// ---- 128-byte swizzled tiles (the wgmma kernels: bwd_dkv_sm90.cuh, bwd_seg_sm90.cuh) ----
+// ---- 128-byte swizzled tiles and accumulators (the wgmma kernels: *_sm90.cuh) ----
+// The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
+// same fragment map, a warp's 16 rows of the warpgroup's 64).
+template <int N> PK_DEV float (&wg_acc(float (&a)[N][4]))[4 * N] {
+    return reinterpret_cast<float(&)[4 * N]>(a);
+}
+
 // Where element (r, c) of a [64, D] 16-bit tile lies in its 128-byte swizzled panels (elements from
 // the tile's 1024-aligned base): panel c / 64, row r, 16-byte chunk (c % 64) / 8 XOR r % 8, the
 // layout TMA's SWIZZLE_128B writes and the wgmma descriptors of ptx.cuh read.

@@ -61,22 +61,23 @@ template <typename Tin, int D> struct KFwd {
         issue_wu(p, sq, h, cj, buf + KVB);
     }
 
-    PK_DEV static void run(const PathDev &p, char *smem) {
-        const ChunkItem ck = chunk_item(p, true);
+    // The own chunk (UT form) of this warp's 16 rows: its tiles into `own` and the query rows' gate
+    // sums into gq, issue_more() after they are committed (it issues a first key stage, if any, and
+    // waits for the own tiles: ring_step or cp_wait), then X = Q~ and the causal
+    // softmax's O, m, l. Ends with a sync: the own tiles may be overwritten after it.
+    template <class F>
+    PK_DEV static void own_chunk(const PathDev &p, const ChunkItem &ck, char *own, float *gq, F &&issue_more,
+                                 float (&X)[NX][4], float (&O)[NX][4], float (&m)[2], float (&l)[2]) {
         const SeqInfo &sq = ck.sq;
-        const int64_t gc = ck.gc, ci = ck.ci, c0 = ck.c0;
+        const int64_t gc = ck.gc, c0 = ck.c0;
         const int hq = ck.hq, h = ck.h, n = ck.n;
         const int r0 = 16 * warp_id();
-        char *st0 = smem, *own = smem + (kTwo ? STAGE : 0);
-        char *st1 = kTwo ? own : smem;
-        float *gq = reinterpret_cast<float *>(smem + REG);
         Tin *sQ = reinterpret_cast<Tin *>(own), *sK = reinterpret_cast<Tin *>(own + TI),
             *sV = reinterpret_cast<Tin *>(own + 2 * TI);
         Tw *sW = reinterpret_cast<Tw *>(own + 3 * TI), *sU = reinterpret_cast<Tw *>(own + 3 * TI + TW),
            *sDm = reinterpret_cast<Tw *>(own + 3 * TI + 2 * TW);
         const int64_t row = sq.row0 + c0, t0 = sq.begin + c0, ws = int64_t(p.h) * D;
 
-        // ---- own chunk tiles (+ the first earlier chunk when two stages fit) ----
         load_tile<Tin, kThreads>(sQ, STi, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
                                  p.q_ss, kC, D, n, p.K, p.vec_q);
         load_tile<Tin, kThreads>(sK, STi, static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh,
@@ -89,10 +90,10 @@ template <typename Tin, int D> struct KFwd {
                                 kC, true);
         for (int a = tid(); a < kC; a += kThreads) gq[a] = p.has_gate && a < n ? p.gsum[(row + a) * p.hq + hq] : 0.f;
         cp_commit();
-        ring_step(kTwo && ci > 0, [&] { issue_stage(p, sq, hq, h, ci - 1, st0); });
+        issue_more();
         sync();
 
-        float X[NX][4], S[8][4], O[NX][4];
+        float S[8][4];
         tile_to_acc(X, sQ, STi, r0);
         zero_acc(S);
         warp_gemm_acc<Tin, false>(S, X, 1.f, sK, STi, 0);  // Q K^T
@@ -103,10 +104,10 @@ template <typename Tin, int D> struct KFwd {
             warp_gemm_acc<Tw, true>(X, QW, -1.f, sU, STw, 0);   // Q~ = Q - QW U
         }
         // own-chunk softmax (causal inside the chunk, keys < n)
-        float m[2], l[2] = {0.f, 0.f};
         for (int hh = 0; hh < 2; ++hh) {
             const int a = r0 + acc_row(2 * hh);
             float mx = -INFINITY;
+            l[hh] = 0.f;
             for (int j = 0; j < 8; ++j)
                 for (int e = 0; e < 2; ++e) {
                     const int b = acc_col(j, e);
@@ -125,6 +126,67 @@ template <typename Tin, int D> struct KFwd {
         zero_acc(O);
         warp_gemm_acc<Tin, true>(O, S, 1.f, sV, STi, 0);
         sync();  // the own tiles may be overwritten from here on (stage 1 and the split slots alias them)
+    }
+
+    // An earlier chunk's scores S = X K~^T (exp2 domain, gate sums gq of the rows, gk of the keys)
+    // into probabilities, with the running max m and sum l and O rescaled: the online softmax step.
+    PK_DEV static void softmax_step(const PathDev &p, int r0, const float *gq, const float *gk, float (&S)[8][4],
+                                    float (&O)[NX][4], float (&m)[2], float (&l)[2]) {
+        for (int hh = 0; hh < 2; ++hh) {
+            const int a = r0 + acc_row(2 * hh);
+            float mx = m[hh];
+            for (int j = 0; j < 8; ++j)
+                for (int e = 0; e < 2; ++e) {
+                    float &x = S[j][2 * hh + e];
+                    x = p.sl2 * (x + gq[a] - gk[acc_col(j, e)]);
+                    mx = fmax_(mx, x);
+                }
+            mx = quad_max(mx);
+            const float corr = exp2_fast(m[hh] - mx);
+            m[hh] = mx;
+            l[hh] *= corr;
+            for (int j = 0; j < NX; ++j) O[j][2 * hh] *= corr, O[j][2 * hh + 1] *= corr;
+            for (int j = 0; j < 8; ++j)
+                for (int e = 0; e < 2; ++e) {
+                    float &x = S[j][2 * hh + e];
+                    x = exp2_fast(x - mx);
+                    l[hh] += x;
+                }
+        }
+    }
+
+    // o = O / l and lse (natural log) of this warp's valid rows.
+    PK_DEV static void store_out(const PathDev &p, const ChunkItem &ck, const float (&O)[NX][4], const float (&m)[2],
+                                 const float (&l)[2]) {
+        const SeqInfo &sq = ck.sq;
+        const int r0 = 16 * warp_id();
+        const int64_t t0 = sq.begin + ck.c0;
+        for (int hh = 0; hh < 2; ++hh) {
+            const float lt = quad_sum(l[hh]), inv = 1.f / lt;
+            const int a = r0 + acc_row(2 * hh);
+            if (a >= ck.n) continue;
+            const int64_t t = t0 + a;
+            const int64_t oo = sq.b * p.o_sb + t * p.o_ss + ck.hq * p.o_sh;
+            for (int j = 0; j < NX; ++j)
+                for (int e = 0; e < 2; ++e) {
+                    const int col = acc_col(j, e);
+                    if (col < p.V) st<Tin>(p.o, oo + col, O[j][2 * hh + e] * inv);
+                }
+            if ((lane_id() & 3) == 0) p.lse[sq.b * p.lse_sb + ck.hq * p.lse_sh + t] = (m[hh] + log2_acc(lt)) * 0.6931471805599453f;
+        }
+    }
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const ChunkItem ck = chunk_item(p, true);
+        const SeqInfo &sq = ck.sq;
+        const int64_t ci = ck.ci;
+        const int hq = ck.hq, h = ck.h;
+        const int r0 = 16 * warp_id();
+        char *st0 = smem, *own = smem + (kTwo ? STAGE : 0);
+        char *st1 = kTwo ? own : smem;
+        float *gq = reinterpret_cast<float *>(smem + REG);
+        float X[NX][4], S[8][4], O[NX][4], m[2], l[2];
+        own_chunk(p, ck, own, gq, [&] { ring_step(kTwo && ci > 0, [&] { issue_stage(p, sq, hq, h, ci - 1, st0); }); }, X, O, m, l);
 
         // ---- earlier chunks, newest first ----
         // kSplit: slots KV0, KV1 at 0 and KVB, WU at 2 KVB; K~ V of chunk cj land while chunk cj + 1
@@ -160,27 +222,7 @@ template <typename Tin, int D> struct KFwd {
             const float *gk = reinterpret_cast<const float *>(cur + 2 * TI);
             zero_acc(S);
             warp_gemm_acc<Tin, false>(S, X, 1.f, cKt, STi, 0);
-            for (int hh = 0; hh < 2; ++hh) {
-                const int a = r0 + acc_row(2 * hh);
-                float mx = m[hh];
-                for (int j = 0; j < 8; ++j)
-                    for (int e = 0; e < 2; ++e) {
-                        float &x = S[j][2 * hh + e];
-                        x = p.sl2 * (x + gq[a] - gk[acc_col(j, e)]);
-                        mx = fmax_(mx, x);
-                    }
-                mx = quad_max(mx);
-                const float corr = exp2_fast(m[hh] - mx);
-                m[hh] = mx;
-                l[hh] *= corr;
-                for (int j = 0; j < NX; ++j) O[j][2 * hh] *= corr, O[j][2 * hh + 1] *= corr;
-                for (int j = 0; j < 8; ++j)
-                    for (int e = 0; e < 2; ++e) {
-                        float &x = S[j][2 * hh + e];
-                        x = exp2_fast(x - mx);
-                        l[hh] += x;
-                    }
-            }
+            softmax_step(p, r0, gq, gk, S, O, m, l);
             warp_gemm_acc<Tin, true>(O, S, 1.f, cV, STi, 0);
             if (kSplit && cj > 0) {  // W U (cj) landed
                 cp_wait<1>();
@@ -190,20 +232,7 @@ template <typename Tin, int D> struct KFwd {
             sync();
         }
 
-        // ---- normalize, store o and lse ----
-        for (int hh = 0; hh < 2; ++hh) {
-            const float lt = quad_sum(l[hh]), inv = 1.f / lt;
-            const int a = r0 + acc_row(2 * hh);
-            if (a >= n) continue;
-            const int64_t t = t0 + a;
-            const int64_t oo = sq.b * p.o_sb + t * p.o_ss + hq * p.o_sh;
-            for (int j = 0; j < NX; ++j)
-                for (int e = 0; e < 2; ++e) {
-                    const int col = acc_col(j, e);
-                    if (col < p.V) st<Tin>(p.o, oo + col, O[j][2 * hh + e] * inv);
-                }
-            if ((lane_id() & 3) == 0) p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t] = (m[hh] + log2_acc(lt)) * 0.6931471805599453f;
-        }
+        store_out(p, ck, O, m, l);
     }
 };
 

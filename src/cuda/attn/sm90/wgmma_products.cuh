@@ -2,7 +2,7 @@
 // swizzled panels of ptx.cuh (a [rows, D] 16-bit tile as D/64 panels of [rows, 64]): A·Bᵀ with
 // both operands in shared memory, and A·B with A as register fragments. Issued only: the caller
 // fences before (wgmma_fence), commits after and waits. Used by the softmax kernels (sm90/) and
-// the PaTH dK/dV kernel (cuda/path/bwd_dkv_sm90.cuh).
+// the PaTH dK/dV, seg-inter and forward kernels (cuda/path/*_sm90.cuh).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,22 @@ FATTN_SM90_DEV void sm90_ss_product(float (&acc)[N / 2], uint32_t a_base, uint32
         const uint32_t offa = uint32_t((kk / 4) * a_panel + (kk % 4) * 32);
         const uint32_t offb = uint32_t((kk / 4) * b_panel + (kk % 4) * 32);
         Wgmma<T, N>::ss(acc, desc_sw128(a_base + offa, 16, 1024), desc_sw128(b_base + offb, 16, 1024), kk > 0);
+    }
+}
+
+// acc (+)= A·Bᵀ over D columns, A as register fragments (the m16n8k16 A fragment of each warp's
+// 16 rows per 16 columns), B a row tile in shared memory read K-major (128-byte swizzled panels of
+// 64 columns, b_panel bytes apart); the first k-step overwrites acc unless accumulate. 16-bit only.
+// The PaTH forward's S = X·K~ᵀ and X·Wᵀ (cuda/path/fwd_sm90.cuh), X changing every step.
+template <typename T, int D, int N>
+FATTN_SM90_DEV void sm90_rs_product_kmajor(float (&acc)[N / 2], const uint32_t (&a)[D / 16][4], uint32_t b_base,
+                                                       uint32_t b_panel, bool accumulate) {
+    using namespace sm90;
+    static_assert(sizeof(T) == 2, "16-bit operands");
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t offb = uint32_t((kk / 4) * b_panel + (kk % 4) * 32);
+        Wgmma<T, N>::template rs<0>(acc, a[kk], desc_sw128(b_base + offb, 16, 1024), kk > 0 || accumulate ? 1 : 0);
     }
 }
 
