@@ -12,7 +12,7 @@ namespace fattn::emu {
 namespace {
 
 struct EmuLauncher {
-    bool sm90 = true;  // the wgmma kernels where the build has them (bwd_dkv_sm90.cuh, bwd_seg_sm90.cuh, fwd_sm90.cuh)
+    bool sm90 = true;  // the wgmma kernels where the build has them (*_sm90.cuh)
     Options opt;
     std::function<void(const char *)> after;
     std::string error;
@@ -45,6 +45,9 @@ bool path_wgmma_seg_at(fattn_dtype dt, int kernel_d) {
 }
 bool path_wgmma_fwd_at(fattn_dtype dt, int kernel_d) {
     return pathk::fwd_sm90_at(dt == FATTN_F32 ? 4 : 2, kernel_d);
+}
+bool path_wgmma_hist_at(fattn_dtype dt, int kernel_d) {
+    return pathk::hist_sm90_at(dt == FATTN_F32 ? 4 : 2, kernel_d);
 }
 
 size_t path_workspace_bytes(const PathFwdParams &p, fattn_dir dir, size_t *history_bytes) {

@@ -23,6 +23,8 @@ bool path_wgmma_dkv_at(fattn_dtype dtype, int kernel_d);
 bool path_wgmma_seg_at(fattn_dtype dtype, int kernel_d);
 // The same for the forward's earlier-chunk loop (fwd_sm90.cuh: FATTN_PATH_FWD_SM90).
 bool path_wgmma_fwd_at(fattn_dtype dtype, int kernel_d);
+// The same for the history producer's walk (bwd_hist_sm90.cuh: FATTN_PATH_HIST_SM90).
+bool path_wgmma_hist_at(fattn_dtype dtype, int kernel_d);
 
 // One forward or backward on host buffers (p as the CUDA backend receives it, the STRICT check
 // included). reverse: run the threads of every block in reverse order. after_launch, when set, is

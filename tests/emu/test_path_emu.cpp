@@ -151,6 +151,9 @@ TEST_P(PathEmu, MatchesOracle) {
     // and the forward's earlier-chunk loop (the emu_alt build: 16-bit inputs at 64 and 128)
     EXPECT_EQ(pr.fwd_launched("KFwdSm90"), emu::path_wgmma_fwd_at(c.dt, int(kernel_d)));
     EXPECT_EQ(pr.fwd_launched("KFwd"), true);
+    // and the history producer's walk (the emu_alt build: 16-bit inputs at 64 and 128)
+    EXPECT_EQ(pr.launched("KHistSm90"), emu::path_wgmma_hist_at(c.dt, int(kernel_d)));
+    EXPECT_EQ(pr.launched("KHist"), true);
     ref::PathRefShape sh;
     sh.B = c.B, sh.T = c.T, sh.Hq = c.Hq, sh.H = c.H, sh.K = c.K, sh.V = c.V, sh.cu_seqlens = c.cu;
     const size_t R = size_t(c.B * c.T);

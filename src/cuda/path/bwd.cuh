@@ -10,6 +10,7 @@
 #include "cuda/path/bwd_dkv.cuh"
 #include "cuda/path/bwd_dkv_sm90.cuh"
 #include "cuda/path/bwd_hist.cuh"
+#include "cuda/path/bwd_hist_sm90.cuh"
 #include "cuda/path/bwd_intra.cuh"
 #include "cuda/path/bwd_seg.cuh"
 #include "cuda/path/bwd_seg_sm90.cuh"
@@ -26,6 +27,15 @@ template <class L, typename Tin, int D> void launch_dkv(L &l, const PathDev &d) 
     l.template launch<KDkv<Tin, D>>(d.total_chunks, d.hq, d);
 }
 
+// KHist, or its wgmma form on an sm_90 device where the build has it (bwd_hist_sm90.cuh: hist_sm90_at)
+template <class L, typename Tin, int D> void launch_hist(L &l, const PathDev &d) {
+#if FATTN_PATH_HIST_SM90_BUILT
+    if constexpr (hist_sm90_at(sizeof(Tin), D))
+        if (l.sm90) return l.template launch<KHistSm90<Tin, D>>(d.total_chunks, d.hq, d);
+#endif
+    l.template launch<KHist<Tin, D>>(d.total_chunks, d.hq, d);
+}
+
 // KSegInter, or its wgmma form on an sm_90 device where the build has it (bwd_seg_sm90.cuh: seg_sm90_at)
 template <class L, typename Tin, int D> void launch_seg_inter(L &l, const PathDev &d) {
 #if FATTN_PATH_SEG_SM90_BUILT
@@ -39,7 +49,7 @@ template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d
     const int64_t rows = d.B * d.T;
     l.template launch<KSegPrep<Tin, D>>(d.total_segs, d.h, d);
     l.template launch<KDelta<Tin>>(ceil_div(rows * d.hq, KDelta<Tin>::kRows), 1, d);
-    l.template launch<KHist<Tin, D>>(d.total_chunks, d.hq, d);
+    launch_hist<L, Tin, D>(l, d);
     launch_dkv<L, Tin, D>(l, d);
     launch_seg_inter<L, Tin, D>(l, d);
     // dU, dW, dK~ are first added to by KSegIntra; dK~'s leading rows (and dD, the seg-intra

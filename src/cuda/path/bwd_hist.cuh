@@ -79,14 +79,15 @@ template <typename Tin, int D> struct KHist {
             }
         }
     }
-    PK_DEV static void run(const PathDev &p, char *smem) {
-        const ChunkItem ck = chunk_item(p, true);
+    // The own chunk's Q~ (UT form) of this warp's 16 rows into X: Q, W, U into `own`, issue_more()
+    // after they are committed (it issues the first stage, if any, and waits for the own tiles),
+    // and the segment-start store when the chunk starts a segment. Ends with a sync: the own tiles
+    // may be overwritten after it.
+    template <class F> PK_DEV static void own_chunk(const PathDev &p, const ChunkItem &ck, char *own, F &&issue_more, float (&X)[NX][4]) {
         const SeqInfo &sq = ck.sq;
         const int64_t ci = ck.ci, c0 = ck.c0;
         const int hq = ck.hq, h = ck.h, n = ck.n;
-        if (ci < kNcs) return;  // segment 0 has no history
         const int r0 = 16 * warp_id();
-        char *st0 = smem, *own = smem + STAGE;
         Tin *sQ = reinterpret_cast<Tin *>(own);
         Tw *sW = reinterpret_cast<Tw *>(own + TI), *sU = reinterpret_cast<Tw *>(own + TI + TW);
         const int64_t row = sq.row0 + c0, t0 = sq.begin + c0, ws = int64_t(p.h) * D;
@@ -95,9 +96,8 @@ template <typename Tin, int D> struct KHist {
         load_tile<Tw, kThreads>(sW, STw, static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D, n, D, true);
         load_tile<Tw, kThreads>(sU, STw, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D, n, D, true);
         cp_commit();
-        ring_step(ci - 1 >= kNcs, [&] { issue(p, sq, h, ci - 1, st0); });
+        issue_more();
         sync();
-        float X[NX][4];
         tile_to_acc(X, sQ, STi, r0);
         {
             float QW[8][4];
@@ -105,8 +105,19 @@ template <typename Tin, int D> struct KHist {
             warp_gemm_acc<Tw, true>(X, QW, -1.f, sU, STw, 0);  // Q~ = Q - QW U
         }
         if (ci % kNcs == 0) store(p, sq, hq, c0, n, r0, ci / kNcs, X);
-        sync();  // own tiles are stage 1 from here on
-        char *st1 = own;
+        sync();
+    }
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const ChunkItem ck = chunk_item(p, true);
+        const SeqInfo &sq = ck.sq;
+        const int64_t ci = ck.ci, c0 = ck.c0;
+        const int hq = ck.hq, h = ck.h, n = ck.n;
+        if (ci < kNcs) return;  // segment 0 has no history
+        const int r0 = 16 * warp_id();
+        char *st0 = smem, *own = smem + STAGE;
+        float X[NX][4];
+        own_chunk(p, ck, own, [&] { ring_step(ci - 1 >= kNcs, [&] { issue(p, sq, h, ci - 1, st0); }); }, X);
+        char *st1 = own;  // own tiles are stage 1 from here on
         for (int64_t cj = ci - 1, s = 0; cj >= kNcs; --cj, ++s) {
             char *cur = (s & 1) ? st1 : st0;
             ring_step(cj - 1 >= kNcs, [&] { issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });

@@ -27,7 +27,7 @@ template <class K> struct has_min_blocks<K, std::void_t<decltype(K::kMinBlocks)>
 
 struct CudaLauncher {
     cudaStream_t stream;
-    bool sm90 = false;  // the current device is sm_90 (bwd.cuh: launch_dkv, launch_seg_inter; sequence.h: the forward)
+    bool sm90 = false;  // the current device is sm_90 (bwd.cuh: launch_dkv, launch_hist, launch_seg_inter; sequence.h: the forward)
     cudaError_t err = cudaSuccess;
     const char *where = "";
     template <class K> void launch(int64_t gx, int gy, const PathDev &d) {
@@ -90,8 +90,9 @@ template <> size_t cuda_max_smem<bf16_t>(int);
     template <> fattn_status cuda_run<T>(const PathBwdParams &p, void *stream, void *ws, bool bwd,       \
                                          std::string *err) {                                             \
         CudaLauncher l{static_cast<cudaStream_t>(stream)};                                                \
-        if ((FATTN_PATH_DKV_SM90_BUILT || FATTN_PATH_SEG_SM90_BUILT) && bwd) l.sm90 = device_is_sm90();   \
-        if (FATTN_PATH_FWD_SM90_BUILT && !bwd) l.sm90 = device_is_sm90();                                 \
+        if (bwd ? FATTN_PATH_DKV_SM90_BUILT || FATTN_PATH_SEG_SM90_BUILT || FATTN_PATH_HIST_SM90_BUILT    \
+                : FATTN_PATH_FWD_SM90_BUILT)                                                              \
+            l.sm90 = device_is_sm90();                                                                    \
         return gpu_run_t<CudaLauncher, T>(l, p, ws, bwd, err);                                            \
     }                                                                                                     \
     template <> size_t cuda_max_smem<T>(int D) { return max_smem<T>(D); }

@@ -198,6 +198,9 @@ template <typename Tin, int D> constexpr size_t max_smem_of() {
 #if FATTN_PATH_FWD_SM90_BUILT
     if constexpr (fwd_sm90_at(sizeof(Tin), D)) m = KFwdSm90<Tin, D>::smem() > m ? KFwdSm90<Tin, D>::smem() : m;
 #endif
+#if FATTN_PATH_HIST_SM90_BUILT
+    if constexpr (hist_sm90_at(sizeof(Tin), D)) m = KHistSm90<Tin, D>::smem() > m ? KHistSm90<Tin, D>::smem() : m;
+#endif
     return m;
 }
 template <typename Tin> size_t max_smem(int D) {
