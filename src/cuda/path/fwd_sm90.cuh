@@ -1,15 +1,16 @@
-// fwd_sm90.cuh — the PaTH forward (fwd.cuh: KFwd) with its earlier-chunk loop on Hopper's wgmma,
-// for 16-bit inputs at D 64 / 128 on an sm_90 device. One warpgroup per CTA (64 query rows, the
-// same fragment map as KFwd's four warps); the own chunk runs KFwd's mma.sync code unchanged. Per
-// earlier chunk cj = ci-1 .. 0, with X (= the transformed queries) in f32 registers:
-//   S = X·K~ᵀ                m64n64k16 wgmmas, X as register A fragments (input dtype), K~ K-major
-//   online softmax           KFwd::softmax_step on the accumulators
-//   O += P·V                 m64nDk16, P as register fragments, V read MN-major
-//   XW = X·Wᵀ; X -= XW·U     the walk back: m64n64k16 (X as f16 fragments) then m64nDk16 (−XW as
-//                            f16 fragments, U read MN-major) accumulating into X
-// The chunk's K~, V, W and U lie in 128-byte swizzled panels (sw128_elem) written by cp.async:
-// two K~ V slots and one W U slot (KFwd's split pipeline: K~ V of chunk cj land while chunk cj + 1
-// is walked, its W U while its scores run).
+// fwd_sm90.cuh — the PaTH forward (fwd.cuh: KFwd) with the walk of its earlier-chunk loop on
+// Hopper's wgmma, for 16-bit inputs at D 64 / 128 on an sm_90 device. One warpgroup per CTA (64
+// query rows, the same fragment map as KFwd's four warps); the own chunk and the scores run KFwd's
+// mma.sync code unchanged. Per earlier chunk cj = ci-1 .. 0, with X (= the transformed queries) in
+// f32 registers:
+//   S = X·K~ᵀ, online softmax           mma.sync, as KFwd
+//   O += P·V                             mma.sync, as KFwd
+//   XW = X·Wᵀ                            m64n64k16 wgmmas, X as f16 register A fragments, W read K-major
+//   X -= XW·U                            m64nDk16, −XW as f16 register fragments, U read MN-major
+// KFwd's split pipeline: two K~ V slots (KFwd's padded tiles: K~ V of chunk cj land while chunk
+// cj + 1 is walked) and one W U slot in 128-byte swizzled panels (sw128_elem, cp.async) that lands
+// while the chunk's scores run. (All four products on wgmma, X as register fragments for S too,
+// ran slower: docs/EXPERIMENTS.md.)
 //
 // Built when nvcc compiles with FATTN_HAVE_SM90 and FATTN_PATH_FWD_SM90 is set; sequence.h launches
 // it on sm_90 devices (CudaLauncher::sm90) at the kernel head dims it names: 1: D 128; 2: D 64 and
@@ -46,38 +47,22 @@ template <typename Tin, int D> struct KFwdSm90 {
     using Base = KFwd<Tin, D>;
     using Tw = walk_t<Tin>;
     static constexpr int kThreads = 128, NX = D / 8, NK = kC / 16, ND = D / 16;
+    static constexpr int STi = Base::STi;
     static constexpr uint32_t PANEL = kC * 128;  // bytes from one [64, 64] panel of a tile to the next
     static constexpr size_t TILE = (D / 64) * size_t(PANEL);
-    // A K~ V slot: K~, V, the keys' gate sums (kC floats), padded to keep the next slot 1024-aligned
-    static constexpr size_t KVB = 2 * TILE + 1024;
-    static constexpr size_t SLOTS = 2 * KVB + 2 * TILE;  // two K~ V slots, one W U slot
+    // two K~ V slots (KFwd's: Base::KVB bytes each), then the W U slot, 1024-aligned
+    static constexpr size_t OFF_WU = (2 * Base::KVB + 1023) / 1024 * 1024, SLOTS = OFF_WU + 2 * TILE;
     static constexpr size_t REG = SLOTS > Base::OWN ? SLOTS : Base::OWN;
     // 1024 bytes of slack to align the base (the swizzle repeats per 1024-byte 8-row group), the
     // query rows' gate sums after the region
     static constexpr size_t smem() { return 1024 + REG + 256; }
 
-    PK_DEV static void issue_kv(const PathDev &p, const SeqInfo &sq, int hq, int h, int64_t cj, char *buf) {
-        Tin *sKt = reinterpret_cast<Tin *>(buf), *sV = reinterpret_cast<Tin *>(buf + TILE);
-        float *gk = reinterpret_cast<float *>(buf + 2 * TILE);
-        const int64_t row = sq.row0 + cj * kC, t0 = sq.begin + cj * kC;
-        load_tile_sw<Tin, D, kThreads>(sKt, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, int64_t(p.h) * D, kC, D, true);
-        load_tile_sw<Tin, D, kThreads>(sV, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh, p.v_ss,
-                                       kC, p.V, p.vec_v);
-        for (int a = tid(); a < kC; a += kThreads) gk[a] = p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
-    }
     PK_DEV static void issue_wu(const PathDev &p, const SeqInfo &sq, int h, int64_t cj, char *buf) {
         const int64_t row = sq.row0 + cj * kC, ws = int64_t(p.h) * D;
         load_tile_sw<Tw, D, kThreads>(reinterpret_cast<Tw *>(buf), static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D,
                                       true);
         load_tile_sw<Tw, D, kThreads>(reinterpret_cast<Tw *>(buf + TILE), static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws,
                                       kC, D, true);
-    }
-    // This thread's cp.async data (and plain stores) visible to every thread's wgmma.
-    PK_DEV static void landed_sync() {
-#if FATTN_PATH_WGMMA_PASS
-        cuda::sm90::fence_proxy_async_smem();
-#endif
-        sync();
     }
 
     PK_DEV static void run(const PathDev &p, char *smem_raw) {
@@ -93,50 +78,36 @@ template <typename Tin, int D> struct KFwdSm90 {
         float X[NX][4], O[NX][4], m[2], l[2];
         Base::own_chunk(p, ck, smem, gq, [] { cp_wait<0>(); }, X, O, m, l);
 
-        // ---- earlier chunks, newest first: slots KV0, KV1 at 0 and KVB, W U at 2 KVB ----
-        char *const wu = smem + 2 * KVB;
+        // ---- earlier chunks, newest first: slots KV0, KV1 at 0 and Base::KVB, W U at OFF_WU ----
+        char *const wu = smem + OFF_WU;
         const uint32_t w_base = sm90::saddr(wu), u_base = w_base + uint32_t(TILE);
         if (ci > 0) {
-            issue_kv(p, sq, hq, h, ci - 1, smem);
+            Base::issue_kv(p, sq, hq, h, ci - 1, smem);
             cp_commit();
         }
         for (int64_t cj = ci - 1, s = 0; cj >= 0; --cj, ++s) {
-            char *cur = smem + (s & 1) * KVB;
+            char *cur = smem + (s & 1) * Base::KVB;
             if (cj > 0) {  // in flight: K~ V (cj), then W U (cj), K~ V (cj - 1)
                 issue_wu(p, sq, h, cj, wu);
                 cp_commit();
-                issue_kv(p, sq, hq, h, cj - 1, smem + ((s + 1) & 1) * KVB);
+                Base::issue_kv(p, sq, hq, h, cj - 1, smem + ((s + 1) & 1) * Base::KVB);
                 cp_commit();
                 cp_wait<2>();
             } else {
                 cp_wait<0>();
             }
-            landed_sync();
-            const uint32_t k_base = sm90::saddr(cur), v_base = k_base + uint32_t(TILE);
-            const float *gk = reinterpret_cast<const float *>(cur + 2 * TILE);
+            sync();
+            const Tin *cKt = reinterpret_cast<const Tin *>(cur), *cV = reinterpret_cast<const Tin *>(cur + Base::TI);
+            const float *gk = reinterpret_cast<const float *>(cur + 2 * Base::TI);
             float S[8][4];
-            {
-                uint32_t xa[ND][4];
-                for (int kk = 0; kk < ND; ++kk) Frag<Tin>::a_acc(xa[kk], X, kk, 1.f);
-                sm90::wgmma_fence();
-                attn::sm90_rs_product_kmajor<Tin, D, kC>(wg_acc(S), xa, k_base, PANEL, false);
-                sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(S));
-            }
+            zero_acc(S);
+            warp_gemm_acc<Tin, false>(S, X, 1.f, cKt, STi, 0);
             Base::softmax_step(p, r0, gq, gk, S, O, m, l);
-            {
-                uint32_t pa[NK][4];
-                for (int kk = 0; kk < NK; ++kk) Frag<Tin>::a_acc(pa[kk], S, kk, 1.f);
-                sm90::wgmma_fence();
-                attn::sm90_rs_product<Tin, D, NK>(wg_acc(O), pa, 0u, v_base, PANEL);
-                sm90::wgmma_commit();
-                if (cj > 0) cp_wait<1>();  // W U (cj) landed (this thread's copies)
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(O));
-            }
-            if (cj > 0) {
-                landed_sync();
+            warp_gemm_acc<Tin, true>(O, S, 1.f, cV, STi, 0);
+            if (cj > 0) {  // W U (cj) landed: the walk, X -= (X·Wᵀ)·U
+                cp_wait<1>();
+                sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
+                sync();
                 float XW[8][4];
                 {
                     uint32_t xw[ND][4];
@@ -155,7 +126,7 @@ template <typename Tin, int D> struct KFwdSm90 {
                 sm90::wgmma_wait<0>();
                 sm90::reg_fence(wg_acc(X));
             }
-            sync();  // every wgmma of this chunk done before the next issue overwrites its slots
+            sync();  // every read of this chunk's slots done before the next issue overwrites them
         }
         Base::store_out(p, ck, O, m, l);
 #else
