@@ -14,9 +14,11 @@
 #   GPU_CHECK_BUDGET=580 scripts/gpu-check.sh nobuild ggml
 #   unit (scripts/gpu-check-unit.sh: the GoogleTest suite with its CUDA tests, in the build folder
 #   with the tests on; needs .carry/googletest.tgz): scripts/gpu-check.sh nobuild unit
-# Everything does not fit one 10-minute run on the GPU machine: run it as three, back to back (each finds
-# the previous one's build; measured 2026-12-02: 192 s, 158 s for torch, ~350 s for path):
-#   GPU_CHECK_BUDGET=450 scripts/gpu-check.sh build parity determinism sanitize bench
+# Everything does not fit one 10-minute run on the GPU machine: run it as four, back to back (each finds
+# the previous one's build; measured on an H100, 2026-12-05: build 173 s, parity + large +
+# determinism ~115 s, racecheck ~250 s; 2026-12-02: 158 s for torch, ~350 s for path):
+#   GPU_CHECK_BUDGET=420 scripts/gpu-check.sh build parity determinism bench
+#   GPU_CHECK_BUDGET=330 scripts/gpu-check.sh nobuild sanitize
 #   scripts/gpu-check.sh nobuild torch
 #   GPU_CHECK_BUDGET=420 scripts/gpu-check.sh nobuild path
 #
