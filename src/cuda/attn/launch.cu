@@ -14,12 +14,8 @@ struct CudaLauncher {
     cudaStream_t st;
     static constexpr Err ok() { return cudaSuccess; }
 
-    Err bias_map(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec) {
-        bias_map_kernel<<<unsigned(w.map_bytes), 256, 0, st>>>(p, w, map, vec);
-        return cudaGetLastError();
-    }
-    Err bias_ceiling(const AttnFwdParams &p, const Workspace &w, float *ceil, int64_t warps) {
-        bias_ceiling_kernel<<<unsigned((warps + 7) / 8), 256, 0, st>>>(p, w, ceil);
+    Err bias_prep(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec, float *ceil, int64_t warps) {
+        bias_prep_kernel<<<unsigned(bias_prep_blocks(w, warps)), 256, 0, st>>>(p, w, map, vec, ceil);
         return cudaGetLastError();
     }
     Err delta(const AttnBwdParams &p, const KArgs &a, int64_t rows, bool v8) {

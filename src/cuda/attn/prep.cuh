@@ -1,5 +1,5 @@
 // prep.cuh — the pre-passes of the fused attention kernels: the bias tile map and the bias
-// ceilings (forward and backward with a bias), δ = rowsum(dO∘O) and lse' (backward); and the
+// ceilings in one launch (forward and backward with a bias), δ = rowsum(dO∘O) and lse' (backward); and the
 // host-side tests of which vector loads a call's pointers and strides allow. The launch sequence
 // (sequence.h) runs them; nvcc compiles them for the GPU (launch.cu), a host compiler for the CPU
 // emulation (src/emu/attn_emu.cpp).
@@ -11,13 +11,12 @@
 
 namespace fattn::cuda::attn {
 
-// One CTA per map cell (64×64 block of the packed [total_q, total_kv] plane of one bias
-// (batch, head)): kBiasDead if every element is -inf, kBiasZero if every element is exactly 0,
-// else kBiasRead. A NaN counts as "read" so it is never hidden. vec: 16-byte loads are legal
-// (bias_vec_ok); each thread then reads 16-byte chunks of a row (the element-wise loop read the
-// bias at ~0.7 TB/s, 46 µs per map at S 4096).
-__global__ void __launch_bounds__(256) bias_map_kernel(const AttnFwdParams p, Workspace w, uint8_t *map, bool vec) {
-    const int64_t cell = blockIdx.x;
+// Map cell `cell` (a 64×64 block of the packed [total_q, total_kv] plane of one bias (batch,
+// head)), one CTA of 256 threads: kBiasDead if every element is -inf, kBiasZero if every element
+// is exactly 0, else kBiasRead. A NaN counts as "read" so it is never hidden. vec: 16-byte loads
+// are legal (bias_vec_ok); each thread then reads 16-byte chunks of a row (the element-wise loop
+// read the bias at ~0.7 TB/s, 46 µs per map at S 4096).
+__device__ __forceinline__ void bias_map_cell(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec, int64_t cell) {
     const int64_t bn = cell % w.map_nn, bm = (cell / w.map_nn) % w.map_nm;
     const int64_t bh = (cell / (w.map_nn * w.map_nm)) % w.map_nh, bb = cell / (w.map_nn * w.map_nm * w.map_nh);
     const int64_t base = bb * p.bias_sb + bh * p.bias_sh;
@@ -55,12 +54,11 @@ __global__ void __launch_bounds__(256) bias_map_kernel(const AttnFwdParams p, Wo
     if (threadIdx.x == 0) map[cell] = uint8_t(!alive ? kBiasDead : nonzero ? kBiasRead : kBiasZero);
 }
 
-// Bias ceilings (common.cuh): one warp per (bias batch, bias head, packed row); lanes stride over
-// the row's allowed keys, then a max tree (max is exact: any order gives the same bits). A dense
-// bias shared by the batches has one geometry (every batch has the same lengths); a varlen row
-// finds its sequence by bisection. No finite allowed bias, or no sequence: 0.
-__global__ void __launch_bounds__(256) bias_ceiling_kernel(const AttnFwdParams p, Workspace w, float *ceil) {
-    const int64_t wid = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+// Bias ceilings (common.cuh): warp `wid` per (bias batch, bias head, packed row); lanes stride
+// over the row's allowed keys, then a max tree (max is exact: any order gives the same bits). A
+// dense bias shared by the batches has one geometry (every batch has the same lengths); a varlen
+// row finds its sequence by bisection. No finite allowed bias, or no sequence: 0.
+__device__ __forceinline__ void bias_ceiling_warp(const AttnFwdParams &p, const Workspace &w, float *ceil, int64_t wid) {
     const int lane = threadIdx.x % 32;
     if (wid >= w.map_nb * w.map_nh * p.total_q) return;
     const int64_t row = wid % p.total_q, bh = (wid / p.total_q) % w.map_nh, bb = wid / (p.total_q * w.map_nh);
@@ -85,6 +83,17 @@ __global__ void __launch_bounds__(256) bias_ceiling_kernel(const AttnFwdParams p
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if (lane == 0) ceil[wid] = m == -INFINITY ? 0.f : m;
+}
+
+// The bias pre-pass, one launch (the two parts are independent: both only read the bias): blocks
+// [0, w.map_bytes) build the tile map, one cell each; the blocks after them the ceilings, eight
+// warps each (bias_prep_blocks). At S 625 the map and the ceilings took 9.0 + 6.0 µs as two
+// launches (H100, 2026-12-05, docs/PERF.md).
+inline int64_t bias_prep_blocks(const Workspace &w, int64_t ceil_warps) { return int64_t(w.map_bytes) + (ceil_warps + 7) / 8; }
+__global__ void __launch_bounds__(256) bias_prep_kernel(const AttnFwdParams p, Workspace w, uint8_t *map, bool vec, float *ceil) {
+    const int64_t b = blockIdx.x, nmap = int64_t(w.map_bytes);
+    if (b < nmap) bias_map_cell(p, w, map, vec, b);
+    else bias_ceiling_warp(p, w, ceil, ((b - nmap) * blockDim.x + threadIdx.x) / 32);
 }
 
 // δ[b, h, i] = Σ_d dO·O in f32, one warp per (b, i, h); lanes stride over d (8-byte chunks when
