@@ -37,7 +37,7 @@ namespace fattn::pathk {
 
 // Whether the (dtype, kernel head dim) backward launches KDkvSm90 on an sm_90 device.
 constexpr bool dkv_sm90_at(size_t in_bytes, int d) {
-    return FATTN_PATH_DKV_SM90_BUILT && in_bytes == 2 && (d == 128 || (d == 64 && FATTN_PATH_DKV_SM90 == 1));
+    return wgmma_at(FATTN_PATH_DKV_SM90_BUILT, FATTN_PATH_DKV_SM90 == 1, in_bytes, d);
 }
 
 }  // namespace fattn::pathk

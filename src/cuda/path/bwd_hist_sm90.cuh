@@ -1,7 +1,8 @@
 // bwd_hist_sm90.cuh — the history producer (bwd_hist.cuh: KHist) with its walk on Hopper's wgmma,
 // for 16-bit inputs at D 64 / 128 on an sm_90 device: the walk of the forward's KFwdSm90
 // (fwd_sm90.cuh) without the scores. One warpgroup per CTA (64 query rows, KHist's fragment map);
-// the own chunk runs KHist's mma.sync code. Per earlier chunk cj = ci-1 .. 8, with X in f32 registers:
+// the own chunk runs KHist's mma.sync code. Per earlier chunk cj = ci-1 .. 8, with X in f32 registers
+// (walk_sm90.cuh: WalkW):
 //   XW = X·Wᵀ        m64n64k16 wgmmas, X as f16 register A fragments, W read K-major
 //   X -= XW·U        m64nDk16, −XW as f16 register fragments, U read MN-major
 // and X stored at every segment start it crosses (KHist::store). W and U lie in 128-byte swizzled
@@ -20,7 +21,7 @@
 #endif
 #if FATTN_PATH_WGMMA_BUILD && FATTN_PATH_HIST_SM90
 #define FATTN_PATH_HIST_SM90_BUILT 1
-#include "cuda/attn/sm90/wgmma_products.cuh"
+#include "cuda/path/walk_sm90.cuh"
 #else
 #define FATTN_PATH_HIST_SM90_BUILT 0
 #endif
@@ -29,7 +30,7 @@ namespace fattn::pathk {
 
 // Whether the (dtype, kernel head dim) backward launches KHistSm90 on an sm_90 device.
 constexpr bool hist_sm90_at(size_t in_bytes, int d) {
-    return FATTN_PATH_HIST_SM90_BUILT && in_bytes == 2 && (d == 128 || (d == 64 && FATTN_PATH_HIST_SM90 == 2));
+    return wgmma_at(FATTN_PATH_HIST_SM90_BUILT, FATTN_PATH_HIST_SM90 == 2, in_bytes, d);
 }
 
 }  // namespace fattn::pathk
@@ -40,25 +41,15 @@ namespace fattn::pathk {
 template <typename Tin, int D> struct KHistSm90 {
     static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
     using Base = KHist<Tin, D>;
-    using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 128, NX = D / 8, NK = kC / 16, ND = D / 16;
-    static constexpr uint32_t PANEL = kC * 128;  // bytes from one [64, 64] panel of a tile to the next
-    static constexpr size_t TILE = (D / 64) * size_t(PANEL), STAGE = 2 * TILE;  // W, U
+    using Walk = WalkW<Tin, D>;
+    static constexpr int kThreads = 128, NX = D / 8;
+    static constexpr size_t STAGE = Walk::STAGE;
     // stage 0, then the own tiles (KHist's layout), which stage 1 takes once they are read
     static constexpr size_t REG1 = STAGE > Base::OWN ? STAGE : Base::OWN;
     static constexpr size_t smem() { return 1024 + STAGE + REG1; }  // + slack to align the base to 1024
 
-    PK_DEV static void issue(const PathDev &p, const SeqInfo &sq, int h, int64_t cj, char *buf) {
-        const int64_t row = sq.row0 + cj * kC, ws = int64_t(p.h) * D;
-        load_tile_sw<Tw, D, kThreads>(reinterpret_cast<Tw *>(buf), static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D,
-                                      true);
-        load_tile_sw<Tw, D, kThreads>(reinterpret_cast<Tw *>(buf + TILE), static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws,
-                                      kC, D, true);
-    }
-
     PK_DEV static void run(const PathDev &p, char *smem_raw) {
 #if FATTN_PATH_WGMMA_PASS
-        using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
         const ChunkItem ck = chunk_item(p, true);
         const SeqInfo &sq = ck.sq;
@@ -68,30 +59,12 @@ template <typename Tin, int D> struct KHistSm90 {
         const int r0 = 16 * warp_id();
         char *st0 = smem, *st1 = smem + STAGE;
         float X[NX][4];
-        Base::own_chunk(p, ck, st1, [&] { ring_step(ci - 1 >= kNcs, [&] { issue(p, sq, h, ci - 1, st0); }); }, X);
+        Base::own_chunk(p, ck, st1, [&] { ring_step(ci - 1 >= kNcs, [&] { Walk::issue(p, sq, h, ci - 1, st0); }); }, X);
         for (int64_t cj = ci - 1, s = 0; cj >= kNcs; --cj, ++s) {
             char *cur = (s & 1) ? st1 : st0;
-            ring_step(cj - 1 >= kNcs, [&] { issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });
-            sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
-            sync();
-            const uint32_t w_base = sm90::saddr(cur), u_base = w_base + uint32_t(TILE);
-            float XW[8][4];
-            {
-                uint32_t xw[ND][4];
-                for (int kk = 0; kk < ND; ++kk) Frag<Tw>::a_acc(xw[kk], X, kk, 1.f);
-                sm90::wgmma_fence();
-                attn::sm90_rs_product_kmajor<Tw, D, kC>(wg_acc(XW), xw, w_base, PANEL, false);
-                sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(XW));
-            }
-            uint32_t ua[NK][4];
-            for (int kk = 0; kk < NK; ++kk) Frag<Tw>::a_acc(ua[kk], XW, kk, -1.f);
-            sm90::wgmma_fence();
-            attn::sm90_rs_product<Tw, D, NK>(wg_acc(X), ua, 0u, u_base, PANEL);
-            sm90::wgmma_commit();
-            sm90::wgmma_wait<0>();
-            sm90::reg_fence(wg_acc(X));
+            ring_step(cj - 1 >= kNcs, [&] { Walk::issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });
+            Walk::landed();
+            Walk::step(X, cur);
             if (cj % kNcs == 0) Base::store(p, sq, hq, c0, n, r0, cj / kNcs, X);
             sync();  // every wgmma of this stage done before the next issue overwrites it
         }

@@ -5,7 +5,7 @@
 // f32 registers:
 //   S = X·K~ᵀ, online softmax           mma.sync, as KFwd
 //   O += P·V                             mma.sync, as KFwd
-//   XW = X·Wᵀ                            m64n64k16 wgmmas, X as f16 register A fragments, W read K-major
+//   XW = X·Wᵀ (walk_sm90.cuh: WalkW)     m64n64k16 wgmmas, X as f16 register A fragments, W read K-major
 //   X -= XW·U                            m64nDk16, −XW as f16 register fragments, U read MN-major
 // KFwd's split pipeline: two K~ V slots (KFwd's padded tiles: K~ V of chunk cj land while chunk
 // cj + 1 is walked) and one W U slot in 128-byte swizzled panels (sw128_elem, cp.async) that lands
@@ -25,7 +25,7 @@
 #endif
 #if FATTN_PATH_WGMMA_BUILD && FATTN_PATH_FWD_SM90
 #define FATTN_PATH_FWD_SM90_BUILT 1
-#include "cuda/attn/sm90/wgmma_products.cuh"
+#include "cuda/path/walk_sm90.cuh"
 #else
 #define FATTN_PATH_FWD_SM90_BUILT 0
 #endif
@@ -34,7 +34,7 @@ namespace fattn::pathk {
 
 // Whether the (dtype, kernel head dim) forward launches KFwdSm90 on an sm_90 device.
 constexpr bool fwd_sm90_at(size_t in_bytes, int d) {
-    return FATTN_PATH_FWD_SM90_BUILT && in_bytes == 2 && (d == 128 || (d == 64 && FATTN_PATH_FWD_SM90 == 2));
+    return wgmma_at(FATTN_PATH_FWD_SM90_BUILT, FATTN_PATH_FWD_SM90 == 2, in_bytes, d);
 }
 
 }  // namespace fattn::pathk
@@ -45,29 +45,18 @@ namespace fattn::pathk {
 template <typename Tin, int D> struct KFwdSm90 {
     static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
     using Base = KFwd<Tin, D>;
-    using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 128, NX = D / 8, NK = kC / 16, ND = D / 16;
+    using Walk = WalkW<Tin, D>;
+    static constexpr int kThreads = 128, NX = D / 8;
     static constexpr int STi = Base::STi;
-    static constexpr uint32_t PANEL = kC * 128;  // bytes from one [64, 64] panel of a tile to the next
-    static constexpr size_t TILE = (D / 64) * size_t(PANEL);
-    // two K~ V slots (KFwd's: Base::KVB bytes each), then the W U slot, 1024-aligned
-    static constexpr size_t OFF_WU = (2 * Base::KVB + 1023) / 1024 * 1024, SLOTS = OFF_WU + 2 * TILE;
+    // two K~ V slots (KFwd's: Base::KVB bytes each), then the W U stage, 1024-aligned
+    static constexpr size_t OFF_WU = (2 * Base::KVB + 1023) / 1024 * 1024, SLOTS = OFF_WU + Walk::STAGE;
     static constexpr size_t REG = SLOTS > Base::OWN ? SLOTS : Base::OWN;
     // 1024 bytes of slack to align the base (the swizzle repeats per 1024-byte 8-row group), the
     // query rows' gate sums after the region
     static constexpr size_t smem() { return 1024 + REG + 256; }
 
-    PK_DEV static void issue_wu(const PathDev &p, const SeqInfo &sq, int h, int64_t cj, char *buf) {
-        const int64_t row = sq.row0 + cj * kC, ws = int64_t(p.h) * D;
-        load_tile_sw<Tw, D, kThreads>(reinterpret_cast<Tw *>(buf), static_cast<const Tw *>(p.ww) + (row * p.h + h) * D, ws, kC, D,
-                                      true);
-        load_tile_sw<Tw, D, kThreads>(reinterpret_cast<Tw *>(buf + TILE), static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws,
-                                      kC, D, true);
-    }
-
     PK_DEV static void run(const PathDev &p, char *smem_raw) {
 #if FATTN_PATH_WGMMA_PASS
-        using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
         const ChunkItem ck = chunk_item(p, true);
         const SeqInfo &sq = ck.sq;
@@ -80,7 +69,6 @@ template <typename Tin, int D> struct KFwdSm90 {
 
         // ---- earlier chunks, newest first: slots KV0, KV1 at 0 and Base::KVB, W U at OFF_WU ----
         char *const wu = smem + OFF_WU;
-        const uint32_t w_base = sm90::saddr(wu), u_base = w_base + uint32_t(TILE);
         if (ci > 0) {
             Base::issue_kv(p, sq, hq, h, ci - 1, smem);
             cp_commit();
@@ -88,7 +76,7 @@ template <typename Tin, int D> struct KFwdSm90 {
         for (int64_t cj = ci - 1, s = 0; cj >= 0; --cj, ++s) {
             char *cur = smem + (s & 1) * Base::KVB;
             if (cj > 0) {  // in flight: K~ V (cj), then W U (cj), K~ V (cj - 1)
-                issue_wu(p, sq, h, cj, wu);
+                Walk::issue(p, sq, h, cj, wu);
                 cp_commit();
                 Base::issue_kv(p, sq, hq, h, cj - 1, smem + ((s + 1) & 1) * Base::KVB);
                 cp_commit();
@@ -106,25 +94,8 @@ template <typename Tin, int D> struct KFwdSm90 {
             warp_gemm_acc<Tin, true>(O, S, 1.f, cV, STi, 0);
             if (cj > 0) {  // W U (cj) landed: the walk, X -= (X·Wᵀ)·U
                 cp_wait<1>();
-                sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
-                sync();
-                float XW[8][4];
-                {
-                    uint32_t xw[ND][4];
-                    for (int kk = 0; kk < ND; ++kk) Frag<Tw>::a_acc(xw[kk], X, kk, 1.f);
-                    sm90::wgmma_fence();
-                    attn::sm90_rs_product_kmajor<Tw, D, kC>(wg_acc(XW), xw, w_base, PANEL, false);
-                    sm90::wgmma_commit();
-                    sm90::wgmma_wait<0>();
-                    sm90::reg_fence(wg_acc(XW));
-                }
-                uint32_t ua[NK][4];
-                for (int kk = 0; kk < NK; ++kk) Frag<Tw>::a_acc(ua[kk], XW, kk, -1.f);
-                sm90::wgmma_fence();
-                attn::sm90_rs_product<Tw, D, NK>(wg_acc(X), ua, 0u, u_base, PANEL);
-                sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(X));
+                Walk::landed();
+                Walk::step(X, wu);
             }
             sync();  // every read of this chunk's slots done before the next issue overwrites them
         }
