@@ -208,7 +208,7 @@ const Case kCases[] = {
     {"dense_B2_T100_f32_gate", 2, 100, 2, 1, 64, 64, {}, FATTN_F32, true},
     {"dense_T1100_bf16_gate_3seg", 1, 1100, 2, 1, 64, 64, {}, FATTN_BF16, true},
     {"varlen_15_333_900_gqa_f16_gate", 1, 1248, 4, 2, 64, 64, {0, 15, 348, 1248}, FATTN_F16, true},
-    {"dense_T1100_K128_bf16_3seg", 1, 1100, 1, 1, 128, 128, {}, FATTN_BF16, false},
+    {"dense_T1100_K128_bf16_gate_3seg", 1, 1100, 1, 1, 128, 128, {}, FATTN_BF16, true},
     {"dense_T1100_K128_f32_gate_3seg", 1, 1100, 1, 1, 128, 128, {}, FATTN_F32, true},
     {"dense_T300_K16_V32_f32_gate", 1, 300, 2, 1, 16, 32, {}, FATTN_F32, true},
     {"dense_T600_K32_V16_f16", 1, 600, 2, 1, 32, 16, {}, FATTN_F16, false},
