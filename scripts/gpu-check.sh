@@ -16,7 +16,8 @@
 #   with the tests on; needs .carry/googletest.tgz): scripts/gpu-check.sh nobuild unit
 # Everything does not fit one 10-minute run on the GPU machine: run it as four, back to back (each finds
 # the previous one's build; measured on an H100, 2026-12-05: build 173 s, parity + large +
-# determinism ~115 s, racecheck ~250 s; 2026-12-02: 158 s for torch, ~350 s for path):
+# determinism ~115 s, racecheck ~125-250 s, the torch part's build alone 167 s; 2026-12-02: 158 s for
+# torch, ~350 s for path):
 #   GPU_CHECK_BUDGET=420 scripts/gpu-check.sh build parity determinism bench
 #   GPU_CHECK_BUDGET=330 scripts/gpu-check.sh nobuild sanitize
 #   scripts/gpu-check.sh nobuild torch
@@ -25,7 +26,7 @@
 # Never hangs: every step runs under `timeout`, capped by a global budget (GPU_CHECK_BUDGET
 # seconds, default 580, so one 10-minute run on the GPU machine holds it), and the summary is printed
 # whatever fails. Environment knobs: BENCH_PRESETS (default "hotstep-sites:40 targets:110
-# hotstep:40", preset:seconds), TORCH_RESERVE (250 s kept for the torch step),
+# hotstep:40", preset:seconds), TORCH_RESERVE (340 s kept for the torch step),
 # BENCH_REPS (10), BENCH_ARMS (fused,portable,exact,cudnn), SAN_FILTER (fattn-test -p regex for the
 # sanitizers; default: the quick subset plus the D128 sm90 padding-mask cases).
 # The cudnn-frontend headers for the cuDNN SDPA arm come from .carry/cudnn-frontend/include
@@ -195,7 +196,7 @@ if want bench; then
     rm -f "$OUT/bench.csv"
     # The torch step keeps its slice: the bench presets share what is left before it.
     RESERVE=0
-    want torch && [ -f scripts/gpu-check-torch.sh ] && RESERVE=${TORCH_RESERVE:-250}
+    want torch && [ -f scripts/gpu-check-torch.sh ] && RESERVE=${TORCH_RESERVE:-340}
     for entry in ${BENCH_PRESETS:-hotstep-sites:35 targets:100 hotstep:40}; do
         preset=${entry%%:*}
         cap=${entry#*:}
@@ -225,7 +226,7 @@ fi
 if want torch; then
     if [ -f scripts/gpu-check-torch.sh ]; then
         mkdir -p "$OUT/torch"
-        run_step torch 250 "$OUT/torch.log" bash scripts/gpu-check-torch.sh "$OUT/torch"
+        run_step torch 340 "$OUT/torch.log" bash scripts/gpu-check-torch.sh "$OUT/torch"
         last=$(grep -v '^== \[torch\]' "$OUT/torch.log" | grep -v '^\s*$' | tail -n1)
         record torch "$(status_of $STEP_RC)" "$STEP_S" "$last"
         # 3: pytest passed, a later part (bench, host cost, example) failed or ran out of time.

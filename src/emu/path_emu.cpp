@@ -43,9 +43,6 @@ bool path_wgmma_dkv_at(fattn_dtype dt, int kernel_d) {
 bool path_wgmma_seg_at(fattn_dtype dt, int kernel_d) {
     return pathk::seg_sm90_at(dt == FATTN_F32 ? 4 : 2, kernel_d);
 }
-bool path_wgmma_fwd_at(fattn_dtype dt, int kernel_d) {
-    return pathk::fwd_sm90_at(dt == FATTN_F32 ? 4 : 2, kernel_d);
-}
 bool path_wgmma_hist_at(fattn_dtype dt, int kernel_d) {
     return pathk::hist_sm90_at(dt == FATTN_F32 ? 4 : 2, kernel_d);
 }

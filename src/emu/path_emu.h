@@ -21,8 +21,6 @@ size_t path_max_smem(fattn_dtype dtype, int D);
 bool path_wgmma_dkv_at(fattn_dtype dtype, int kernel_d);
 // The same for seg-inter's key loop (bwd_seg_sm90.cuh: FATTN_PATH_SEG_SM90).
 bool path_wgmma_seg_at(fattn_dtype dtype, int kernel_d);
-// The same for the forward's earlier-chunk loop (fwd_sm90.cuh: FATTN_PATH_FWD_SM90).
-bool path_wgmma_fwd_at(fattn_dtype dtype, int kernel_d);
 // The same for the history producer's walk (bwd_hist_sm90.cuh: FATTN_PATH_HIST_SM90).
 bool path_wgmma_hist_at(fattn_dtype dtype, int kernel_d);
 

@@ -25,12 +25,6 @@
 #ifndef FATTN_PATH_SCORE16
 #define FATTN_PATH_SCORE16 1
 #endif
-// -DFATTN_PATH_WIDE_INTRA=1: KSegIntra takes wide_warps(D) warps (sixteen at D 128, where one CTA
-// fills an SM's shared memory) on warp tiles of half the width, as chain-A and chain-B do; an A/B
-// switch, off by default until the GPU times it (the emulation's alt library runs it).
-#ifndef FATTN_PATH_WIDE_INTRA
-#define FATTN_PATH_WIDE_INTRA 0
-#endif
 
 namespace fattn::pathk {
 
@@ -41,14 +35,9 @@ template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64
 
 template <typename Tin, int D> struct KSegIntra {
     using Tw = walk_t<Tin>;
-    static constexpr int NW = FATTN_PATH_WIDE_INTRA ? wide_warps(D) : 8, kThreads = 32 * NW;
-    static constexpr int kMinBlocks = D <= 64 ? 2 : 1, CI = cvt_if<D>();
-    using FT = F32Tiles<D, NW>;
+    static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1, CI = cvt_if<D>();
+    using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
-    // scores16's warp blocks: 16 rows x SCOLS columns of the 64 x 64 scores (16-column halves);
-    // SPLITS column blocks per row, each with its row partial of dS
-    static constexpr int SCOLS = 64 * 4 / NW, SPLITS = kC / SCOLS, SPLITS_LOG2 = SPLITS == 4 ? 2 : 1;
-    static_assert(SPLITS == 2 || SPLITS == 4, "8 or 16 warps");
     // kS16: the scores of a pair (S, dP, then gamma += dS K~, dK~ += dS^T X, dV += P^T dO) in the
     // input dtype, as seg-inter and dK/dV compute the same products (16-bit inputs, with
     // FATTN_PATH_SCORE16); else on tf32 over f32 tiles
@@ -60,7 +49,7 @@ template <typename Tin, int D> struct KSegIntra {
     // kS16: dO in Tin, and the gamma step's W, U / M1, M2 (region R) give their space to the
     // scores' K~, V, X, P, dS (Tin) and the dG partial sums
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
-    static constexpr size_t RG = FT::BIG + UB + FT::SMALL, RS = 3 * TI + 2 * T64 + (SPLITS + 4) * kC * 4;
+    static constexpr size_t RG = FT::BIG + UB + FT::SMALL, RS = 3 * TI + 2 * T64 + 6 * kC * 4;
     // layout: dO (sDO / dO16) | sG | sX | R (RZ bytes) | lse2, dl, gq, gk, dgr (64 floats each)
     static constexpr size_t DOB = kS16 ? TI : FT::BIG, OFF_R = DOB + 2 * FT::BIG;
     static constexpr size_t RZ = kS16 && RS > RG ? RS : RG, OFF_SMALL = OFF_R + RZ;
@@ -90,7 +79,7 @@ template <typename Tin, int D> struct KSegIntra {
         Tin *k16 = reinterpret_cast<Tin *>(kPreKV ? smem + OFF_KV : R), *v16 = k16 + TI / sizeof(Tin),
             *x16 = reinterpret_cast<Tin *>(R + 2 * TI), *p16 = reinterpret_cast<Tin *>(R + 3 * TI),
             *ds16 = reinterpret_cast<Tin *>(R + 3 * TI + T64);
-        float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + SPLITS * kC;  // [SPLITS][64], [4][64]
+        float *rsum = reinterpret_cast<float *>(R + 3 * TI + 2 * T64), *csum = rsum + 2 * kC;  // [2][64], [4][64]
         float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC,
               *dgr = gk + kC;
         if constexpr (!kPreKV) {
@@ -105,10 +94,10 @@ template <typename Tin, int D> struct KSegIntra {
         cp_wait<0>();
         sync();
         {
-            // this warp's 16 x SCOLS block in 16 x 16 halves (fewer accumulators live at once)
-            const int w = warp_id(), m0 = (w >> SPLITS_LOG2) * 16, n0 = (w & (SPLITS - 1)) * SCOLS;
+            // this warp's 16 x 32 block in two 16 x 16 halves (fewer accumulators live at once)
+            const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
             float rs[2] = {0.f, 0.f};
-            for (int half = 0; half < SCOLS / 16; ++half) {
+            for (int half = 0; half < 2; ++half) {
                 const int nh = n0 + 16 * half;
                 float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
                 zero_acc(S);
@@ -138,10 +127,10 @@ template <typename Tin, int D> struct KSegIntra {
                         if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(j, e)] = x;
                     }
             }
-            // row partials over the warp's SCOLS columns (the quad's lanes)
+            // row partials over the warp's 32 columns (the quad's lanes)
             for (int hh = 0; hh < 2; ++hh) {
                 const float x = quad_sum(rs[hh]);
-                if ((lane_id() & 3) == 0) rsum[(n0 / SCOLS) * kC + m0 + acc_row(2 * hh)] = x;
+                if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
             }
         }
         sync();
@@ -149,8 +138,7 @@ template <typename Tin, int D> struct KSegIntra {
         cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, ds16, ST64, x16, STi, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
         cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, p16, ST64, dO16, STi, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
         if (tid() < kC) {
-            if constexpr (SPLITS == 2) dgr[tid()] += rsum[tid()] + rsum[kC + tid()];
-            else dgr[tid()] += ((rsum[tid()] + rsum[kC + tid()]) + rsum[2 * kC + tid()]) + rsum[3 * kC + tid()];
+            dgr[tid()] += rsum[tid()] + rsum[kC + tid()];
         } else if (tid() < 2 * kC) {
             const int b = tid() - kC;
             p.dgs[(krow + b) * p.hq + hq] -= ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b];

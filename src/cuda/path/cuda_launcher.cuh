@@ -90,8 +90,7 @@ template <> size_t cuda_max_smem<bf16_t>(int);
     template <> fattn_status cuda_run<T>(const PathBwdParams &p, void *stream, void *ws, bool bwd,       \
                                          std::string *err) {                                             \
         CudaLauncher l{static_cast<cudaStream_t>(stream)};                                                \
-        if (bwd ? FATTN_PATH_DKV_SM90_BUILT || FATTN_PATH_SEG_SM90_BUILT || FATTN_PATH_HIST_SM90_BUILT    \
-                : FATTN_PATH_FWD_SM90_BUILT)                                                              \
+        if (bwd && (FATTN_PATH_DKV_SM90_BUILT || FATTN_PATH_SEG_SM90_BUILT || FATTN_PATH_HIST_SM90_BUILT)) \
             l.sm90 = device_is_sm90();                                                                    \
         return gpu_run_t<CudaLauncher, T>(l, p, ws, bwd, err);                                            \
     }                                                                                                     \

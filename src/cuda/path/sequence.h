@@ -21,7 +21,6 @@
 #include "core/path_params.h"
 #include "cuda/path/bwd.cuh"
 #include "cuda/path/fwd.cuh"
-#include "cuda/path/fwd_sm90.cuh"
 #include "cuda/path/gpu_layout.h"
 #include "cuda/path/prep.cuh"
 #include "cuda/path/small.cuh"
@@ -140,10 +139,6 @@ template <class L> fattn_status run_check(L &l, const PathFwdParams &p, const Pa
 template <class L, typename Tin, int D> void fwd_kernels(L &l, const PathDev &d) {
     if (d.has_gate) l.template launch<KScan<false>>(d.num_seqs, d.hq, d);
     l.template launch<KPrep<Tin, D>>(d.total_chunks, d.h, d);
-#if FATTN_PATH_FWD_SM90_BUILT
-    if constexpr (fwd_sm90_at(sizeof(Tin), D))
-        if (l.sm90) return l.template launch<KFwdSm90<Tin, D>>(d.total_chunks, d.hq, d);
-#endif
     l.template launch<KFwd<Tin, D>>(d.total_chunks, d.hq, d);
 }
 
@@ -194,9 +189,6 @@ template <typename Tin, int D> constexpr size_t max_smem_of() {
 #endif
 #if FATTN_PATH_SEG_SM90_BUILT
     if constexpr (seg_sm90_at(sizeof(Tin), D)) m = KSegInterSm90<Tin, D>::smem() > m ? KSegInterSm90<Tin, D>::smem() : m;
-#endif
-#if FATTN_PATH_FWD_SM90_BUILT
-    if constexpr (fwd_sm90_at(sizeof(Tin), D)) m = KFwdSm90<Tin, D>::smem() > m ? KFwdSm90<Tin, D>::smem() : m;
 #endif
 #if FATTN_PATH_HIST_SM90_BUILT
     if constexpr (hist_sm90_at(sizeof(Tin), D)) m = KHistSm90<Tin, D>::smem() > m ? KHistSm90<Tin, D>::smem() : m;

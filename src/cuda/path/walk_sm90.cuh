@@ -1,10 +1,11 @@
 // walk_sm90.cuh — the PaTH walk X <- X - (X·Wᵀ)·U of one warpgroup's 64 rows on Hopper's wgmma,
-// for 16-bit inputs (the walk type f16) at D 64 / 128: the earlier-chunk step of the forward
-// (fwd_sm90.cuh: KFwdSm90) and of the history producer (bwd_hist_sm90.cuh: KHistSm90).
+// for 16-bit inputs (the walk type f16) at D 64 / 128: the earlier-chunk step of the history
+// producer (bwd_hist_sm90.cuh: KHistSm90). (The forward's walk on it ran slower than KFwd's
+// mma.sync walk: docs/EXPERIMENTS.md.)
 //   XW = X·Wᵀ      m64n64k16 wgmmas, X as f16 register A fragments, W read K-major
 //   X -= XW·U      m64nDk16, −XW as f16 register fragments, U read MN-major
 // A chunk's W and U lie in a stage of two 128-byte swizzled [64, D] tiles (sw128_elem), written
-// by cp.async. Included where one of those kernels is built (FATTN_PATH_WGMMA_BUILD).
+// by cp.async. Included where KHistSm90 is built.
 #pragma once
 
 #include "cuda/attn/sm90/wgmma_products.cuh"

@@ -49,7 +49,7 @@ FATTN_SM90_DEV void sm90_ss_product(float (&acc)[N / 2], uint32_t a_base, uint32
 // acc (+)= A·Bᵀ over D columns, A as register fragments (the m16n8k16 A fragment of each warp's
 // 16 rows per 16 columns), B a row tile in shared memory read K-major (128-byte swizzled panels of
 // 64 columns, b_panel bytes apart); the first k-step overwrites acc unless accumulate. 16-bit only.
-// The PaTH forward's S = X·K~ᵀ and X·Wᵀ (cuda/path/fwd_sm90.cuh), X changing every step.
+// The PaTH walk's X·Wᵀ (cuda/path/walk_sm90.cuh), X changing every step.
 template <typename T, int D, int N>
 FATTN_SM90_DEV void sm90_rs_product_kmajor(float (&acc)[N / 2], const uint32_t (&a)[D / 16][4], uint32_t b_base,
                                                        uint32_t b_panel, bool accumulate) {
