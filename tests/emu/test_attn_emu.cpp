@@ -43,7 +43,7 @@ struct Case {
     bool pad = 0;                   // extra elements per token row: no 16-byte loads
     bool sm90 = false;              // on the sm_90 device: the sm90 families (wgmma, TMA, mbarriers)
     int64_t pass_heads = 0;         // sm90 tf32: the backward's kv heads per pass (0: selection's)
-    bool fwd256 = false;            // the sm90 forward at D 256 (FATTN_SM90_D256 libraries only)
+    bool d256 = false;            // the sm90 kernels at D 256 (FATTN_SM90_D256 libraries only)
 };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -152,8 +152,8 @@ struct Problem {
         if (fattn_status s = emu::attn_choose(p, &ch, err, c.sm90); s != FATTN_OK) return s;
         if (c.pass_heads) ch.tf32_pass_kv_heads = c.pass_heads;
         // The library's selection is libfattn's where it has CUDA, built without the switch: take
-        // the sm90 forward by hand where the emulation has it.
-        if (c.fwd256) ch.fwd_family = cuda::attn::Family::SM90_NATIVE;
+        // the sm90 forward and backward by hand where the emulation has them.
+        if (c.d256) ch.fwd_family = ch.family = cuda::attn::Family::SM90_NATIVE;
         std::vector<uint8_t> ws(emu::attn_workspace_bytes(p, ch, FATTN_DIR_FWD) + 1, 0xFF);
         if (fattn_status s = emu::attn_fwd(p, ch, ws.data(), err, reverse); s != FATTN_OK) return s;
         ws.assign(emu::attn_workspace_bytes(p, ch, FATTN_DIR_BWD) + 1, 0xFF);
@@ -205,17 +205,17 @@ std::vector<bool> live_entries(const Problem &pr, const ref::Problem &rp, const 
 class AttnEmu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttnEmu, MatchesOracle) {
-    if (GetParam().fwd256 && !emu::attn_sm90_d256_built()) GTEST_SKIP() << "the sm90 forward at D 256 is not built here";
+    if (GetParam().d256 && !emu::attn_sm90_d256_built()) GTEST_SKIP() << "the sm90 kernels at D 256 are not built here";
     Problem pr(GetParam());
     std::string err;
     ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
     if (pr.c.sm90) {  // the case runs the family it is for
         const auto want = pr.c.dt == FATTN_F32 ? cuda::attn::Family::SM90_TF32 : cuda::attn::Family::SM90_NATIVE;
         EXPECT_EQ(int(pr.ch.fwd_family), int(want));
-        EXPECT_EQ(int(pr.ch.family), int(pr.c.fwd256 ? cuda::attn::Family::MMA_NATIVE : want));
-        if (pr.c.fwd256) EXPECT_EQ(pr.ch.d_bucket, 256);
+        EXPECT_EQ(int(pr.ch.family), int(want));
+        if (pr.c.d256) EXPECT_EQ(pr.ch.d_bucket, 256);
         // the fused dQ (its accumulator in the workspace) exactly where this library has it: 16-bit, no bias
-        const bool fused = emu::attn_sm90_dq_fused_built() && pr.c.dt != FATTN_F32 && !pr.c.bias && !pr.c.fwd256;
+        const bool fused = emu::attn_sm90_dq_fused_built() && pr.c.dt != FATTN_F32 && !pr.c.bias && !pr.c.d256;
         EXPECT_EQ(pr.ch.dq_fused, fused);
     }
     ref::Problem rp;
@@ -283,7 +283,7 @@ TEST_P(AttnEmu, MatchesOracle) {
 }
 
 TEST_P(AttnEmu, Determinism) {
-    if (GetParam().fwd256 && !emu::attn_sm90_d256_built()) GTEST_SKIP() << "the sm90 forward at D 256 is not built here";
+    if (GetParam().d256 && !emu::attn_sm90_d256_built()) GTEST_SKIP() << "the sm90 kernels at D 256 are not built here";
     Problem a(GetParam()), b(GetParam());
     std::string err;
     ASSERT_EQ(a.run(&err), FATTN_OK) << err;
@@ -408,12 +408,12 @@ std::vector<Case> cases() {
     c = mk("sm90_f16_D40_varlen_window", FATTN_F16);
     c.sm90 = true, c.D = c.Dv = 40, c.varlen = true, c.wl = 20, c.wr = 30;
     v.push_back(c);
-    // the 16-bit sm90 forward at D 256 (FATTN_SM90_D256), the backward on bucket 256's mma.sync kernels
-    c = mk("sm90_fwd256_bf16_D256_gqa_causal", FATTN_BF16);
-    c.sm90 = true, c.fwd256 = true, c.D = c.Dv = 256, c.Sq = 100, c.Skv = 150, c.causal = 2;
+    // the 16-bit sm90 kernels at D 256 (FATTN_SM90_D256): the dK/dV kernel's column halves, dQ's 32-key steps
+    c = mk("sm90_d256_bf16_D256_gqa_causal", FATTN_BF16);
+    c.sm90 = true, c.d256 = true, c.D = c.Dv = 256, c.Sq = 100, c.Skv = 150, c.causal = 2;
     v.push_back(c);
-    c = mk("sm90_fwd256_f16_D200_varlen_bias", FATTN_F16);
-    c.sm90 = true, c.fwd256 = true, c.D = c.Dv = 200, c.varlen = true, c.bias = 1, c.Hq = c.Hkv = 2;
+    c = mk("sm90_d256_f16_D200_varlen_bias", FATTN_F16);
+    c.sm90 = true, c.d256 = true, c.D = c.Dv = 200, c.varlen = true, c.bias = 1, c.Hq = c.Hkv = 2;
     v.push_back(c);
     c = mk("sm90_dbias_tf32_keybias_head_passes", FATTN_F32);
     c.sm90 = true, c.bias = 3, c.dbias = true, c.pass_heads = 1, c.causal = 2;

@@ -147,8 +147,10 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             std::string w;
             if (sm90_fwd_legal(p, dev, &w)) {
                 c->fwd_family = Family::SM90_NATIVE;
-                // above D 128 (FATTN_SM90_D256) the forward only: the backward is bucket 256's mma.sync kernels
-                if (c->d_bucket <= 128) {
+                // above D 128 (FATTN_SM90_D256) the backward too, on bucket 256's sm90 kernels,
+                // where their shared memory fits
+                const bool bwd256 = FATTN_SM90_D256 && std::max(sm90_dkdv_smem(256), sm90_dq_smem(256)) <= dev.smem_optin;
+                if (c->d_bucket <= 128 || bwd256) {
                     c->family = Family::SM90_NATIVE;
                     // dQ inside the dK/dV kernel (tiles.h: FATTN_SM90_DQ_FUSED), not with a bias
                     // (workspace.h: Choice::dq_fused)

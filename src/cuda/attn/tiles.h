@@ -105,9 +105,10 @@ constexpr int sc_stride(int db) { return db + 1; }
 // the previous step's P fragments (32: one tf32 per register) and O (64) at once, and Q (64 KB)
 // plus two stages of K and Vᵀ (64 KB each) fill 193 KB; at D64 128 keys, 161 KB.
 constexpr int sm90_fwd_bm() { return 128; }
-// -DFATTN_SM90_D256=1: the 16-bit forward also at D 256 (head dims 136-256), 64 keys per step
-// (O alone takes 128 registers), 192 KB; the backward stays the portable kernels' (an A/B switch,
-// checked by the emulation: the fattn_emu_alt library).
+// -DFATTN_SM90_D256=1: the 16-bit sm90 kernels also at D 256 (head dims 136-256): the forward
+// with 64 keys per step (O alone takes 128 registers), 192 KB; the dK/dV kernel with 64-key CTAs
+// whose two consumer warpgroups each own half of dK and dV's columns, and dQ with 32-key steps
+// (below). An A/B switch, checked by the emulation (the fattn_emu_alt library).
 #ifndef FATTN_SM90_D256
 #define FATTN_SM90_D256 0
 #endif
@@ -144,7 +145,11 @@ constexpr size_t sm90_fwd_smem(int d, size_t es = 2) {
 // registers (2·BN/2 + D/2): 16-bit 64 at D128, 128 at D64. tf32 (4-byte elements): 32 at D128
 // (Q + dO 128 KB, three 16 KB tiles per stage: 225 KB in all) and 64 at D64 (161 KB).
 constexpr int sm90_dq_bm() { return 128; }
-constexpr int sm90_dq_bn(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 32 : 64) : (d > 64 ? 64 : 128); }
+// D256 (16-bit, FATTN_SM90_D256): 32 keys per step, so that dQ's 128 registers leave room for S
+// and dP, and two stages of K and V beside Q and dO (128 KB) fit: 193 KB.
+constexpr int sm90_dq_bn(int d, size_t es = 2) {
+    return es == 4 ? (d > 64 ? 32 : 64) : (d > 128 ? 32 : d > 64 ? 64 : 128);
+}
 constexpr int sm90_dq_stages(int d, size_t es) { return sm90_ring(d, es); }
 constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
     return (size_t(2 * sm90_dq_bm()) + size_t(sm90_dq_stages(d, es) * (es == 4 ? 3 : 2) * sm90_dq_bn(d, es))) * size_t(d) * es +
@@ -158,7 +163,14 @@ constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
 // halve); tf32 32. Two row stages (Q, dO [bm, D] and 4 row arrays of bm floats); tf32 also
 // stages Qᵀ, dOᵀ (the same bytes as Q, dO), one stage at D128 (K, V of 128 keys take 128 KB:
 // 231.5 KB in all), two at D64; 16-bit reads Q, dO MN-major from the row stage instead.
-constexpr int sm90_dkdv_bn() { return 128; }
+// D256 (16-bit, FATTN_SM90_D256): dK + dV of 64 keys × 256 columns would take 256 registers a
+// thread in one warpgroup, so a CTA takes 64 keys and each consumer warpgroup owns 128 of the
+// columns of dK and dV, computing the item's Sᵀ and dPᵀ over all 256 itself (1.5× the products of
+// one pass, no exchange between the warpgroups): the registers of D128 (dK + dV 128, Sᵀ + dPᵀ
+// 64); K and V 64 KB, two row stages of Q and dO 128 KB: 195 KB.
+constexpr int sm90_dkdv_bn(int d = 128) { return d > 128 ? 64 : 128; }
+constexpr bool sm90_dkdv_split(int d) { return d > 128; }
+constexpr int sm90_dkdv_cols(int d) { return sm90_dkdv_split(d) ? d / 2 : d; }  // dK/dV columns per consumer
 constexpr int sm90_dkdv_bm(size_t es = 2) { return es == 4 ? 32 : 64; }
 constexpr int sm90_dkdv_stages(int d, size_t es) { return sm90_ring(d, es); }
 constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 64 ? 1 : 2) : 0; }
@@ -183,7 +195,7 @@ constexpr size_t sm90_dqf_smem(int d) {
     return size_t(2 * 2 * sm90_dkdv_bm()) * 128 + size_t(sm90_dqf_bufs(d)) * sm90_dkdv_bm() * sm90_dqf_stride(d) * 4;
 }
 constexpr size_t sm90_dkdv_smem(int d, size_t es = 2, bool fused_dq = false) {
-    return (size_t(2 * sm90_dkdv_bn()) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
+    return (size_t(2 * sm90_dkdv_bn(d)) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
                size_t(d) * es +
            (fused_dq ? sm90_dqf_smem(d) : 0) + size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 +
            sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) + (fused_dq ? 2 * sm90_dqf_bufs(d) : 0) +

@@ -54,7 +54,7 @@ inline bool sm90_view_tma_ok(const void *x, fattn_dtype dt, int64_t ss, int64_t 
 // (Choice::dq_fused; the build's FATTN_SM90_DQ_FUSED decides whether it does): not with a bias,
 // and its dK/dV kernel must fit the device's shared memory.
 inline bool sm90_dq_fused_ok(const AttnFwdParams &p, int d_bucket, size_t smem_optin) {
-    return !p.bias && sm90_dkdv_smem(d_bucket, 2, true) <= smem_optin;
+    return !p.bias && d_bucket <= 128 && sm90_dkdv_smem(d_bucket, 2, true) <= smem_optin;
 }
 
 // The Vᵀ copy of the sm90 tf32 forward: where sequence s (flat key row flat0 = batch_index ·

@@ -21,6 +21,9 @@ static_assert(sm90bwd::dkdv_smem(128) <= 227 * 1024 && sm90bwd::dkdv_smem(128, 2
                   sm90dq::dq_smem(128) <= 227 * 1024 &&
                   sm90dq::dq_smem(128, 4) <= 227 * 1024 && sm90bwd::dkdv_smem(128, 4) <= 227 * 1024,
               "sm90 bwd smem");
+#if FATTN_SM90_D256
+static_assert(sm90bwd::dkdv_smem(256) <= 227 * 1024 && sm90dq::dq_smem(256) <= 227 * 1024, "sm90 bwd smem at D 256");
+#endif
 
 // q and dout with query tiles of qrows rows, k and v with key tiles of kvrows rows.
 cudaError_t maps_of(const AttnBwdParams &p, int qrows, int kvrows, Sm90Maps *m, CUtensorMap *tm_do) {
@@ -39,12 +42,12 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, v
     Sm90Maps m;
     CUtensorMap tm_do;
     cudaError_t e;
-    const dim3 grid_kv(ceil_div_u(p.seqlen_kv, sm90bwd::bn()), unsigned(p.hkv), unsigned(p.batch));
-    // dK/dV: 128-key CTAs, 64-row query items (no Qᵀ/dOᵀ maps: 16-bit)
-    if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(), &m, &tm_do)) != cudaSuccess) return e;
+    const dim3 grid_kv(ceil_div_u(p.seqlen_kv, sm90bwd::bn(D)), unsigned(p.hkv), unsigned(p.batch));
+    // dK/dV: 128-key CTAs (D256: 64), 64-row query items (no Qᵀ/dOᵀ maps: 16-bit)
+    if ((e = maps_of(p, sm90bwd::bm(D), sm90bwd::bn(D), &m, &tm_do)) != cudaSuccess) return e;
     // fused dQ (instantiated only in a build with the switch, whose selection is the one that
     // asks for it): zero the counters, dK/dV/dQ (grid x reversed), convert dq
-    if constexpr (FATTN_SM90_DQ_FUSED != 0) {
+    if constexpr (FATTN_SM90_DQ_FUSED != 0 && D <= 128) {
         if (w.dqf_acc_bytes > 0) {
             char *ws = static_cast<char *>(workspace);
             const Sm90DqAcc fd{reinterpret_cast<float *>(ws + w.dqf_acc_off), reinterpret_cast<int *>(ws + w.dqf_cnt_off),
@@ -65,7 +68,7 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, v
     if ((e = launch_kernel(sm90_dkdv_kernel<T, D>, grid_kv, sm90bwd::threads(), sm90bwd::dkdv_smem(D), st, p, a, m, tm_do,
                            tm_do, tm_do, Sm90DqAcc{})) != cudaSuccess)
         return e;
-    {  // dQ: 128-row CTAs, 64-key (D128) or 128-key (D64) steps
+    {  // dQ: 128-row CTAs, 32-key (D256), 64-key (D128) or 128-key (D64) steps
         if ((e = maps_of(p, sm90dq::kBM, sm90dq::bn(D), &m, &tm_do)) != cudaSuccess) return e;
         const dim3 grid(ceil_div_u(p.seqlen_q, sm90dq::kBM), unsigned(p.hq), unsigned(p.batch));
         // no Kᵀ map: 16-bit
@@ -152,6 +155,13 @@ cudaError_t sm90_bwd_tf32(const AttnBwdParams &p, const KArgs &a, int db, const 
 }
 
 cudaError_t sm90_bwd(const AttnBwdParams &p, const KArgs &a, int db, const Workspace &w, void *workspace, cudaStream_t st) {
+#if FATTN_SM90_D256
+    if (db == 256)
+        return p.dtype == FATTN_BF16 ? launch<__nv_bfloat16, 256>(p, a, w, workspace, st)
+                                     : launch<__half, 256>(p, a, w, workspace, st);
+#else
+    if (db == 256) return cudaErrorInvalidValue;  // not built here (selection never asks for it then)
+#endif
     if (p.dtype == FATTN_BF16)
         return db == 64 ? launch<__nv_bfloat16, 64>(p, a, w, workspace, st) : launch<__nv_bfloat16, 128>(p, a, w, workspace, st);
     return db == 64 ? launch<__half, 64>(p, a, w, workspace, st) : launch<__half, 128>(p, a, w, workspace, st);

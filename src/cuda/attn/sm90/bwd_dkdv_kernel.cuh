@@ -1,5 +1,5 @@
 // bwd_dkdv_kernel.cuh — the sm_90a dK/dV kernel of the deterministic backward (bf16/f16, or f32
-// inputs on tf32; D 64/128).
+// inputs on tf32; D 64/128; 16-bit D 256 with FATTN_SM90_D256).
 //
 // K/V-stationary, like the portable dK/dV kernel (mma_bwd.cuh): one CTA per (128-key tile, kv
 // head, sequence) owns those keys' dK and dV in f32 registers and loops over the query heads of
@@ -14,6 +14,9 @@
 //        registers (columns are queries), then dV += Pᵀ·dO and dK += dSᵀ·Q (m64nDk16, Pᵀ/dSᵀ as
 //        16-bit A fragments from registers, Q and dO read MN-major).
 // Masks, bias tiles and ceilings follow the portable kernel exactly (common.cuh).
+// D 256 (kSplit, 16-bit; tiles.h: sm90_dkdv_split): 64-key CTAs; both consumer warpgroups take the
+// same 64 keys, each computes the item's Sᵀ and dPᵀ over all of D and owns half of dK and dV's
+// columns (dV += Pᵀ·dO and dK += dSᵀ·Q over its 128 columns: m64n128k16).
 // f32 inputs (T = float, tf32 m64nNk8): 32-query items, since every operand is 4 bytes and tf32
 // reads K-major operands only: K and V rows come from k and v in place, each consumer warpgroup
 // rounding its 64 keys to tf32 in shared memory once; Q and dO rows from q and dout in place,
@@ -43,7 +46,7 @@ namespace fattn::cuda::attn {
 
 namespace sm90bwd {  // es: element size (2: bf16/f16, 4: f32 inputs on tf32); shapes: tiles.h (sm90_dkdv_*)
 constexpr int consumers(size_t = 2) { return 2; }  // warpgroups of 64 keys
-constexpr int bn(size_t = 2) { return sm90_dkdv_bn(); }
+constexpr int bn(int d = 128) { return sm90_dkdv_bn(d); }
 constexpr int bm(int, size_t es = 2) { return sm90_dkdv_bm(es); }
 constexpr int stages(int d, size_t es = 2) { return sm90_dkdv_stages(d, es); }  // row stages (Q, dO, the rows' lse/δ)
 constexpr int t_stages(int d, size_t es = 2) { return sm90_dkdv_t_stages(d, es); }  // tf32's Qᵀ, dOᵀ
@@ -79,12 +82,15 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     using namespace sm90bwd;
     using namespace sm90;
     constexpr bool kTf32 = sizeof(T) == 4;
-    constexpr int kBN = bn(sizeof(T)), kBM = bm(D, sizeof(T)), NC = consumers(sizeof(T)), TS = t_stages(D, sizeof(T));
+    constexpr bool kSplit = sm90_dkdv_split(D);  // D 256: both warpgroups on the same keys, half the columns each
+    constexpr int kBN = bn(D), kBM = bm(D, sizeof(T)), NC = consumers(sizeof(T)), TS = t_stages(D, sizeof(T));
+    constexpr int DO = sm90_dkdv_cols(D);  // dK, dV columns of one consumer warpgroup
     constexpr int kStages = stages(D, sizeof(T));
     constexpr int PC = 128 / int(sizeof(T));  // elements per 128-byte panel row
     constexpr int KS = kTf32 ? 8 : 16;        // k of one wgmma (32 bytes of a panel row)
-    constexpr int NP = D / PC, NO = D / 8, NQ = kBM / 8, NK = kBM / KS;
+    constexpr int NP = D / PC, NO = DO / 8, NQ = kBM / 8, NK = kBM / KS;
     static_assert(!kFused || (!kTf32 && kBM == 64 && kBN == 128 && NC == 2), "fused dQ: 16-bit, 64-query items, 128 keys");
+    static_assert(!kSplit || (!kTf32 && !kFused && kBN == 64 && DO == 128), "D 256: 16-bit, unfused, 64 keys");
     constexpr int kDqBufs = kFused ? sm90_dqf_bufs(D) : 1, kDqS = sm90_dqf_stride(D);
     FATTN_DYN_SMEM(smem_raw);
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -250,13 +256,15 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     // -------------------------------------------------------------------------------- consumers
     regs_alloc<consumer_regs(D, sizeof(T))>();
     const int cw = wg - 1, wl = warp % 4, g = lane >> 2, t4 = lane & 3;
-    const int64_t k0w = n0 + 64 * cw;  // this warpgroup's first key
+    const int64_t k0w = n0 + (kSplit ? 0 : 64 * cw);  // this warpgroup's first key
     const int64_t kj[2] = {k0w + 16 * wl + g, k0w + 16 * wl + g + 8};
-    float dk[D / 2], dv[D / 2];
+    const int c0 = kSplit ? DO * cw : 0;  // this warpgroup's first column of dK and dV
+    float dk[DO / 2], dv[DO / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+    for (int i = 0; i < DO / 2; ++i) dk[i] = dv[i] = 0.f;
     const float sl2 = p.scale * kLog2e;
-    const uint32_t k_base0 = saddr(sK) + uint32_t(cw * 64 * 128), v_base0 = saddr(sV) + uint32_t(cw * 64 * 128);
+    const uint32_t kw_off = uint32_t(kSplit ? 0 : cw * 64 * 128);
+    const uint32_t k_base0 = saddr(sK) + kw_off, v_base0 = saddr(sV) + kw_off;
 
     mbar_wait(barKV, 0);
     if constexpr (kTf32) {  // this warpgroup's 64 keys of K and V to tf32, once
@@ -377,14 +385,15 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             sm90_a_frag<T>(dp, kk, sa[kk]);
         }
 
-        // dV += Pᵀ·dO, dK += dSᵀ·Q  [64 keys, D]. 16-bit: dO and Q read MN-major (queries = K);
-        // tf32: dOᵀ and Qᵀ, K-major.
+        // dV += Pᵀ·dO, dK += dSᵀ·Q  [64 keys, DO columns from c0]. 16-bit: dO and Q read MN-major
+        // (queries = K; kSplit: from the panel of column c0); tf32: dOᵀ and Qᵀ, K-major.
         const int ts = kTf32 ? it % (TS > 0 ? TS : 1) : 0;
         if constexpr (kTf32) mbar_wait(&tfull[ts], (it / TS) & 1);
         const uint32_t qt_base = saddr(sQt + ts * kTileElems), dot_base = saddr(sdOt + ts * kTileElems);
+        const uint32_t col_off = uint32_t((c0 / PC) * panel(kBM));
         wgmma_fence();
-        sm90_rs_product<T, D>(dv, pa, dot_base, do_base, uint32_t(panel(kBM)));
-        sm90_rs_product<T, D>(dk, sa, qt_base, q_base, uint32_t(panel(kBM)));
+        sm90_rs_product<T, DO>(dv, pa, dot_base, do_base + col_off, uint32_t(panel(kBM)));
+        sm90_rs_product<T, DO>(dk, sa, qt_base, q_base + col_off, uint32_t(panel(kBM)));
         wgmma_commit();
         wgmma_wait<0>();
         reg_fence(dv);
@@ -446,7 +455,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         T *gdV = static_cast<T *>(p.dv) + sr.batch_index * p.dv_sb + (sr.kv_begin + kj[hf]) * p.dv_ss + hk * p.dv_sh;
 #pragma unroll
         for (int j = 0; j < NO; ++j) {
-            const int c = j * 8 + 2 * t4;
+            const int c = c0 + j * 8 + 2 * t4;
             if (c < p.d) gdK[c] = from_f<T>(dk[4 * j + 2 * hf] * p.scale);  // head dims below the bucket
             if (c + 1 < p.d) gdK[c + 1] = from_f<T>(dk[4 * j + 2 * hf + 1] * p.scale);
             if (c < p.dim_v) gdV[c] = from_f<T>(dv[4 * j + 2 * hf]);

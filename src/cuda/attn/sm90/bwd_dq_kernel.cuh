@@ -1,5 +1,5 @@
 // bwd_dq_kernel.cuh — the sm_90a dQ kernel of the deterministic backward (bf16/f16, or f32 inputs
-// on tf32; D 64/128).
+// on tf32; D 64/128; 16-bit D 256 with FATTN_SM90_D256: 32-key steps).
 //
 // Query-stationary, like the portable dQ kernel (mma_bwd.cuh): one CTA per (128-row query tile,
 // q head, sequence) loops over the key tiles in order and owns its rows' dQ (a fixed-order sum:

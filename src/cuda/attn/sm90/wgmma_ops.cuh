@@ -91,6 +91,8 @@ FATTN_WGMMA_K16(__half, "f16", 128, 64)
 #if FATTN_SM90_D256
 FATTN_WGMMA_K16(__nv_bfloat16, "bf16", 256, 128)
 FATTN_WGMMA_K16(__half, "f16", 256, 128)
+FATTN_WGMMA_K16(__nv_bfloat16, "bf16", 32, 16)  // dQ's S and dP at D 256 (32-key steps)
+FATTN_WGMMA_K16(__half, "f16", 32, 16)
 #endif
 FATTN_WGMMA_K8(32, 16)
 FATTN_WGMMA_K8(64, 32)
