@@ -13,6 +13,8 @@
 #       "dqu=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=2 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=2"
 # (a variant's flags are split at spaces; a ^ inside one stands for a space: ab-common.sh)
 # AB_SHAPES: fattn-bench --shape values (B,Sq,Skv,Hq,Hkv,D; bf16) timed beside the presets.
+# AB_PARITY=0: time only (no fattn-test build, ~40% of a variant's build time, no parity run): for
+# a first look at several variants in one GPU run; a variant to be kept gets its parity run after.
 set -u
 OUT=${1:?usage: scripts/attn-ab.sh OUTDIR NAME=CMAKE_ARGS ...}
 shift
@@ -20,8 +22,11 @@ LOGS=$OUT/logs-attn
 mkdir -p "$LOGS"
 . "$(dirname "$0")/ab-common.sh"
 names=()
-for v in "$@"; do ab_build "$v" fattn-bench fattn-test; done
-for n in "${names[@]}"; do
+want_parity() { [ "${AB_PARITY:-1}" != 0 ]; }
+for v in "$@"; do
+    if want_parity; then ab_build "$v" fattn-bench fattn-test; else ab_build "$v" fattn-bench; fi
+done
+want_parity && for n in "${names[@]}"; do
     for mode in test determinism; do
         # shellcheck disable=SC2086
         build-ab-$n/fattn-test $mode --backend cuda ${AB_FILTER:+-p "$AB_FILTER"} >"$LOGS/parity-$n-$mode.log" 2>&1
