@@ -172,16 +172,19 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         const uint32_t ph = (it / kStages) & 1;
         const uint32_t k_base = saddr(sK + st * kStageElems), v_base = saddr(sV + st * kStageElems);
         const uint32_t kt_base = saddr(sKt + st * kStageElems);
+        // D256: Q's and dO's descriptors formed per step (opaque), not hoisted out of the loop: 2·D/16
+        // of them live across it spilled (ptxas)
+        const uint32_t qb = D > 128 ? opaque(q_base) : q_base, dob = D > 128 ? opaque(do_base) : do_base;
         float s[kBN / 2], dp[kBN / 2];
         mbar_wait(&fullK[st], ph);
         if constexpr (kTf32) mbar_wait(&readyK[st], ph);  // rounded by the producer's warps 1-3
         wgmma_fence();
-        sm90_ss_product<T, D, kBN>(s, q_base, uint32_t(panel(kBM)), k_base, uint32_t(panel(kBN)));
+        sm90_ss_product<T, D, kBN>(s, qb, uint32_t(panel(kBM)), k_base, uint32_t(panel(kBN)));
         wgmma_commit();
         mbar_wait(&fullV[st], ph);
         if constexpr (kTf32) mbar_wait(&readyV[st], ph);
         wgmma_fence();
-        sm90_ss_product<T, D, kBN>(dp, do_base, uint32_t(panel(kBM)), v_base, uint32_t(panel(kBN)));
+        sm90_ss_product<T, D, kBN>(dp, dob, uint32_t(panel(kBM)), v_base, uint32_t(panel(kBN)));
         wgmma_commit();
 
         // P = exp2(logit·log2e − lse·log2e) (0 where masked or the row is fully masked); dS in s.
