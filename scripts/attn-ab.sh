@@ -13,8 +13,9 @@
 #       "dqu=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=2 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=2"
 # (a variant's flags are split at spaces; a ^ inside one stands for a space: ab-common.sh)
 # AB_SHAPES: fattn-bench --shape values (B,Sq,Skv,Hq,Hkv,D; bf16) timed beside the presets.
-# AB_PARITY=0: time only (no fattn-test build, ~40% of a variant's build time, no parity run): for
-# a first look at several variants in one GPU run; a variant to be kept gets its parity run after.
+# AB_PARITY=0: time only (no fattn-test build, ~40% of a variant's build time, no parity run, no
+# ab-attn-parity.txt): for a first look at several variants in one GPU run; a variant to be kept
+# gets its parity run after.
 set -u
 OUT=${1:?usage: scripts/attn-ab.sh OUTDIR NAME=CMAKE_ARGS ...}
 shift

@@ -2,8 +2,8 @@
 # gpu-check-torch.sh OUTDIR — the PyTorch binding's part of the GPU-machine check.
 #
 # Called by scripts/gpu-check.sh on the GPU machine (python3 with torch 2.11+cu130, nvcc 13,
-# no network, no pip index), which gives it ~250 s. Steps, each under a slice of one deadline
-# (GPU_CHECK_TORCH_BUDGET seconds, default 240) so the whole never hangs. Measured there
+# no network, no pip index), which gives it ~340 s. Steps, each under a slice of one deadline
+# (GPU_CHECK_TORCH_BUDGET seconds, default 330) so the whole never hangs. Measured there
 # (2026-12-01): pip 63 s, pytest 54 s; at a 60 s pytest slice a slower machine ran out of it.
 # 2026-12-02: pip 72 s, pytest 79 s, bench_sdpa 25 s left bench_host 8 s (it needs ~20 s) and
 # the example 5 s (~30 s) of a 190 s deadline. 2026-12-05 (H100): pip ran past its 90 s slice (the

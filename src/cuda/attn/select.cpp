@@ -155,8 +155,12 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                     // dQ inside the dK/dV kernel (tiles.h: FATTN_SM90_DQ_FUSED), not with a bias
                     // (workspace.h: Choice::dq_fused)
                     c->dq_fused = FATTN_SM90_DQ_FUSED != 0 && sm90_dq_fused_ok(p, c->d_bucket, dev.smem_optin);
-                } else if (dev.family == FATTN_CUDA_FAMILY_SM90)
-                    return no("family SM90 has no backward for head dims above 128 (family SM90 was asked for)");
+                } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {
+                    return no("sm90 backward at head dim " + std::to_string(dmax) + ": needs " +
+                              std::to_string(std::max(sm90_dkdv_smem(256), sm90_dq_smem(256))) +
+                              " bytes of shared memory per block, device allows " + std::to_string(dev.smem_optin) +
+                              " (family SM90 was asked for)");
+                }
             } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {
                 return no(w + " (family SM90 was asked for)");
             }

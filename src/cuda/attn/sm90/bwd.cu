@@ -116,14 +116,14 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
         {  // dK/dV: 128-key CTAs, 32-query items
             Sm90Maps m;
             CUtensorMap tm_do, tm_qt, tm_dot;
-            const int bm = sm90bwd::bm(D, 4), bn = sm90bwd::bn(4);
+            const int bm = sm90bwd::bm(D, 4), bn = sm90bwd::bn(D);
             if ((e = in_place(&m.k, p.k, p.total_kv, p.hkv, p.k_ss, p.k_sh, p.k_sb, bn)) != cudaSuccess ||
                 (e = in_place(&m.v, p.v, p.total_kv, p.hkv, p.v_ss, p.v_sh, p.v_sb, bn)) != cudaSuccess ||
                 (e = in_place(&m.q, p.q, p.total_q, p.hq, p.q_ss, p.q_sh, p.q_sb, bm)) != cudaSuccess ||
                 (e = in_place(&tm_do, p.dout, p.total_q, p.hq, p.do_ss, p.do_sh, p.do_sb, bm)) != cudaSuccess ||
                 (e = t_map(&tm_qt, qt, w.q_cols, nq)) != cudaSuccess || (e = t_map(&tm_dot, dot, w.q_cols, nq)) != cudaSuccess)
                 return e;
-            const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(4)), unsigned(nk), unsigned(p.batch));
+            const dim3 grid(ceil_div_u(p.seqlen_kv, sm90bwd::bn(D)), unsigned(nk), unsigned(p.batch));
             if ((e = launch_kernel(sm90_dkdv_kernel<float, D>, grid, sm90bwd::threads(4), sm90bwd::dkdv_smem(D, 4), st, p, a,
                                    m, tm_do, tm_qt, tm_dot, Sm90DqAcc{})) != cudaSuccess)
                 return e;

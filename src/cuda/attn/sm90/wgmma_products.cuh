@@ -2,7 +2,7 @@
 // swizzled panels of ptx.cuh (a [rows, D] 16-bit tile as D/64 panels of [rows, 64]): A·Bᵀ with
 // both operands in shared memory, and A·B with A as register fragments. Issued only: the caller
 // fences before (wgmma_fence), commits after and waits. Used by the softmax kernels (sm90/) and
-// the PaTH dK/dV, seg-inter and forward kernels (cuda/path/*_sm90.cuh).
+// the PaTH dK/dV, seg-inter and history kernels (cuda/path/*_sm90.cuh).
 #pragma once
 
 #include <cstdint>
