@@ -35,8 +35,8 @@ struct EmuLauncher {
     }
     static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-    Err bias_prep(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec, float *ceil, int64_t warps) {
-        return run(bias_prep_blocks(w, warps), 1, 1, 256, 0, [&] { bias_prep_kernel(p, w, map, vec, ceil); });
+    Err bias_prep(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec, float *ceil) {
+        return run(bias_prep_blocks(p, w), 1, 1, 256, 0, [&] { bias_prep_kernel(p, w, map, vec, ceil); });
     }
     Err delta(const AttnBwdParams &p, const KArgs &a, int64_t rows, bool v8) {
         const int64_t blocks = cdiv(rows, 8);

@@ -43,7 +43,7 @@ struct Case {
     bool pad = 0;                   // extra elements per token row: no 16-byte loads
     bool sm90 = false;              // on the sm_90 device: the sm90 families (wgmma, TMA, mbarriers)
     int64_t pass_heads = 0;         // sm90 tf32: the backward's kv heads per pass (0: selection's)
-    bool d256 = false;            // the sm90 kernels at D 256 (FATTN_SM90_D256 libraries only)
+    bool d256 = false;              // the sm90 kernels at D 256 (FATTN_SM90_D256 libraries only)
 };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();

@@ -14,8 +14,8 @@ struct CudaLauncher {
     cudaStream_t st;
     static constexpr Err ok() { return cudaSuccess; }
 
-    Err bias_prep(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec, float *ceil, int64_t warps) {
-        bias_prep_kernel<<<unsigned(bias_prep_blocks(w, warps)), 256, 0, st>>>(p, w, map, vec, ceil);
+    Err bias_prep(const AttnFwdParams &p, const Workspace &w, uint8_t *map, bool vec, float *ceil) {
+        bias_prep_kernel<<<unsigned(bias_prep_blocks(p, w)), 256, 0, st>>>(p, w, map, vec, ceil);
         return cudaGetLastError();
     }
     Err delta(const AttnBwdParams &p, const KArgs &a, int64_t rows, bool v8) {

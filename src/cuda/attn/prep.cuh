@@ -58,9 +58,11 @@ __device__ __forceinline__ void bias_map_cell(const AttnFwdParams &p, const Work
 // over the row's allowed keys, then a max tree (max is exact: any order gives the same bits). A
 // dense bias shared by the batches has one geometry (every batch has the same lengths); a varlen
 // row finds its sequence by bisection. No finite allowed bias, or no sequence: 0.
+// The ceilings' warps: one per (bias batch, bias head, packed row).
+FATTN_HD int64_t bias_ceiling_warps(const AttnFwdParams &p, const Workspace &w) { return w.map_nb * w.map_nh * p.total_q; }
 __device__ __forceinline__ void bias_ceiling_warp(const AttnFwdParams &p, const Workspace &w, float *ceil, int64_t wid) {
     const int lane = threadIdx.x % 32;
-    if (wid >= w.map_nb * w.map_nh * p.total_q) return;
+    if (wid >= bias_ceiling_warps(p, w)) return;
     const int64_t row = wid % p.total_q, bh = (wid / p.total_q) % w.map_nh, bb = wid / (p.total_q * w.map_nh);
     int64_t s = bb;
     if (p.cu_seqlens_q) {  // the sequence s with cu[s] <= row < cu[s + 1], if any
@@ -89,7 +91,9 @@ __device__ __forceinline__ void bias_ceiling_warp(const AttnFwdParams &p, const 
 // [0, w.map_bytes) build the tile map, one cell each; the blocks after them the ceilings, eight
 // warps each (bias_prep_blocks). At S 625 the map and the ceilings took 9.0 + 6.0 µs as two
 // launches (H100, 2026-12-05, docs/PERF.md).
-inline int64_t bias_prep_blocks(const Workspace &w, int64_t ceil_warps) { return int64_t(w.map_bytes) + (ceil_warps + 7) / 8; }
+inline int64_t bias_prep_blocks(const AttnFwdParams &p, const Workspace &w) {
+    return int64_t(w.map_bytes) + (bias_ceiling_warps(p, w) + 7) / 8;
+}
 __global__ void __launch_bounds__(256) bias_prep_kernel(const AttnFwdParams p, Workspace w, uint8_t *map, bool vec, float *ceil) {
     const int64_t b = blockIdx.x, nmap = int64_t(w.map_bytes);
     if (b < nmap) bias_map_cell(p, w, map, vec, b);

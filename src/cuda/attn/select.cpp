@@ -149,7 +149,7 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                 c->fwd_family = Family::SM90_NATIVE;
                 // above D 128 (FATTN_SM90_D256) the backward too, on bucket 256's sm90 kernels,
                 // where their shared memory fits
-                const bool bwd256 = FATTN_SM90_D256 && std::max(sm90_dkdv_smem(256), sm90_dq_smem(256)) <= dev.smem_optin;
+                const bool bwd256 = FATTN_SM90_D256 && sm90_bwd_smem(256) <= dev.smem_optin;
                 if (c->d_bucket <= 128 || bwd256) {
                     c->family = Family::SM90_NATIVE;
                     // dQ inside the dK/dV kernel (tiles.h: FATTN_SM90_DQ_FUSED), not with a bias
@@ -157,7 +157,7 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
                     c->dq_fused = FATTN_SM90_DQ_FUSED != 0 && sm90_dq_fused_ok(p, c->d_bucket, dev.smem_optin);
                 } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {
                     return no("sm90 backward at head dim " + std::to_string(dmax) + ": needs " +
-                              std::to_string(std::max(sm90_dkdv_smem(256), sm90_dq_smem(256))) +
+                              std::to_string(sm90_bwd_smem(256)) +
                               " bytes of shared memory per block, device allows " + std::to_string(dev.smem_optin) +
                               " (family SM90 was asked for)");
                 }
@@ -173,8 +173,7 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             std::string w;
             // The backward's kernels take more shared memory than the forward (sm90_fwd_legal's
             // check): at D128 dQ 225 KB, dK/dV 231.5 KB (tiles.h).
-            const size_t bwd_smem = std::max(sm90_dq_smem(int(p.d), 4), sm90_dkdv_smem(int(p.d), 4));
-            if (sm90_fwd_legal(p, dev, &w) && bwd_smem <= dev.smem_optin) {
+            if (sm90_fwd_legal(p, dev, &w) && sm90_bwd_smem(int(p.d), 4) <= dev.smem_optin) {
                 c->fwd_family = Family::SM90_TF32;
                 // The backward reads k and v in place through TMA (the forward, the pre-pass's
                 // copies): where TMA cannot, AUTO runs the portable backward.

@@ -5,7 +5,7 @@
 // with the CPU emulation's, so the emulation runs this very sequence.
 //
 // R provides, each returning R::Err (R::ok() when nothing failed):
-//   bias_prep(p, w, map, vec, ceil, warps), delta(p, a, rows, vec8),
+//   bias_prep(p, w, map, vec, ceil), delta(p, a, rows, vec8),
 //   native_fwd / tf32_fwd / scalar_fwd (p, a, db), native_bwd / tf32_bwd / scalar_bwd (p, a, db),
 //   native_dbias / tf32_dbias / scalar_dbias (p, a, db), dbias_zero(p, rows),
 //   with FATTN_HAVE_SM90: sm90_fwd, sm90_fwd_tf32 (.., w, workspace), sm90_bwd, sm90_bwd_tf32
@@ -38,8 +38,7 @@ KArgs seq_prepare(R &r, const AttnFwdParams &p, const Choice &c, fattn_dir dir, 
     if (p.bias && w.map_bytes > 0) {
         uint8_t *map = static_cast<uint8_t *>(workspace) + w.map_off;
         float *ceil = reinterpret_cast<float *>(static_cast<char *>(workspace) + w.ceil_off);
-        const int64_t warps = w.map_nb * w.map_nh * p.total_q;
-        *e = r.bias_prep(p, w, map, bias_vec_ok(p), ceil, warps > 0 ? warps : 0);
+        *e = r.bias_prep(p, w, map, bias_vec_ok(p), ceil);
         a.map = map;
         a.bias_pair = (reinterpret_cast<uintptr_t>(p.bias) % (p.bias_dtype == FATTN_F32 ? 8 : 4)) == 0;
         a.map_nh = w.map_nh;

@@ -202,6 +202,10 @@ constexpr size_t sm90_dkdv_smem(int d, size_t es = 2, bool fused_dq = false) {
                           (es == 4 ? sm90_dkdv_stages(d, es) : 0)) +
            1024;
 }
+// The unfused sm90 backward's larger kernel (selection: whether the device can run it).
+constexpr size_t sm90_bwd_smem(int d, size_t es = 2) {
+    return sm90_dq_smem(d, es) > sm90_dkdv_smem(d, es) ? sm90_dq_smem(d, es) : sm90_dkdv_smem(d, es);
+}
 
 constexpr size_t sc_fwd_smem(int db) {  // Q rows, one K-or-V tile, P
     return (size_t(sc_rows() + sc_cols(db)) * sc_stride(db) + size_t(sc_rows()) * sc_cols(db)) * 4;

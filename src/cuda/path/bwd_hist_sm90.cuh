@@ -1,7 +1,7 @@
 // bwd_hist_sm90.cuh — the history producer (bwd_hist.cuh: KHist) with its walk on Hopper's wgmma,
 // for 16-bit inputs at D 64 / 128 on an sm_90 device. One warpgroup per CTA (64 query rows,
-// KHist's fragment map); the own chunk runs KHist's mma.sync code. Per earlier chunk cj = ci-1 .. 8, with X in f32 registers
-// (walk_sm90.cuh: WalkW):
+// KHist's fragment map); the own chunk runs KHist's mma.sync code. Per earlier chunk
+// cj = ci-1 .. 8, with X in f32 registers (walk_sm90.cuh: WalkW):
 //   XW = X·Wᵀ        m64n64k16 wgmmas, X as f16 register A fragments, W read K-major
 //   X -= XW·U        m64nDk16, −XW as f16 register fragments, U read MN-major
 // and X stored at every segment start it crosses (KHist::store). W and U lie in 128-byte swizzled
