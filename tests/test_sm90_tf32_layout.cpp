@@ -271,8 +271,8 @@ TEST(Sm90Tf32Layout, SelectionCountsTheLargestKernelsSharedMemory) {
 
 #ifdef FATTN_WITH_CUDA
 // The 16-bit sm90 kernels take every D = Dv that is a multiple of 8 up to 128 (on the kernels of
-// bucket 64 or 128); tf32 only 64 and 128; above 128 the portable bucket 256 (FATTN_SM90_D256
-// off). Needs a library with sm_90a code: skipped otherwise.
+// bucket 64 or 128), and above 128 those of bucket 256 (FATTN_SM90_D256, else the portable
+// bucket 256); tf32 only 64 and 128. Needs a library with sm_90a code: skipped otherwise.
 TEST(Sm90Selection, HeadDimsOfTheSm90Family) {
     using fattn::cuda::attn::choose;
     fattn::cuda::DeviceInfo dev;
@@ -299,10 +299,13 @@ TEST(Sm90Selection, HeadDimsOfTheSm90Family) {
     EXPECT_EQ(pick(FATTN_F16, FATTN_PREC_NATIVE, 100).family, Family::MMA_NATIVE);  // not a multiple of 8
     EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 96).family, Family::MMA_TF32);       // the pre-pass copies D
     EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 128).family, Family::SM90_TF32);
-    if (!FATTN_SM90_D256) {
-        const Choice c = pick(FATTN_BF16, FATTN_PREC_NATIVE, 192);
-        EXPECT_EQ(c.fwd_family, Family::MMA_NATIVE);
-        EXPECT_EQ(c.d_bucket, 256);
+    for (int64_t d : {136, 160, 192, 256}) {  // bucket 256: sm90 (FATTN_SM90_D256) or portable
+        const Choice c = pick(FATTN_BF16, FATTN_PREC_NATIVE, d);
+        const Family want = FATTN_SM90_D256 ? Family::SM90_NATIVE : Family::MMA_NATIVE;
+        EXPECT_EQ(c.fwd_family, want) << d;
+        EXPECT_EQ(c.family, want) << d;
+        EXPECT_EQ(c.d_bucket, 256) << d;
     }
+    EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 192).family, Family::MMA_TF32);  // tf32: 64 and 128 only
 }
 #endif

@@ -129,7 +129,7 @@ def test_dbias_bf16_bias_dtype():
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 @pytest.mark.parametrize("algo,dtype,prec,tol", [("exact", torch.float32, "f32", 1e-5),
-                                                 ("exact", torch.bfloat16, "native", 1e-3),
+                                                 ("exact", torch.bfloat16, "native", 4e-3),
                                                  ("fused", torch.float32, "tf32", 4e-3),
                                                  ("fused", torch.float32, "f32", 1e-5),
                                                  ("fused", torch.bfloat16, "native", 4e-3)])
@@ -160,9 +160,24 @@ def test_dbias_cuda_matches_math_sdpa(name, causal, algo, dtype, prec, tol):
     o_ref.backward(do.double())
     got = g.cpu().double()
     assert g.shape == mask.shape and g.dtype == mask.dtype
-    if name == "BH1_keydim1":  # a per-row constant: its gradient is 0 up to rounding (of a sum
-        # of SQ·SKV dS terms: the fused kernels' P is rounded to bf16 / tf32 before dP·P)
-        assert (got - m64.grad).abs().max().item() < (tol if algo == "exact" else 5 * tol)
+    if name == "BH1_keydim1":  # a per-row constant: its gradient Σ_j dS_ij = Σ_j P_ij dP_ij − δ_i is
+        # 0 up to rounding. Every arm takes δ_i = dO_i·O_i from the stored O, so at 16 bits the row
+        # is off by δ's part of O's error: P rounded to bf16 before P·V, then O rounded, at most
+        # 2^-8 Σ_d |dO_id| (Σ_j P_ij |V_jd| + |O_id|) (H100: up to 0.026, a fifth of the bound in a
+        # float64 model of the arm); the fused kernels' P is also rounded before dP·P
+        if algo == "exact" and dtype != torch.float32:
+            rep = HQ // HKV
+            qt, kt, vt = (t.double().transpose(1, 2) for t in (q, k, v))
+            kt, vt = kt.repeat_interleave(rep, dim=1), vt.repeat_interleave(rep, dim=1)
+            s = qt @ kt.transpose(-1, -2) / D ** 0.5 + mask.detach().double()
+            if causal:
+                s = s.masked_fill(~torch.ones(SQ, SKV, dtype=torch.bool).tril(), float("-inf"))
+            p64 = s.softmax(-1)
+            o_err = p64 @ vt.abs() + o_ref.detach().abs().transpose(1, 2)  # [B, HQ, SQ, D]
+            bound = 2.0 ** -8 * (do.double().abs().transpose(1, 2) * o_err).sum(-1, keepdim=True) + 1e-4
+            assert ((got - m64.grad).abs() <= bound).all()
+        else:
+            assert (got - m64.grad).abs().max().item() < (tol if algo == "exact" else 5 * tol)
     else:
         assert ((got - m64.grad).norm() / m64.grad.norm()).item() < tol
         assert (g[torch.isinf(mask.detach()).cuda()] == 0).all()

@@ -43,7 +43,7 @@ struct Case {
     bool pad = 0;                   // extra elements per token row: no 16-byte loads
     bool sm90 = false;              // on the sm_90 device: the sm90 families (wgmma, TMA, mbarriers)
     int64_t pass_heads = 0;         // sm90 tf32: the backward's kv heads per pass (0: selection's)
-    bool d256 = false;              // the sm90 kernels at D 256 (FATTN_SM90_D256 libraries only)
+    bool d256 = false;              // the sm90 kernels at D 256 (not in a FATTN_SM90_D256=0 library)
 };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -151,8 +151,8 @@ struct Problem {
     fattn_status run(std::string *err, bool reverse = false) {
         if (fattn_status s = emu::attn_choose(p, &ch, err, c.sm90); s != FATTN_OK) return s;
         if (c.pass_heads) ch.tf32_pass_kv_heads = c.pass_heads;
-        // The library's selection is libfattn's where it has CUDA, built without the switch: take
-        // the sm90 forward and backward by hand where the emulation has them.
+        // The library's selection is libfattn's where it has CUDA, whose FATTN_SM90_D256 may differ
+        // from this emulation's: take the sm90 forward and backward by hand where it has them.
         if (c.d256) ch.fwd_family = ch.family = cuda::attn::Family::SM90_NATIVE;
         std::vector<uint8_t> ws(emu::attn_workspace_bytes(p, ch, FATTN_DIR_FWD) + 1, 0xFF);
         if (fattn_status s = emu::attn_fwd(p, ch, ws.data(), err, reverse); s != FATTN_OK) return s;

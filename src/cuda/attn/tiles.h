@@ -105,12 +105,14 @@ constexpr int sc_stride(int db) { return db + 1; }
 // the previous step's P fragments (32: one tf32 per register) and O (64) at once, and Q (64 KB)
 // plus two stages of K and Vᵀ (64 KB each) fill 193 KB; at D64 128 keys, 161 KB.
 constexpr int sm90_fwd_bm() { return 128; }
-// -DFATTN_SM90_D256=1: the 16-bit sm90 kernels also at D 256 (head dims 136-256): the forward
-// with 64 keys per step (O alone takes 128 registers), 192 KB; the dK/dV kernel with 64-key CTAs
-// whose two consumer warpgroups each own half of dK and dV's columns, and dQ with 32-key steps
-// (below). An A/B switch, checked by the emulation (the fattn_emu_alt library).
+// FATTN_SM90_D256 (default 1): the 16-bit sm90 kernels also at D 256 (head dims 136-256): the
+// forward with 64 keys per step (O alone takes 128 registers), 192 KB; the dK/dV kernel with
+// 64-key CTAs whose two consumer warpgroups each own half of dK and dV's columns, and dQ with
+// 32-key steps (below). bf16 D256 S4096 B2 H16 fwd+bwd 5.15 ms against the portable bucket 256's
+// 17.12 (docs/PERF.md). -DFATTN_SM90_D256=0 leaves D > 128 to the portable kernels (the
+// emulation's fattn_emu_alt library is built so; its D 256 cases skip).
 #ifndef FATTN_SM90_D256
-#define FATTN_SM90_D256 0
+#define FATTN_SM90_D256 1
 #endif
 // -DFATTN_SM90_PINGPONG=1 (CUDA flags): the forward's two consumer warpgroups take turns at the
 // tensor cores (FlashAttention-3's schedule, fwd_kernel.cuh): a warpgroup issues its S and P·V
