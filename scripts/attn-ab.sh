@@ -8,7 +8,7 @@
 # fused rows of every round), OUTDIR/ab-attn-parity.txt and OUTDIR/logs-attn.tgz. E.g.
 #   scripts/attn-ab.sh $OUT base= r3=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_RING64=3 pp=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_PINGPONG=1
 #   AB_PRESETS="" AB_SHAPES="2,4096,4096,16,16,256" scripts/attn-ab.sh $OUT base= \
-#       "d256=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_D256=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_D256=1"
+#       "portable=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_D256=0 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_D256=0"
 #   scripts/attn-ab.sh $OUT base= "dqf=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=1" \
 #       "dqu=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=2 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=2"
 # (a variant's flags are split at spaces; a ^ inside one stands for a space: ab-common.sh)
