@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/attn/tiles.h"
@@ -94,45 +95,50 @@ fattn::AttnFwdParams params(int64_t B, int64_t S, int64_t hq, int64_t hkv, int64
 
 // The staged copies exist only where their family runs (fwd: kr + Vᵀ; bwd: kr, vr + Kᵀ), after
 // every other region, 256-byte aligned, disjoint, and as large as the kernels index.
+// Head dims below the bucket: the copies are the bucket's width (zeros past D).
 TEST(Sm90Tf32Layout, WorkspaceRegions) {
-    const fattn::AttnFwdParams p = params(3, 1000, 8, 2, 128);
-    Choice portable;
-    portable.family = portable.fwd_family = Family::MMA_TF32;
-    Choice sm90 = portable;
-    sm90.family = sm90.fwd_family = Family::SM90_TF32;
-    for (fattn_dir dir : {FATTN_DIR_FWD, FATTN_DIR_BWD}) {
-        const Workspace a = Workspace::layout(p, portable, dir), w = Workspace::layout(p, sm90, dir);
-        EXPECT_EQ(a.kr_bytes + a.tr_bytes, 0u);
-        const int64_t rows = p.batch * p.total_kv, cols = sm90_vt_cols(rows, p.batch);
-        EXPECT_EQ(w.kr_rows, rows);
-        EXPECT_EQ(w.vt_cols, cols);
-        // K rows: the forward's copy; the backward reads k and v in place
-        if (dir == FATTN_DIR_FWD) EXPECT_GE(w.kr_bytes, size_t(p.hkv * rows * p.d * 4));
-        else EXPECT_EQ(w.kr_bytes, 0u);
-        EXPECT_GE(w.tr_bytes, size_t(p.hkv * p.d * cols * 4));
-        EXPECT_GE(dir == FATTN_DIR_FWD ? w.kr_off : w.tr_off, a.total);  // the portable regions keep their offsets
-        EXPECT_EQ(w.kr_off % 256, 0u);
-        EXPECT_EQ(w.tr_off % 256, 0u);
-        if (dir == FATTN_DIR_FWD) EXPECT_GE(w.tr_off, w.kr_off + w.kr_bytes);
-        EXPECT_GE(w.total, w.tr_off + w.tr_bytes);
-        if (dir == FATTN_DIR_BWD) {  // the dK/dV kernel's query side: Qᵀ, dOᵀ (its Q, dO rows: in place)
-            const int64_t qrows = p.batch * p.total_q, qcols = sm90_vt_cols(qrows, p.batch);
-            EXPECT_EQ(w.q_rows, qrows);
-            EXPECT_EQ(w.q_cols, qcols);
-            EXPECT_GE(w.q_t_bytes, size_t(p.hq * p.d * qcols * 4));
-            EXPECT_GE(w.qt_off, w.tr_off + w.tr_bytes);
-            EXPECT_GE(w.dot_off, w.qt_off + w.q_t_bytes);
-            EXPECT_GE(w.total, w.dot_off + w.q_t_bytes);
-            // nothing else: the staged regions are K, V rows, Kᵀ, Qᵀ and dOᵀ
-            EXPECT_LE(w.total, a.total + 3 * 256 + w.tr_bytes + 2 * w.q_t_bytes);
-            for (size_t off : {w.qt_off, w.dot_off}) EXPECT_EQ(off % 256, 0u);
+    for (auto [d, db] : {std::pair<int64_t, int>{128, 128}, {96, 128}, {40, 64}}) {
+        SCOPED_TRACE(d);
+        const fattn::AttnFwdParams p = params(3, 1000, 8, 2, d);
+        Choice portable;
+        portable.family = portable.fwd_family = Family::MMA_TF32;
+        portable.d_bucket = db;
+        Choice sm90 = portable;
+        sm90.family = sm90.fwd_family = Family::SM90_TF32;
+        for (fattn_dir dir : {FATTN_DIR_FWD, FATTN_DIR_BWD}) {
+            const Workspace a = Workspace::layout(p, portable, dir), w = Workspace::layout(p, sm90, dir);
+            EXPECT_EQ(a.kr_bytes + a.tr_bytes, 0u);
+            const int64_t rows = p.batch * p.total_kv, cols = sm90_vt_cols(rows, p.batch);
+            EXPECT_EQ(w.kr_rows, rows);
+            EXPECT_EQ(w.vt_cols, cols);
+            // K rows: the forward's copy; the backward reads k and v in place
+            if (dir == FATTN_DIR_FWD) EXPECT_GE(w.kr_bytes, size_t(p.hkv * rows * db * 4));
+            else EXPECT_EQ(w.kr_bytes, 0u);
+            EXPECT_GE(w.tr_bytes, size_t(p.hkv * db * cols * 4));
+            EXPECT_GE(dir == FATTN_DIR_FWD ? w.kr_off : w.tr_off, a.total);  // the portable regions keep their offsets
+            EXPECT_EQ(w.kr_off % 256, 0u);
+            EXPECT_EQ(w.tr_off % 256, 0u);
+            if (dir == FATTN_DIR_FWD) EXPECT_GE(w.tr_off, w.kr_off + w.kr_bytes);
+            EXPECT_GE(w.total, w.tr_off + w.tr_bytes);
+            if (dir == FATTN_DIR_BWD) {  // the dK/dV kernel's query side: Qᵀ, dOᵀ (its Q, dO rows: in place)
+                const int64_t qrows = p.batch * p.total_q, qcols = sm90_vt_cols(qrows, p.batch);
+                EXPECT_EQ(w.q_rows, qrows);
+                EXPECT_EQ(w.q_cols, qcols);
+                EXPECT_GE(w.q_t_bytes, size_t(p.hq * db * qcols * 4));
+                EXPECT_GE(w.qt_off, w.tr_off + w.tr_bytes);
+                EXPECT_GE(w.dot_off, w.qt_off + w.q_t_bytes);
+                EXPECT_GE(w.total, w.dot_off + w.q_t_bytes);
+                // nothing else: the staged regions are K, V rows, Kᵀ, Qᵀ and dOᵀ
+                EXPECT_LE(w.total, a.total + 3 * 256 + w.tr_bytes + 2 * w.q_t_bytes);
+                for (size_t off : {w.qt_off, w.dot_off}) EXPECT_EQ(off % 256, 0u);
+            }
         }
+        // The forward's family alone decides its copies; the backward's alone decides its own.
+        Choice fwd_only = portable;
+        fwd_only.fwd_family = Family::SM90_TF32;
+        EXPECT_GT(Workspace::layout(p, fwd_only, FATTN_DIR_FWD).tr_bytes, 0u);
+        EXPECT_EQ(Workspace::layout(p, fwd_only, FATTN_DIR_BWD).tr_bytes, 0u);
     }
-    // The forward's family alone decides its copies; the backward's alone decides its own.
-    Choice fwd_only = portable;
-    fwd_only.fwd_family = Family::SM90_TF32;
-    EXPECT_GT(Workspace::layout(p, fwd_only, FATTN_DIR_FWD).tr_bytes, 0u);
-    EXPECT_EQ(Workspace::layout(p, fwd_only, FATTN_DIR_BWD).tr_bytes, 0u);
 }
 
 // The backward's passes of kv heads (workspace.h: tf32_bwd_pass_kv_heads): one pass while all the
@@ -182,6 +188,7 @@ TEST(Sm90Tf32Layout, BackwardRegionsHoldOnePass) {
     const fattn::AttnFwdParams p = params(2, 1000, 8, 4, 64);
     Choice all;
     all.family = all.fwd_family = Family::SM90_TF32;
+    all.d_bucket = 64;
     Choice two = all;
     two.tf32_pass_kv_heads = 2;
     const Workspace wa = Workspace::layout(p, all, FATTN_DIR_BWD), w2 = Workspace::layout(p, two, FATTN_DIR_BWD);
@@ -272,7 +279,8 @@ TEST(Sm90Tf32Layout, SelectionCountsTheLargestKernelsSharedMemory) {
 #ifdef FATTN_WITH_CUDA
 // The 16-bit sm90 kernels take every D = Dv that is a multiple of 8 up to 128 (on the kernels of
 // bucket 64 or 128), and above 128 those of bucket 256 (FATTN_SM90_D256, else the portable
-// bucket 256); tf32 only 64 and 128. Needs a library with sm_90a code: skipped otherwise.
+// bucket 256); tf32 64 and 128, every multiple of 4 up to 128 with FATTN_SM90_TF32_PAD. Needs a
+// library with sm_90a code: skipped otherwise.
 TEST(Sm90Selection, HeadDimsOfTheSm90Family) {
     using fattn::cuda::attn::choose;
     fattn::cuda::DeviceInfo dev;
@@ -297,8 +305,14 @@ TEST(Sm90Selection, HeadDimsOfTheSm90Family) {
         EXPECT_EQ(c.d_bucket, d <= 64 ? 64 : 128) << d;
     }
     EXPECT_EQ(pick(FATTN_F16, FATTN_PREC_NATIVE, 100).family, Family::MMA_NATIVE);  // not a multiple of 8
-    EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 96).family, Family::MMA_TF32);       // the pre-pass copies D
-    EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 128).family, Family::SM90_TF32);
+    for (int64_t d : {4, 40, 64, 96, 124, 128}) {  // tf32: 64, 128, or (FATTN_SM90_TF32_PAD) multiples of 4 up to 128
+        const Choice c = pick(FATTN_F32, FATTN_PREC_TF32, d);
+        const Family want = FATTN_SM90_TF32_PAD || d == 64 || d == 128 ? Family::SM90_TF32 : Family::MMA_TF32;
+        EXPECT_EQ(c.family, want) << d;
+        EXPECT_EQ(c.fwd_family, want) << d;
+        EXPECT_EQ(c.d_bucket, d <= 64 ? 64 : 128) << d;
+    }
+    EXPECT_EQ(pick(FATTN_F32, FATTN_PREC_TF32, 59).family, Family::MMA_TF32);  // not a multiple of 4
     for (int64_t d : {136, 160, 192, 256}) {  // bucket 256: sm90 (FATTN_SM90_D256) or portable
         const Choice c = pick(FATTN_BF16, FATTN_PREC_NATIVE, d);
         const Family want = FATTN_SM90_D256 ? Family::SM90_NATIVE : Family::MMA_NATIVE;

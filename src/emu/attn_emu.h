@@ -18,8 +18,8 @@ namespace fattn::emu {
 cuda::DeviceInfo attn_device();
 cuda::DeviceInfo attn_device_sm90();
 
-// Whether this library has the sm90 kernels at D 256, forward and backward (FATTN_SM90_D256: the
-// fattn_emu_alt one).
+// Whether this library has the sm90 kernels at D 256, forward and backward (FATTN_SM90_D256; the
+// fattn_emu_alt library is built without them).
 bool attn_sm90_d256_built();
 // Whether this library's 16-bit sm90 backward computes dQ in its dK/dV kernel (FATTN_SM90_DQ_FUSED).
 bool attn_sm90_dq_fused_built();

@@ -44,6 +44,7 @@ struct Case {
     bool sm90 = false;              // on the sm_90 device: the sm90 families (wgmma, TMA, mbarriers)
     int64_t pass_heads = 0;         // sm90 tf32: the backward's kv heads per pass (0: selection's)
     bool d256 = false;              // the sm90 kernels at D 256 (not in a FATTN_SM90_D256=0 library)
+    bool tf32pad = false;           // the sm90 tf32 kernels below their bucket (FATTN_SM90_TF32_PAD selects them)
 };
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -154,6 +155,7 @@ struct Problem {
         // The library's selection is libfattn's where it has CUDA, whose FATTN_SM90_D256 may differ
         // from this emulation's: take the sm90 forward and backward by hand where it has them.
         if (c.d256) ch.fwd_family = ch.family = cuda::attn::Family::SM90_NATIVE;
+        if (c.tf32pad) ch.fwd_family = ch.family = cuda::attn::Family::SM90_TF32;
         std::vector<uint8_t> ws(emu::attn_workspace_bytes(p, ch, FATTN_DIR_FWD) + 1, 0xFF);
         if (fattn_status s = emu::attn_fwd(p, ch, ws.data(), err, reverse); s != FATTN_OK) return s;
         ws.assign(emu::attn_workspace_bytes(p, ch, FATTN_DIR_BWD) + 1, 0xFF);
@@ -407,6 +409,15 @@ std::vector<Case> cases() {
     v.push_back(c);
     c = mk("sm90_f16_D40_varlen_window", FATTN_F16);
     c.sm90 = true, c.D = c.Dv = 40, c.varlen = true, c.wl = 20, c.wr = 30;
+    v.push_back(c);
+    // tf32 head dims below the bucket (TMA reads zeros past D, the pre-pass's copies hold zeros
+    // there; taken by hand: selection takes them with FATTN_SM90_TF32_PAD)
+    c = mk("sm90_tf32_D96_gqa_causal_bias", FATTN_F32);
+    c.sm90 = true, c.tf32pad = true, c.D = c.Dv = 96, c.causal = 1, c.bias = 3;
+    v.push_back(c);
+    c = mk("sm90_tf32_D36_varlen_window_head_passes", FATTN_F32);
+    c.sm90 = true, c.tf32pad = true, c.D = c.Dv = 36, c.varlen = true, c.wl = 20, c.wr = 30, c.Hq = 4, c.Hkv = 2;
+    c.pass_heads = 1;
     v.push_back(c);
     // the 16-bit sm90 kernels at D 256 (FATTN_SM90_D256): the dK/dV kernel's column halves, dQ's 32-key steps
     c = mk("sm90_d256_bf16_D256_gqa_causal", FATTN_BF16);

@@ -33,8 +33,9 @@ bool kv_tma_ok(const AttnFwdParams &p) {
 }
 
 // Can the sm90 forward run p? Its TMA tensor maps need 16-byte aligned bases and strides, and the
-// kernels are instantiated for D = Dv = 64 or 128 (16-bit: smaller D = Dv on them). With f32 inputs (tf32) only q is read through
-// TMA: k and v reach the kernel as the pre-pass's rounded copies (workspace.h: kr, tr).
+// kernels are instantiated for D = Dv = 64, 128 (and 16-bit 256), smaller D = Dv running on the
+// next one. With f32 inputs (tf32) only q is read through TMA: k and v reach the kernel as the
+// pre-pass's rounded copies (workspace.h: kr, tr).
 bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *why) {
     auto no = [&](const std::string &m) {
         if (why) *why = "sm90 forward: " + m;
@@ -48,14 +49,15 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     const bool tf32 = p.prec == FATTN_PREC_TF32 && p.dtype == FATTN_F32;
     if (!tf32 && (p.prec != FATTN_PREC_NATIVE || (p.dtype != FATTN_BF16 && p.dtype != FATTN_F16)))
         return no("bf16/f16 inputs at prec NATIVE, or f32 inputs at prec TF32, only");
-    // 16-bit: any D = Dv up to 128 in whole 16-byte rows, on the kernels of bucket 64 or 128 (TMA
-    // reads zeros past D, the stores stop at it); tf32: 64 or 128 (the pre-pass copies D columns).
-    // With FATTN_SM90_D256 (tiles.h) 16-bit D up to 256 on the forward's kernel of D 256.
-    const int64_t dmax16 = FATTN_SM90_D256 ? 256 : 128;
-    if (p.d != p.dim_v || (tf32 ? p.d != 64 && p.d != 128 : p.d % 8 != 0 || p.d > dmax16))
-        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) +
-                  (tf32 ? " (needs D = Dv = 64 or 128)"
-                        : " (needs D = Dv, a multiple of 8 up to " + std::to_string(dmax16) + ")"));
+    // Any D = Dv in whole 16-byte rows on the kernels of the bucket above it (TMA reads zeros past
+    // D, the pre-pass's tf32 copies hold zeros there, the stores stop at it): 16-bit up to 128, or
+    // 256 with FATTN_SM90_D256 (tiles.h); tf32 64 or 128, or with FATTN_SM90_TF32_PAD up to 128.
+    const int64_t unit = tf32 ? 4 : 8, dmax_sm90 = !tf32 && FATTN_SM90_D256 ? 256 : 128;
+    if (tf32 && !FATTN_SM90_TF32_PAD && p.d != 64 && p.d != 128)
+        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv = 64 or 128)");
+    if (p.d != p.dim_v || p.d % unit != 0 || p.d > dmax_sm90)
+        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv, a multiple of " +
+                  std::to_string(unit) + " up to " + std::to_string(dmax_sm90) + ")");
     // A tensor map needs at least one row: no queries (the backward still zeroes dK/dV) or no
     // keys go to the portable kernels.
     if (p.total_q < 1 || p.total_kv < 1) return no("no queries or no keys");
@@ -75,11 +77,11 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
 
 // The sm90 tf32 backward's kv heads per pass (workspace.h: tf32_bwd_pass_kv_heads), from the
 // bytes its regions take per kv head: at least two waves of the dK/dV kernel (one CTA per SM).
-int64_t tf32_pass_kv_heads(const AttnFwdParams &p, const DeviceInfo &dev) {
+int64_t tf32_pass_kv_heads(const AttnFwdParams &p, int64_t db, const DeviceInfo &dev) {
     if (!FATTN_TF32_BWD_PASSES) return p.hkv;  // workspace.h: off by default
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, rk = bview * p.total_kv, rq = bview * p.total_q;
-    const size_t key_side = sat_prod({p.d, sm90_vt_cols(rk, p.batch), 4});  // Kᵀ (K, V rows: in place)
-    const size_t query_side = sat_prod({2, p.d, sm90_vt_cols(rq, p.batch), 4});  // Qᵀ, dOᵀ (Q, dO rows: in place)
+    const size_t key_side = sat_prod({db, sm90_vt_cols(rk, p.batch), 4});  // Kᵀ (K, V rows: in place)
+    const size_t query_side = sat_prod({2, db, sm90_vt_cols(rq, p.batch), 4});  // Qᵀ, dOᵀ (Q, dO rows: in place)
     const size_t per_head = sat_add(key_side, sat_mul(query_side, size_t(p.group())));
     const size_t cap = sat_prod({p.hq, rq, p.d, 4});
     constexpr size_t kMax = size_t(INT64_MAX);
@@ -173,13 +175,13 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
             std::string w;
             // The backward's kernels take more shared memory than the forward (sm90_fwd_legal's
             // check): at D128 dQ 225 KB, dK/dV 231.5 KB (tiles.h).
-            if (sm90_fwd_legal(p, dev, &w) && sm90_bwd_smem(int(p.d), 4) <= dev.smem_optin) {
+            if (sm90_fwd_legal(p, dev, &w) && sm90_bwd_smem(c->d_bucket, 4) <= dev.smem_optin) {
                 c->fwd_family = Family::SM90_TF32;
                 // The backward reads k and v in place through TMA (the forward, the pre-pass's
                 // copies): where TMA cannot, AUTO runs the portable backward.
                 if (kv_tma_ok(p)) {
                     c->family = Family::SM90_TF32;
-                    c->tf32_pass_kv_heads = tf32_pass_kv_heads(p, dev);
+                    c->tf32_pass_kv_heads = tf32_pass_kv_heads(p, c->d_bucket, dev);
                 } else if (dev.family == FATTN_CUDA_FAMILY_SM90) {
                     return no("sm90 tf32 backward: k and v must be 16-byte aligned with strides in whole 16-byte chunks "
                               "(TMA) (family SM90 was asked for)");

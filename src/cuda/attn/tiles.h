@@ -114,6 +114,14 @@ constexpr int sm90_fwd_bm() { return 128; }
 #ifndef FATTN_SM90_D256
 #define FATTN_SM90_D256 1
 #endif
+// -DFATTN_SM90_TF32_PAD=1 (CXX flags: selection is host code): f32 inputs at prec TF32 with any
+// D = Dv that is a multiple of 4 up to 128 on the sm90 tf32 kernels of bucket 64 or 128 (q, k, v
+// and dout read through TMA with zeros past D; the pre-pass's copies the bucket's width with zeros
+// past D: stage_tf32.cu), not only D 64 and 128. Checked by the emulation (the fattn_emu_alt
+// library); off until fattn-test's f32 cases at D 40, 80 and 96 pass on a GPU with it.
+#ifndef FATTN_SM90_TF32_PAD
+#define FATTN_SM90_TF32_PAD 0
+#endif
 // -DFATTN_SM90_PINGPONG=1 (CUDA flags): the forward's two consumer warpgroups take turns at the
 // tensor cores (FlashAttention-3's schedule, fwd_kernel.cuh): a warpgroup issues its S and P·V
 // products only in its turn and then hands the turn over, so that one's softmax runs under the

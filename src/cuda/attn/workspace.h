@@ -148,6 +148,8 @@ struct Workspace {
         }
         const bool fwd = dir == FATTN_DIR_FWD;
         if ((fwd ? c.fwd_family : c.family) == Family::SM90_TF32) {  // D = Dv there (select.cpp)
+            // the copies are d_bucket columns wide (zeros past D: stage_tf32.cu), never fewer than D
+            const int64_t db = c.d_bucket > p.d ? c.d_bucket : p.d;
             w.kr_rows = bview * p.total_kv;
             w.vt_cols = sm90_vt_cols(w.kr_rows, p.batch);
             // The forward stages every head; the backward one pass's (Choice::tf32_pass_kv_heads).
@@ -157,16 +159,16 @@ struct Workspace {
             w.pass_kv_heads = hkv;
             if (fwd) {  // the backward reads K and V rows in place (select.cpp: kv_tma_ok)
                 w.kr_off = off;
-                w.kr_bytes = sat_prod({hkv, w.kr_rows, p.d, int64_t(sizeof(float))});
+                w.kr_bytes = sat_prod({hkv, w.kr_rows, db, int64_t(sizeof(float))});
                 off = sat_add(off, sat_round(w.kr_bytes, 256));
             }
             w.tr_off = off;
-            w.tr_bytes = sat_prod({hkv, p.d, w.vt_cols, int64_t(sizeof(float))});
+            w.tr_bytes = sat_prod({hkv, db, w.vt_cols, int64_t(sizeof(float))});
             off = sat_add(off, sat_round(w.tr_bytes, 256));
             if (!fwd) {
                 w.q_rows = bview * p.total_q;
                 w.q_cols = sm90_vt_cols(w.q_rows, p.batch);
-                w.q_t_bytes = sat_prod({hq, p.d, w.q_cols, int64_t(sizeof(float))});
+                w.q_t_bytes = sat_prod({hq, db, w.q_cols, int64_t(sizeof(float))});
                 w.qt_off = off;
                 off = sat_add(off, sat_round(w.q_t_bytes, 256));
                 w.dot_off = off;

@@ -94,9 +94,10 @@ cudaError_t launch_tf32(const AttnBwdParams &p, const KArgs &a_all, const Worksp
     float *kt = at(w.tr_off), *qt = at(w.qt_off), *dot = at(w.dot_off);
     const int64_t G = p.group(), pass = w.pass_kv_heads > 0 ? w.pass_kv_heads : p.hkv;
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch;
-    // The tensors in place (box: rows per tile), transposed copies [heads, D, cols].
+    // The tensors in place (box: rows per tile; p.d = p.dim_v <= D columns, TMA reads zeros past
+    // them), transposed copies [heads, D, cols].
     auto in_place = [&](CUtensorMap *mp, const void *x, int64_t rows, int64_t heads, int64_t ss, int64_t sh, int64_t sb,
-                        int box) { return sm90_map(mp, x, FATTN_F32, D, rows, heads, bview, ss, sh, sb, box); };
+                        int box) { return sm90_map(mp, x, FATTN_F32, p.d, rows, heads, bview, ss, sh, sb, box); };
     auto t_map = [&](CUtensorMap *mp, float *x, int64_t cols, int64_t heads) {
         return sm90_map(mp, x, FATTN_F32, cols, D, heads, 1, cols, D * cols, 0, D);
     };

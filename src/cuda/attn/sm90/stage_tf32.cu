@@ -12,7 +12,9 @@
 namespace fattn::cuda::attn {
 namespace {
 
-// One CTA per (32-row chunk, head, sequence) of one side. Every column of a transposed copy a
+// One CTA per (32-row chunk, head, sequence) of one side; D is the copies' width (the kernels'
+// bucket), p.d <= D the tensors' head dim (a multiple of 4: select.cpp): columns p.d .. D-1 of a
+// row copy and rows p.d .. D-1 of a transposed one are written as 0. Every column of a transposed copy a
 // tile can read holds a finite value: the rows of the sequence's last 8-row group past its end
 // and the gap up to the next sequence's first column (up to cols after the last sequence) are
 // written as 0 by chunk 0, so a product multiplies zeros there (its P or dS is 0), never stale
@@ -64,12 +66,13 @@ __global__ void __launch_bounds__(256)
                            __uint_as_float(to_tf32(v.w)));
     };
     constexpr int Q4 = D / 4;
+    const int dd = int(p.d);
     for (int e = threadIdx.x; e < 32 * Q4; e += 256) {  // 4 columns c..c+3 of chunk row r
         const int r = e / Q4, c = 4 * (e % Q4);
         const int64_t j = j0 + r;
         const bool in = j < len;
         auto load = [&](const Sm90Stage::Src &x) {
-            if (!in) return make_float4(0.f, 0.f, 0.f, 0.f);
+            if (!in || c >= dd) return make_float4(0.f, 0.f, 0.f, 0.f);
             const float *q = at(x, j) + c;
             return round4(vec ? *reinterpret_cast<const float4 *>(q) : make_float4(q[0], q[1], q[2], q[3]));
         };

@@ -29,7 +29,8 @@ struct Sm90Stage {
     int ntr;
 };
 
-// D = Dv = d (64 or 128); rows, cols: the side's R and transposed-copy columns (workspace.h).
+// d: the copies' width, the kernels' bucket (64 or 128; p.d = p.dim_v <= d, zeros past it); rows,
+// cols: the side's R and transposed-copy columns (workspace.h).
 cudaError_t sm90_tf32_stage(const AttnFwdParams &p, int d, const Sm90Stage &sg, int64_t rows, int64_t cols,
                             cudaStream_t st);
 
