@@ -12,7 +12,8 @@
 #   scripts/attn-ab.sh $OUT base= "dqf=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=1" \
 #       "dqu=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=2 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=2"
 # (a variant's flags are split at spaces; a ^ inside one stands for a space: ab-common.sh)
-# AB_SHAPES: fattn-bench --shape values (B,Sq,Skv,Hq,Hkv,D; bf16) timed beside the presets.
+# AB_SHAPES: fattn-bench --shape values (B,Sq,Skv,Hq,Hkv,D) timed beside the presets, in AB_DTYPE
+# (bf16; f32 runs prec TF32, e.g. AB_DTYPE=f32 AB_SHAPES="2,4096,4096,16,16,96" for FATTN_SM90_TF32_PAD).
 # AB_PARITY=0: time only (no fattn-test build, ~40% of a variant's build time, no parity run, no
 # ab-attn-parity.txt): for a first look at several variants in one GPU run; a variant to be kept
 # gets its parity run after.
@@ -42,7 +43,7 @@ for round in 1 2; do
         done
         for sh in ${AB_SHAPES:-}; do
             echo "## round $round $n shape $sh"
-            build-ab-$n/fattn-bench --backend cuda --shape "$sh" --dtype bf16 --arms fused --reps 10 2>&1 | grep -E 'fused'
+            build-ab-$n/fattn-bench --backend cuda --shape "$sh" --dtype "${AB_DTYPE:-bf16}" --arms fused --reps 10 2>&1 | grep -E 'fused'
         done
     done
 done | tee "$OUT/ab-attn.txt"
