@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # attn-ab.sh OUTDIR NAME=CMAKE_ARGS ... — A/B of softmax-attention CUDA kernel variants on the GPU
-# machine (the switches of src/cuda/attn/tiles.h, e.g. FATTN_SM90_RING64, FATTN_SM90_D256): each
+# machine (the switches of src/cuda/attn/tiles.h, e.g. FATTN_SM90_RING64; CMake's FATTN_SM90_D256): each
 # variant's fattn-bench and fattn-test are built into build-ab-NAME (ab-common.sh), its parity and
 # determinism run (`fattn-test test|determinism --backend cuda`, AB_FILTER: a -p regex), then the
 # presets (AB_PRESETS, default "targets-bf16") are timed alternating over the variants, two rounds
@@ -8,7 +8,7 @@
 # fused rows of every round), OUTDIR/ab-attn-parity.txt and OUTDIR/logs-attn.tgz. E.g.
 #   scripts/attn-ab.sh $OUT base= r3=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_RING64=3 pp=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_PINGPONG=1
 #   AB_PRESETS="" AB_SHAPES="2,4096,4096,16,16,256" scripts/attn-ab.sh $OUT base= \
-#       "portable=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_D256=0 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_D256=0"
+#       portable=-DFATTN_SM90_D256=OFF
 #   scripts/attn-ab.sh $OUT base= "dqf=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=1 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=1" \
 #       "dqu=-DCMAKE_CUDA_FLAGS=-DFATTN_SM90_DQ_FUSED=2 -DCMAKE_CXX_FLAGS=-DFATTN_SM90_DQ_FUSED=2"
 # (a variant's flags are split at spaces; a ^ inside one stands for a space: ab-common.sh)

@@ -93,7 +93,7 @@ fattn::AttnFwdParams params(int64_t B, int64_t S, int64_t hq, int64_t hkv, int64
     return p;
 }
 
-// The staged copies exist only where their family runs (fwd: kr + Vᵀ; bwd: kr, vr + Kᵀ), after
+// The staged copies exist only where their family runs (fwd: K rows + Vᵀ; bwd: Kᵀ, Qᵀ, dOᵀ), after
 // every other region, 256-byte aligned, disjoint, and as large as the kernels index.
 // Head dims below the bucket: the copies are the bucket's width (zeros past D).
 TEST(Sm90Tf32Layout, WorkspaceRegions) {
@@ -290,8 +290,10 @@ TEST(Sm90Selection, HeadDimsOfTheSm90Family) {
         fattn::AttnFwdParams p = params(2, 256, 4, 2, d);
         p.dtype = dt, p.prec = prec;
         p.q = p.k = p.v = dummy;
-        p.q_ss = 4 * d, p.k_ss = p.v_ss = 2 * d, p.q_sh = p.k_sh = p.v_sh = d;
-        p.q_sb = 256 * 4 * d, p.k_sb = p.v_sb = 256 * 2 * d;
+        // rows padded to whole 16-byte chunks, so that only the head-dim rule can refuse
+        const int64_t unit = dt == FATTN_F32 ? 4 : 8, w = (d + unit - 1) / unit * unit;
+        p.q_ss = 4 * w, p.k_ss = p.v_ss = 2 * w, p.q_sh = p.k_sh = p.v_sh = w;
+        p.q_sb = 256 * 4 * w, p.k_sb = p.v_sb = 256 * 2 * w;
         Choice c;
         std::string why;
         EXPECT_EQ(choose(p, dev, &c, &why), FATTN_OK) << why;

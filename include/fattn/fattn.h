@@ -164,8 +164,9 @@ FATTN_API fattn_status fattn_ctx_set_stream(fattn_ctx_t *ctx, void *stream); /* 
  *   SM90      the sm_90a family (wgmma + TMA) only; a request it cannot run is UNSUPPORTED with
  *             the reason, never served by another family. Today: FUSED, bf16/f16 at prec NATIVE
  *             with D = Dv a multiple of 8 up to 256, f32 at prec TF32 with D = Dv = 64 or 128;
- *             q/k/v (and dout) 16-byte aligned with strides in whole 8-element chunks. Under AUTO a dout that breaks the last rule runs the portable
- *             backward (fattn_attn_supports() cannot see dout).
+ *             q/k/v (and dout) 16-byte aligned with strides in whole 16-byte chunks. Under AUTO
+ *             a dout that breaks the last rule runs the portable backward
+ *             (fattn_attn_supports() cannot see dout).
  * The choice is part of what fattn_attn_supports() answers; the EXACT algorithm (cuBLAS) is not
  * a kernel family and ignores it. */
 typedef enum fattn_cuda_family {

@@ -152,10 +152,11 @@ struct Problem {
     fattn_status run(std::string *err, bool reverse = false) {
         if (fattn_status s = emu::attn_choose(p, &ch, err, c.sm90); s != FATTN_OK) return s;
         if (c.pass_heads) ch.tf32_pass_kv_heads = c.pass_heads;
-        // The library's selection is libfattn's where it has CUDA, whose FATTN_SM90_D256 may differ
-        // from this emulation's: take the sm90 forward and backward by hand where it has them.
-        if (c.d256) ch.fwd_family = ch.family = cuda::attn::Family::SM90_NATIVE;
-        if (c.tf32pad) ch.fwd_family = ch.family = cuda::attn::Family::SM90_TF32;
+        // The selection is libfattn's where it has CUDA, whose switches may differ from this
+        // emulation's: where it does not take these kernels, take them by hand (the check of the
+        // family below then holds by construction; where it takes them, it tests the selection).
+        if (c.d256 && !cuda::attn::selects_sm90_d256()) ch.fwd_family = ch.family = cuda::attn::Family::SM90_NATIVE;
+        if (c.tf32pad && !cuda::attn::selects_sm90_tf32_pad()) ch.fwd_family = ch.family = cuda::attn::Family::SM90_TF32;
         std::vector<uint8_t> ws(emu::attn_workspace_bytes(p, ch, FATTN_DIR_FWD) + 1, 0xFF);
         if (fattn_status s = emu::attn_fwd(p, ch, ws.data(), err, reverse); s != FATTN_OK) return s;
         ws.assign(emu::attn_workspace_bytes(p, ch, FATTN_DIR_BWD) + 1, 0xFF);

@@ -38,6 +38,9 @@ std::vector<AttnCase> make_table() {
         C("causal_d160_gqa").shape(2, 97, 97, 4, 2, 160).causal_(TL),
         C("bias_d192_bf16").shape(1, 60, 80, 2, 2, 192).dt(BF16).with_bias(BiasKind::DENSE),
         C("window_d256_f16_cross").shape(1, 50, 97, 2, 1, 256).dt(F16).window(8, 0, ABR),
+        // 16-bit D 160 (a part-filled panel on the sm90 kernels of D 256): two query tiles, five
+        // 64-key steps, keys no row sees
+        C("bf16_d160_causal_br_gqa").shape(1, 200, 300, 4, 2, 160).dt(BF16).causal_(BR),
         C("plain_d32").shape(2, 40, 40, 3, 3, 32),
         C("plain_dv_ne_d").shape(1, 31, 31, 2, 2, 64).dv(32),
         C("plain_scale").shape(1, 29, 29, 2, 2, 64).scale_(0.3f),

@@ -34,6 +34,9 @@ struct Choice {
 
 // FATTN_OK and *c filled, or UNSUPPORTED with *why.
 fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, std::string *why);
+// The selection switches choose() was built with (tiles.h: FATTN_SM90_D256, FATTN_SM90_TF32_PAD).
+bool selects_sm90_d256();
+bool selects_sm90_tf32_pad();
 
 size_t workspace_size(const AttnFwdParams &p, const Choice &c, fattn_dir dir);
 

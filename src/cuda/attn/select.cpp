@@ -53,7 +53,7 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     // D, the pre-pass's tf32 copies hold zeros there, the stores stop at it): 16-bit up to 128, or
     // 256 with FATTN_SM90_D256 (tiles.h); tf32 64 or 128, or with FATTN_SM90_TF32_PAD up to 128.
     const int64_t unit = tf32 ? 4 : 8, dmax_sm90 = !tf32 && FATTN_SM90_D256 ? 256 : 128;
-    if (tf32 && !FATTN_SM90_TF32_PAD && p.d != 64 && p.d != 128)
+    if (tf32 && !FATTN_SM90_TF32_PAD && (p.d != p.dim_v || (p.d != 64 && p.d != 128)))
         return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv = 64 or 128)");
     if (p.d != p.dim_v || p.d % unit != 0 || p.d > dmax_sm90)
         return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv, a multiple of " +
@@ -196,6 +196,9 @@ fattn_status choose(const AttnFwdParams &p, const DeviceInfo &dev, Choice *c, st
         return no("precision must be resolved (F32, TF32 or NATIVE) before selection");
     }
 }
+
+bool selects_sm90_d256() { return FATTN_SM90_D256 != 0; }
+bool selects_sm90_tf32_pad() { return FATTN_SM90_TF32_PAD != 0; }
 
 size_t workspace_size(const AttnFwdParams &p, const Choice &c, fattn_dir dir) {
     return Workspace::layout(p, c, dir).total;

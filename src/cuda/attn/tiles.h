@@ -109,8 +109,9 @@ constexpr int sm90_fwd_bm() { return 128; }
 // forward with 64 keys per step (O alone takes 128 registers), 192 KB; the dK/dV kernel with
 // 64-key CTAs whose two consumer warpgroups each own half of dK and dV's columns, and dQ with
 // 32-key steps (below). bf16 D256 S4096 B2 H16 fwd+bwd 5.15 ms against the portable bucket 256's
-// 17.12 (docs/PERF.md). -DFATTN_SM90_D256=0 leaves D > 128 to the portable kernels (the
-// emulation's fattn_emu_alt library is built so; its D 256 cases skip).
+// 17.12 (docs/PERF.md). CMake's FATTN_SM90_D256=OFF (both the host selection and the kernels)
+// leaves D > 128 to the portable kernels (the emulation's fattn_emu_alt library is built so; its
+// D 256 cases skip).
 #ifndef FATTN_SM90_D256
 #define FATTN_SM90_D256 1
 #endif

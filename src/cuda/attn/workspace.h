@@ -9,14 +9,15 @@
 //   [lse_rel]        bwd with a bias: lse' = lse − ceiling, f32 [B_view, Hq, total_q].
 //   [kr] [tr]        the sm90 tf32 kernels (Family::SM90_TF32): key-side operands rounded to tf32
 //                    by a pre-pass (sm90/stage_tf32.cu), since tf32 wgmma truncates and takes
-//                    K-major operands only. kr = K as f32 [Hkv, R, D] (R = B_view·total_kv flat key
+//                    K-major operands only, each d_bucket columns wide (zeros past D: head dims
+//                    below the bucket, FATTN_SM90_TF32_PAD; written Db below). kr = K as f32 [Hkv, R, Db] (R = B_view·total_kv flat key
 //                    rows; fwd only: the backward's kernels read K and V rows in place and round
 //                    them in shared memory); tr = a transposed copy, Vᵀ in fwd (O += P·V), Kᵀ in
-//                    bwd (dQ += dS·K), as f32 [Hkv, D, vt_cols]: sequence s's keys from column
+//                    bwd (dQ += dS·K), as f32 [Hkv, Db, vt_cols]: sequence s's keys from column
 //                    sm90_vt_col0(..) on (a multiple of 8), each 8-key group stored in the order
 //                    of tf32_key_order().
 //   [qt] [dot]       bwd on SM90_TF32, the dK/dV kernel's query side: Qᵀ, dOᵀ rounded, as
-//                    [Hq, D, q_cols] in the same per-sequence column scheme over the queries
+//                    [Hq, Db, q_cols] in the same per-sequence column scheme over the queries
 //                    (Rq = B_view·total_q rows). Its Q and dO rows are read in place (TMA) and
 //                    rounded in shared memory by the kernel.
 //                    The backward stages and runs in passes of kv heads (tf32_bwd_pass_kv_heads):
@@ -147,7 +148,7 @@ struct Workspace {
             }
         }
         const bool fwd = dir == FATTN_DIR_FWD;
-        if ((fwd ? c.fwd_family : c.family) == Family::SM90_TF32) {  // D = Dv there (select.cpp)
+        if ((fwd ? c.fwd_family : c.family) == Family::SM90_TF32) {  // D = Dv <= d_bucket there (select.cpp)
             // the copies are d_bucket columns wide (zeros past D: stage_tf32.cu), never fewer than D
             const int64_t db = c.d_bucket > p.d ? c.d_bucket : p.d;
             w.kr_rows = bview * p.total_kv;
