@@ -72,6 +72,7 @@ def cases(quick, smoke=False):
             out.append(case(f"bf16 D128 S4096{' causal' if c else ''}", bf, 4, 4096, 16, 128, c,
                             series=f"bf16 D128{' causal' if c else ''}"))
         out.append(case("bf16 D128 GQA 32q/8kv S8192 causal", bf, 1, 8192, 32, 128, True, Hkv=8))
+        out.append(case("bf16 D256 S4096 B2 H16", bf, 2, 4096, 16, 256))
         out.append(case("f32 D64 S4096", f32, 2, 4096, 16, 64))
         out.append(case("bf16 D128 S4096 window ±256 as bias", bf, 1, 4096, 16, 128,
                         window_bias=256))
@@ -83,7 +84,7 @@ def cases(quick, smoke=False):
                                 series=f"bf16 D{D}{' causal' if c else ''}"))
     out.append(case("bf16 D128 GQA 32q/8kv S8192 causal", bf, 1, 8192, 32, 128, True, Hkv=8))
     out.append(case("bf16 D128 H16 S65536 causal (long)", bf, 1, 65536, 16, 128, True))
-    for c in (False, True):  # head dim 256 (the portable tensor-core kernels' bucket 256)
+    for c in (False, True):  # head dim 256 (the sm90 kernels of D 256 on Hopper)
         out.append(case(f"bf16 D256 S4096 B2 H16{' causal' if c else ''}", bf, 2, 4096, 16, 256, c))
     for D in (64, 128):
         out.append(case(f"f32 D{D} S4096", f32, 2, 4096, 16, D, series=f"f32 D{D}"))
