@@ -40,6 +40,25 @@ def _reference(q, k, v, mask, causal):
     return o, q64, k64, v64, m64
 
 
+def _rounding_bound(q, k, v, mask, causal, o_ref, do):
+    """Per row, what 16-bit rounding can move Σ_j dS_ij (the gradient of a per-row-constant bias):
+    O's error through δ = dO·O (P rounded before P·V, then O rounded) and P rounded before
+    dS = P (dP − δ): 2^-8 (Σ_d |dO_id| (Σ_j P_ij |V_jd| + |O_id|) + Σ_j P_ij |dP_ij − δ_i|) + 1e-4,
+    in float64, [B, HQ, SQ, 1]."""
+    rep = HQ // HKV
+    qt, kt, vt = (t.double().transpose(1, 2) for t in (q, k, v))
+    kt, vt = kt.repeat_interleave(rep, dim=1), vt.repeat_interleave(rep, dim=1)
+    s = qt @ kt.transpose(-1, -2) / D ** 0.5 + mask.detach().double()
+    if causal:
+        s = s.masked_fill(~torch.ones(SQ, SKV, dtype=torch.bool).tril(), float("-inf"))
+    p64 = s.softmax(-1)
+    o64, do64 = o_ref.detach().transpose(1, 2), do.double().transpose(1, 2)  # [B, HQ, SQ, D]
+    o_err = p64 @ vt.abs() + o64.abs()
+    ds_arg = (do64 @ vt.transpose(-1, -2) - (do64 * o64).sum(-1, keepdim=True)).abs()
+    p_err = (p64 * ds_arg).sum(-1, keepdim=True)
+    return 2.0 ** -8 * ((do64.abs() * o_err).sum(-1, keepdim=True) + p_err) + 1e-4
+
+
 def _leaf(shape, neg_inf=True):
     m = torch.randn(*shape)
     if neg_inf:
@@ -161,24 +180,10 @@ def test_dbias_cuda_matches_math_sdpa(name, causal, algo, dtype, prec, tol):
     got = g.cpu().double()
     assert g.shape == mask.shape and g.dtype == mask.dtype
     if name == "BH1_keydim1":  # a per-row constant: its gradient Σ_j dS_ij = Σ_j P_ij dP_ij − δ_i is
-        # 0 up to rounding. Every arm takes δ_i = dO_i·O_i from the stored O, so at 16 bits the row
-        # is off by δ's part of O's error: P rounded to bf16 before P·V, then O rounded, at most
-        # 2^-8 Σ_d |dO_id| (Σ_j P_ij |V_jd| + |O_id|) (H100, exact arm: up to 0.026, a fifth of
-        # that in a float64 model of the arm); P rounded before dS = P (dP − δ) adds at most
-        # 2^-8 Σ_j P_ij |dP_ij − δ_i|
+        # 0 up to rounding; every arm takes δ_i = dO_i·O_i from the stored O, so at 16 bits the row
+        # is off by what _rounding_bound bounds (H100, exact arm: up to 0.026)
         if dtype != torch.float32:
-            rep = HQ // HKV
-            qt, kt, vt = (t.double().transpose(1, 2) for t in (q, k, v))
-            kt, vt = kt.repeat_interleave(rep, dim=1), vt.repeat_interleave(rep, dim=1)
-            s = qt @ kt.transpose(-1, -2) / D ** 0.5 + mask.detach().double()
-            if causal:
-                s = s.masked_fill(~torch.ones(SQ, SKV, dtype=torch.bool).tril(), float("-inf"))
-            p64 = s.softmax(-1)
-            o64, do64 = o_ref.detach().transpose(1, 2), do.double().transpose(1, 2)  # [B, HQ, SQ, D]
-            o_err = p64 @ vt.abs() + o64.abs()
-            ds_arg = (do64 @ vt.transpose(-1, -2) - (do64 * o64).sum(-1, keepdim=True)).abs()
-            p_err = (p64 * ds_arg).sum(-1, keepdim=True)
-            bound = 2.0 ** -8 * ((do64.abs() * o_err).sum(-1, keepdim=True) + p_err) + 1e-4
+            bound = _rounding_bound(q, k, v, mask, causal, o_ref, do)
             assert ((got - m64.grad).abs() <= bound).all()
         else:
             assert (got - m64.grad).abs().max().item() < (tol if algo == "exact" else 5 * tol)

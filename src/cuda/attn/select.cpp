@@ -52,12 +52,13 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
     // Any D = Dv in whole 16-byte rows on the kernels of the bucket above it (TMA reads zeros past
     // D, the pre-pass's tf32 copies hold zeros there, the stores stop at it): 16-bit up to 128, or
     // 256 with FATTN_SM90_D256 (tiles.h); tf32 64 or 128, or with FATTN_SM90_TF32_PAD up to 128.
-    const int64_t unit = tf32 ? 4 : 8, dmax_sm90 = !tf32 && FATTN_SM90_D256 ? 256 : 128;
-    if (tf32 && !FATTN_SM90_TF32_PAD && (p.d != p.dim_v || (p.d != 64 && p.d != 128)))
-        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv = 64 or 128)");
+    const bool buckets_only = tf32 && !FATTN_SM90_TF32_PAD;
+    const int64_t unit = buckets_only ? 64 : tf32 ? 4 : 8, dmax_sm90 = !tf32 && FATTN_SM90_D256 ? 256 : 128;
     if (p.d != p.dim_v || p.d % unit != 0 || p.d > dmax_sm90)
-        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) + " (needs D = Dv, a multiple of " +
-                  std::to_string(unit) + " up to " + std::to_string(dmax_sm90) + ")");
+        return no("head dims " + std::to_string(p.d) + "/" + std::to_string(p.dim_v) +
+                  (buckets_only ? std::string(" (needs D = Dv = 64 or 128)")
+                                : " (needs D = Dv, a multiple of " + std::to_string(unit) + " up to " +
+                                      std::to_string(dmax_sm90) + ")"));
     // A tensor map needs at least one row: no queries (the backward still zeroes dK/dV) or no
     // keys go to the portable kernels.
     if (p.total_q < 1 || p.total_kv < 1) return no("no queries or no keys");
