@@ -168,7 +168,7 @@ fi
 # ---------------------------------------------------------------- sanitizers (small subset)
 if want sanitize; then
     # The quick subset (bf16/f16 D64 cases run the sm90 kernels under AUTO) plus D128 sm90 cases.
-    SAN_SEL=(-p "${SAN_FILTER:-^(plain_s1|plain_s17|plain_d40|f16_s97|bf16_s97|cross_sq17_skv97|causal_tl_s97|causal_br_sq97_skv40|window_16_16_tl|window_d256_f16_cross|bias_dense|bias_keypad|bias_rowcol|gqa_4_2_b2|varlen_basic|varlen_empty_len1|fused_qkv|bhsd|pad_fltmax|pad_1e9|pad_inf|lpad_fltmax_causal_tl|pad_1e9_bf16_rand|pad_bf16_min|path/dense_T97_gqa_K16_V32_gate_f32|path/dense_T513_gqa_K32_V16_f32|path/varlen_gqa_K64_f16|path/dense_T640_K128_gate_bf16)\$}")
+    SAN_SEL=(-p "${SAN_FILTER:-^(plain_s1|plain_s17|plain_d40|f16_s97|bf16_s97|cross_sq17_skv97|causal_tl_s97|causal_br_sq97_skv40|window_16_16_tl|window_d256_f16_cross|bias_dense|bias_keypad|bias_rowcol|gqa_4_2_b2|varlen_basic|varlen_empty_len1|fused_qkv|bhsd|pad_fltmax|pad_1e9|pad_inf|lpad_fltmax_causal_tl|pad_1e9_bf16_rand|pad_bf16_min|path/dense_T97_gqa_K16_V32_gate_f32|path/dense_T513_gqa_K32_V16_f32|path/varlen_gqa_K64_f16|path/dense_T640_K128_gate_bf16|path/varlen_K100_V72_f16)\$}")
     # Limits: memcheck ran the subset in ~2 s, racecheck in 60-65 s (H200, 2026-12-02); on
     # 2026-12-04 racecheck of the subset passed 150 s, and of the 8 PaTH cases alone took 110 s.
     for tool in memcheck:60 racecheck:300; do

@@ -82,16 +82,22 @@ TEST(PathApi, GqaHeads) {
     EXPECT_FAILS(v.fwd(), FATTN_ERR_GQA_HEADS, "q: ");
 }
 
+// The CPU backend runs K and V from 1 to 256 (supports reads no data: views describe the shapes).
 TEST(PathApi, HeadDims) {
     Views v;
-    v.tq.ne[3] = v.tk.ne[3] = v.tw.ne[3] = 24;  // consistent but unsupported
-    v.tq = fattn_tensor_contiguous(v.q.data(), FATTN_F32, 1, 70, 4, 24);
-    v.tk = fattn_tensor_contiguous(v.k.data(), FATTN_F32, 1, 70, 2, 24);
-    v.tw = fattn_tensor_contiguous(v.w.data(), FATTN_F32, 1, 70, 2, 24);
     char why[256];
-    EXPECT_EQ(fattn_path_supports(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, why, sizeof why),
-              FATTN_ERR_BAD_HEAD_DIM);
-    EXPECT_NE(std::string(why).find("K = 24"), std::string::npos) << why;
+    for (int64_t K : {1, 24, 256, 257}) {
+        v.tq = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 70, 4, K);
+        v.tk = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 70, 2, K);
+        v.tw = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 70, 2, K);
+        const fattn_status s = fattn_path_supports(v.ctx, &v.p, &v.tq, &v.tk, &v.tv, &v.tw, &v.tb, &v.tg, why, sizeof why);
+        if (K <= 256) {
+            EXPECT_EQ(s, FATTN_OK) << "K " << K << ": " << why;
+        } else {
+            EXPECT_EQ(s, FATTN_ERR_BAD_HEAD_DIM);
+            EXPECT_NE(std::string(why).find("K = 257"), std::string::npos) << why;
+        }
+    }
 }
 
 // A fresh Views changed by edit: its forward fails with status and a message starting with prefix.
@@ -274,10 +280,15 @@ TEST(PathApi, CudaContextAnswersFromTheCudaBackend) {
     ASSERT_EQ(fattn_path_workspace_size(big.ctx, &big.p, &q, &k, &vv, &w, &b, &g, FATTN_DIR_BWD, &wh), FATTN_OK);
     EXPECT_EQ(wc.history_bytes, wh.history_bytes);
     EXPECT_EQ(wc.history_bytes, uint64_t(1300 - 512 + 1300 - 1024) * 4 * 32 * 2);
+    // K 80 runs (on the kernels of 128), K 136 only on the CPU
     fattn_tensor q80 = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 4, 80), k80 = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 2, 80),
                  w80 = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 1300, 2, 80);
-    EXPECT_EQ(fattn_path_supports(cuda, &big.p, &q80, &k80, &vv, &w80, &b, &g, why, sizeof why), FATTN_ERR_BAD_HEAD_DIM);
+    EXPECT_EQ(fattn_path_supports(cuda, &big.p, &q80, &k80, &vv, &w80, &b, &g, why, sizeof why), FATTN_OK) << why;
+    fattn_tensor q136 = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 4, 136), k136 = fattn_tensor_contiguous(nullptr, FATTN_BF16, 1, 1300, 2, 136),
+                 w136 = fattn_tensor_contiguous(nullptr, FATTN_F32, 1, 1300, 2, 136);
+    EXPECT_EQ(fattn_path_supports(cuda, &big.p, &q136, &k136, &vv, &w136, &b, &g, why, sizeof why), FATTN_ERR_BAD_HEAD_DIM);
     EXPECT_NE(std::string(why).find("PaTH CUDA backend"), std::string::npos) << why;
+    EXPECT_EQ(fattn_path_supports(big.ctx, &big.p, &q136, &k136, &vv, &w136, &b, &g, why, sizeof why), FATTN_OK) << why;
     fattn_ctx_free(cuda);
 }
 

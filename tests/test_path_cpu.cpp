@@ -186,6 +186,9 @@ const std::vector<Case> &cases() {
         {"dense_t700_k128_bf16", 1, 700, 2, 2, 128, 128, {}, FATTN_BF16, true, FATTN_PATH_HISTORY_PACKED},
         {"varlen_gqa_k64_f16", 1, 1200, 4, 2, 64, 64, {0, 100, 613, 1200}, FATTN_F16, false, FATTN_PATH_HISTORY_PACKED},
         {"dense_t1030_k64_v128_bf16", 1, 1030, 2, 1, 64, 128, {}, FATTN_BF16, true, FATTN_PATH_HISTORY_PACKED, 1.95},
+        // head dims of any width (rows of K or V floats; the remainder of the 8-lane dot products)
+        {"dense_t600_k7_v5_gqa", 1, 600, 2, 1, 7, 5, {}, FATTN_F32, true, FATTN_PATH_HISTORY_PACKED, 1.95},
+        {"varlen_k200_v72_bf16", 1, 700, 1, 1, 200, 72, {0, 90, 700}, FATTN_BF16, false, FATTN_PATH_HISTORY_PACKED},
     };
     return t;
 }

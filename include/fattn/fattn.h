@@ -426,7 +426,8 @@ FATTN_API fattn_status fattn_attn_merge(fattn_ctx_t *ctx, int64_t n_parts,
  *   backward: dout like o; dq, dk, dv like q, k, v (q's dtype); dw like w, dbeta like beta,
  *   dg like g (all f32). dg must be given exactly when g is.
  * GQA: Hq % H == 0; query head hq uses kv head hq / (Hq / H) (w, beta belong to the kv head, the
- * gate to the query head). K, V in {16, 32, 64, 128}, V may differ from K, any T >= 1.
+ * gate to the query head). K, V from 1 to 256 on the CPU and 1 to 128 on CUDA (the kernels of 32,
+ * 64 or 128 with zeros past K and V), V may differ from K, any T >= 1.
  * Varlen: cu_seqlens (int32, num_seqs + 1 entries, host memory on both backends) with B = 1, T = total tokens;
  * every sequence restarts its chunks, segments, gate prefix sum and Householder products.
  *

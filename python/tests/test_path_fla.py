@@ -91,6 +91,7 @@ def compare(ref, out, dtype):
     (1, 700, 1, 2, 128, 128, False, torch.bfloat16),
     (1, 600, 2, 2, 32, 64, True, torch.float32),     # MHA, V != K
     (1, 530, 1, 2, 64, 64, True, torch.float16),
+    (1, 600, 1, 2, 48, 80, True, torch.bfloat16),    # head dims between the kernels' sizes
 ])
 @pytest.mark.parametrize("device", DEVICES)
 def test_dense(B, T, H, HQ, K, V, gate, dtype, device):

@@ -26,11 +26,13 @@ fattn_status run(const PathBwdParams &p, void *stream, void *ws, bool bwd, std::
 }  // namespace
 
 fattn_status path_select(const PathFwdParams &p, const DeviceInfo &dev, std::string *why) {
-    auto ok_dim = [](int64_t d) { return d == 16 || d == 32 || d == 64 || d == 128; };
+    // Any K, V up to 128 run on the kernels of the head dim above them (gpu_layout.h: gpu_dim),
+    // with zeros past K and V in every tile.
+    auto ok_dim = [](int64_t d) { return d >= 1 && d <= 128; };
     if (!ok_dim(p.dk) || !ok_dim(p.dv)) {
         if (why)
             *why = "q: head dims K = " + std::to_string(p.dk) + ", V = " + std::to_string(p.dv) +
-                   ": the PaTH CUDA backend runs K, V in {16, 32, 64, 128}";
+                   ": the PaTH CUDA backend runs K and V from 1 to 128";
         return FATTN_ERR_BAD_HEAD_DIM;
     }
     if (dev.sm_major < 8) {

@@ -31,6 +31,10 @@
 namespace fattn::emu {
 namespace {
 
+bool g_exact_tf32 = false;  // set_exact_tf32
+// The bits of an f32 operand a tf32 product keeps: the 19 of tf32, or all of them (exact).
+uint32_t tf32_mask() { return g_exact_tf32 ? 0xFFFFFFFFu : 0xFFFFE000u; }
+
 constexpr size_t kStack = 512 * 1024;  // per fiber; mapped lazily, reused across launches
 
 #if defined(__x86_64__)
@@ -435,7 +439,7 @@ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKin
         for (int m = 0; m < 16; ++m)
             for (int k = 0; k < KD; ++k) {
                 if (kind == MMA_TF32) {
-                    uint32_t u = uint32_t(lane((m % 8) * 4 + k % 4).in[(m / 8) + 2 * (k / 4)]) & 0xFFFFE000u;
+                    uint32_t u = uint32_t(lane((m % 8) * 4 + k % 4).in[(m / 8) + 2 * (k / 4)]) & tf32_mask();
                     std::memcpy(&A[m][k], &u, 4);
                 } else {
                     A[m][k] = half_bits(uint32_t(lane((m % 8) * 4 + (k % 8) / 2).in[(m / 8) + 2 * (k / 8)]), k % 2, kind);
@@ -444,7 +448,7 @@ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, MmaKin
         for (int k = 0; k < KD; ++k)
             for (int n = 0; n < 8; ++n) {
                 if (kind == MMA_TF32) {
-                    uint32_t u = uint32_t(lane(n * 4 + k % 4).in[4 + k / 4]) & 0xFFFFE000u;
+                    uint32_t u = uint32_t(lane(n * 4 + k % 4).in[4 + k / 4]) & tf32_mask();
                     std::memcpy(&B[k][n], &u, 4);
                 } else {
                     B[k][n] = half_bits(uint32_t(lane(n * 4 + (k % 8) / 2).in[4 + k / 8]), k % 2, kind);
@@ -491,7 +495,7 @@ float wg_elem(const Block &b, uint64_t desc, int r, int k, bool mn_major, MmaKin
     if (kind == MMA_TF32) {
         uint32_t u;
         std::memcpy(&u, b.smem + addr, 4);
-        u &= 0xFFFFE000u;
+        u &= tf32_mask();
         float f;
         std::memcpy(&f, &u, 4);
         return f;
@@ -520,7 +524,7 @@ void wgmma(float *d, int n, MmaKind kind, const uint32_t *a_regs, uint64_t desc_
             for (int m = 0; m < 16; ++m)
                 for (int k = 0; k < KD; ++k) {
                     if (kind == MMA_TF32) {
-                        const uint32_t u = lane_in((m % 8) * 4 + k % 4, (m / 8) + 2 * (k / 4)) & 0xFFFFE000u;
+                        const uint32_t u = lane_in((m % 8) * 4 + k % 4, (m / 8) + 2 * (k / 4)) & tf32_mask();
                         std::memcpy(&wa[size_t(m * 16 + k)], &u, 4);
                     } else {
                         wa[size_t(m * 16 + k)] =
@@ -712,10 +716,13 @@ uint16_t f32_to_bf16_bits(float x) { return f32_to_bf16(x); }
 float f16_bits_to_f32(uint16_t h) { return f16_to_f32(h); }
 float bf16_bits_to_f32(uint16_t h) { return bf16_to_f32(h); }
 
+void set_exact_tf32(bool on) { g_exact_tf32 = on; }
+bool exact_tf32() { return g_exact_tf32; }
+
 uint32_t f32_to_tf32_bits(float x) {
     uint32_t u;
     std::memcpy(&u, &x, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u) return u;  // inf / nan unchanged
+    if (g_exact_tf32 || (u & 0x7F800000u) == 0x7F800000u) return u;  // exact (set_exact_tf32), inf / nan unchanged
     return (u + 0x1000u) & 0xFFFFE000u;               // nearest, ties away from zero (cvt.rna)
 }
 

@@ -132,4 +132,11 @@ float f16_bits_to_f32(uint16_t h);
 float bf16_bits_to_f32(uint16_t h);
 uint32_t f32_to_tf32_bits(float x);
 
+// Exact tf32 (a test's switch, off by default): the tf32 products (mma.sync, wgmma) take their f32
+// operands whole and f32_to_tf32_bits returns x unchanged, so an f32 kernel computes in f32 and
+// meets the float64 oracle to f32 rounding: the residual is the kernels' own, not tf32's. Applies
+// to every launch until set back.
+void set_exact_tf32(bool on);
+bool exact_tf32();
+
 }  // namespace fattn::emu

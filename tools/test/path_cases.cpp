@@ -57,6 +57,11 @@ const std::vector<PCase> &table() {
         // 16-bit beside the f32 ones: the rectangular history, and V < K (zero-filled columns)
         {"path/dense_T1100_rect_K64_bf16", 1, 1100, 2, 1, 64, 64, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_RECTANGULAR, 1.95, false},
         {"path/dense_T700_K64_V16_f16", 1, 700, 2, 2, 64, 16, {}, true, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, false},
+        // head dims between the CUDA kernels' sizes (zeros past K and V; K 100 in f16: rows that are
+        // not whole 16-byte vectors, element loads, history rows of 104)
+        {"path/dense_T600_gqa_K48_V80_gate_bf16", 1, 600, 2, 1, 48, 80, {}, true, FATTN_BF16, FATTN_PATH_HISTORY_PACKED, 1.95, true},
+        {"path/dense_T600_K20_V12_gate_f32", 1, 600, 2, 2, 20, 12, {}, true, FATTN_F32, FATTN_PATH_HISTORY_PACKED, 1.95, false},
+        {"path/varlen_K100_V72_f16", 1, 1100, 2, 1, 100, 72, {0, 530, 1100}, false, FATTN_F16, FATTN_PATH_HISTORY_PACKED, 1.9, false},
     };
     return t;
 }

@@ -11,11 +11,12 @@
 namespace fattn::cpu {
 
 fattn_status path_select(const PathFwdParams &p, std::string *why) {
-    auto ok_dim = [](int64_t d) { return d == 16 || d == 32 || d == 64 || d == 128; };
+    // The blocked code takes any width (its rows are K or V floats); 256 bounds the scratch slots.
+    auto ok_dim = [](int64_t d) { return d >= 1 && d <= 256; };
     if (!ok_dim(p.dk) || !ok_dim(p.dv)) {
         if (why)
             *why = "q: head dims K = " + std::to_string(p.dk) + ", V = " + std::to_string(p.dv) +
-                   ": the PaTH CPU backend runs K, V in {16, 32, 64, 128}";
+                   ": the PaTH CPU backend runs K and V from 1 to 256";
         return FATTN_ERR_BAD_HEAD_DIM;
     }
     return FATTN_OK;

@@ -72,9 +72,9 @@ template <typename Tin, int D> struct KDkv {
     PK_DEV static void issue(const PathDev &p, const SeqInfo &sq, int hq, int64_t ci, int64_t rcol, char *buf) {
         Tin *sQh = reinterpret_cast<Tin *>(buf), *sdO = reinterpret_cast<Tin *>(buf + TI);
         const int64_t c0 = ci * kC, nq = sq.len - c0 < kC ? sq.len - c0 : kC, t0 = sq.begin + c0;
-        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
-        const Tin *gh = static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.K;
-        load_tile<Tin, kThreads>(sQh, STi, gh, hstride, kC, D, int(nq), p.K, true);
+        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.hk;
+        const Tin *gh = static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.hk;
+        load_tile<Tin, kThreads>(sQh, STi, gh, hstride, kC, D, int(nq), p.hk, true);
         load_tile<Tin, kThreads>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
                                  p.do_ss, kC, D, int(nq), p.V, p.vec_do);
         dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TI));

@@ -61,8 +61,8 @@ template <typename Tin, int D> struct KDkvSm90 {
     PK_DEV static void issue(const PathDev &p, const SeqInfo &sq, int hq, int64_t ci, int64_t rcol, char *buf) {
         Tin *sQh = reinterpret_cast<Tin *>(buf), *sdO = reinterpret_cast<Tin *>(buf + TILE);
         const int64_t c0 = ci * kC, nq = sq.len - c0 < kC ? sq.len - c0 : kC, t0 = sq.begin + c0;
-        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
-        load_sw(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.K, hstride, int(nq), p.K, true);
+        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.hk;
+        load_sw(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.hk, hstride, int(nq), p.hk, true);
         load_sw(sdO, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, int(nq), p.V,
                 p.vec_do);
         dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE));

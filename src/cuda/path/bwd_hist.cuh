@@ -72,10 +72,11 @@ template <typename Tin, int D> struct KHist {
         for (int hh = 0; hh < 2; ++hh) {
             const int a = r0 + acc_row(2 * hh);
             if (a >= n) continue;
-            const int64_t off = (hist_cell(p, sq, c0 + a, r) * p.hq + hq) * p.K;
-            for (int j = 0; j < NX; ++j) {  // column pairs (K is even): one 4-byte (f32: 8-byte) store each
+            const int64_t off = (hist_cell(p, sq, c0 + a, r) * p.hq + hq) * p.hk;
+            // column pairs (hk is even, X is 0 past K): one 4-byte (f32: 8-byte) store each
+            for (int j = 0; j < NX; ++j) {
                 const int col = acc_col(j, 0);
-                if (col < p.K) st_pair<Tin>(p.hist, off + col, X[j][2 * hh], X[j][2 * hh + 1]);
+                if (col < p.hk) st_pair<Tin>(p.hist, off + col, X[j][2 * hh], X[j][2 * hh + 1]);
             }
         }
     }

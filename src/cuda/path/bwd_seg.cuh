@@ -105,7 +105,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
         float *sE = reinterpret_cast<float *>(kUnion ? u + OFF_E : u);
         float *lse2 = reinterpret_cast<float *>(kUnion ? c + 2 * QI + R : u + U), *dl = lse2 + BM, *gq = dl + BM;
         const int64_t ws = int64_t(p.h) * D;
-        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.K;
+        const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.hk;
         for (int64_t ib = ib0; ib < ib0 + NIB; ++ib) {
             const int64_t c0 = r * kS + ib * BM, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             if (c0 >= sq.len) break;
@@ -122,7 +122,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
             zero_acc(gam);
             for (int64_t rp = 0; rp < r; ++rp) {
                 sync();  // previous users of sQh / sE / the key stages are done
-                load_rows<BM>(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.K, hstride, nq, p.K,
+                load_rows<BM>(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.hk, hstride, nq, p.hk,
                           true);
                 cp_commit();
                 cp_wait<0>();

@@ -19,6 +19,14 @@ inline int gpu_dim(int64_t K, int64_t V) {
     return m <= 32 ? 32 : m <= 64 ? 64 : 128;
 }
 
+// The elements of one (token, query head) row of the history: K rounded up to whole 16 bytes, so
+// its readers load rows with 16-byte copies whatever K is (the producer writes the zeros past K).
+// K itself wherever K * es is a multiple of 16 (every head dim the peers serve: 16, 32, 64, 128).
+inline int64_t hist_row(int64_t K, int64_t es) {
+    const int64_t per = 16 / es;
+    return (K + per - 1) / per * per;
+}
+
 struct GpuWs {
     int D = 0;
     int seg_split = 1;  // KSegInter's CTAs per (segment, query head)
@@ -99,7 +107,7 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
     if (bwd) {
         w.kh = take(sat_prod({rows, H, D, es}));
         w.emat = take(sat_prod({segs, H, D, D, f}));
-        w.history_bytes = sat_prod({lay.hist_cells, HQ, p.dk, es});
+        w.history_bytes = sat_prod({lay.hist_cells, HQ, hist_row(p.dk, es), es});
         w.hist = take(w.history_bytes);
         const size_t span_end = c;
         w.delta = take(sat_prod({rows, HQ, f}));

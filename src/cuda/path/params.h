@@ -24,6 +24,7 @@ struct PathDev {
     int64_t B, T;
     int hq, h, grp;         // query heads, kv heads, hq / h
     int K, V;               // head dims; the kernels' D (template) is >= both, columns beyond are 0
+    int hk;                 // a history row's elements: K rounded up to 16 bytes (gpu_layout.h: hist_row)
     float scale, sl2;       // scale and scale * log2(e)
     int has_gate;
     float check_tol;        // STRICT w / beta check tolerance

@@ -41,7 +41,7 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     auto at = [&](size_t off) -> void * { return off ? b + off : nullptr; };
     const int64_t es = int64_t(fattn_dtype_size(p.dtype));
     d.B = p.B, d.T = p.T, d.hq = int(p.hq), d.h = int(p.h), d.grp = int(p.hq / p.h);
-    d.K = int(p.dk), d.V = int(p.dv);
+    d.K = int(p.dk), d.V = int(p.dv), d.hk = int(hist_row(p.dk, es));
     d.scale = p.scale, d.sl2 = float(double(p.scale) * 1.4426950408889634);
     d.has_gate = p.g != nullptr;
     d.check_tol = p.check_tol;
@@ -61,11 +61,14 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     d.g = p.g, d.g_sb = p.g_sb, d.g_ss = p.g_ss, d.g_sh = p.g_sh;
     d.o = p.o, d.o_sb = p.o_sb, d.o_ss = p.o_ss, d.o_sh = p.o_sh;
     d.lse = p.lse, d.lse_sb = p.lse_sb, d.lse_sh = p.lse_sh;
-    d.vec_q = aligned16(p.q, {p.q_sb, p.q_ss, p.q_sh}, es);
-    d.vec_k = aligned16(p.k, {p.k_sb, p.k_ss, p.k_sh}, es);
-    d.vec_v = aligned16(p.v, {p.v_sb, p.v_ss, p.v_sh}, es);
-    d.vec_w = aligned16(p.w, {p.w_sb, p.w_ss, p.w_sh}, 4);
-    d.vec_o = aligned16(p.o, {p.o_sb, p.o_ss, p.o_sh}, es);
+    // 16-byte loads need aligned rows and whole 16-byte vectors of K or V columns (common.cuh:
+    // load_tile); other head dims take element loads
+    const bool kvec = p.dk * es % 16 == 0, vvec = p.dv * es % 16 == 0, wvec = p.dk * 4 % 16 == 0;
+    d.vec_q = kvec && aligned16(p.q, {p.q_sb, p.q_ss, p.q_sh}, es);
+    d.vec_k = kvec && aligned16(p.k, {p.k_sb, p.k_ss, p.k_sh}, es);
+    d.vec_v = vvec && aligned16(p.v, {p.v_sb, p.v_ss, p.v_sh}, es);
+    d.vec_w = wvec && aligned16(p.w, {p.w_sb, p.w_ss, p.w_sh}, 4);
+    d.vec_o = vvec && aligned16(p.o, {p.o_sb, p.o_ss, p.o_sh}, es);
     if (bwd) {
         d.dout = p.dout, d.do_sb = p.do_sb, d.do_ss = p.do_ss, d.do_sh = p.do_sh;
         d.dq = p.dq, d.dq_sb = p.dq_sb, d.dq_ss = p.dq_ss, d.dq_sh = p.dq_sh;
@@ -74,7 +77,7 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
         d.dw = p.dw, d.dw_sb = p.dw_sb, d.dw_ss = p.dw_ss, d.dw_sh = p.dw_sh;
         d.dbeta = p.dbeta, d.dbeta_sb = p.dbeta_sb, d.dbeta_ss = p.dbeta_ss, d.dbeta_sh = p.dbeta_sh;
         d.dg = p.dg, d.dg_sb = p.dg_sb, d.dg_ss = p.dg_ss, d.dg_sh = p.dg_sh;
-        d.vec_do = aligned16(p.dout, {p.do_sb, p.do_ss, p.do_sh}, es);
+        d.vec_do = vvec && aligned16(p.dout, {p.do_sb, p.do_ss, p.do_sh}, es);
     }
     d.gsum = static_cast<float *>(at(w.gsum));
     d.uw = at(w.uw), d.ww = at(w.ww), d.kt = at(w.kt), d.dmat = at(w.dmat);

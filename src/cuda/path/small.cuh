@@ -85,7 +85,7 @@ template <typename Tin> struct KDelta {
             const int64_t row = i / p.hq, hq = i % p.hq, b = row / p.T, t = row % p.T;
             const Tin *o = static_cast<const Tin *>(p.o) + b * p.o_sb + t * p.o_ss + hq * p.o_sh;
             const Tin *d = static_cast<const Tin *>(p.dout) + b * p.do_sb + t * p.do_ss + hq * p.do_sh;
-            if (p.vec_o && p.vec_do && p.V % EPV == 0) {
+            if (p.vec_o && p.vec_do) {  // both imply V % EPV == 0 (sequence.h)
                 for (int c = sub * EPV; c < p.V; c += kLanes * EPV) {
                     const V16 x = ld16(o + c), y = ld16(d + c);
                     for (int e = 0; e < EPV; ++e) s += v16_elem<Tin>(x, e) * v16_elem<Tin>(y, e);
