@@ -23,6 +23,7 @@
 #include "core/dtype.h"
 #include "cpu/ref/attn_ref.h"
 #include "emu/attn_emu.h"
+#include "emu/emu.h"
 
 namespace {
 
@@ -207,20 +208,9 @@ std::vector<bool> live_entries(const Problem &pr, const ref::Problem &rp, const 
 
 class AttnEmu : public ::testing::TestWithParam<Case> {};
 
-TEST_P(AttnEmu, MatchesOracle) {
-    if (GetParam().d256 && !emu::attn_sm90_d256_built()) GTEST_SKIP() << "the sm90 kernels at D 256 are not built here";
-    Problem pr(GetParam());
-    std::string err;
-    ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
-    if (pr.c.sm90) {  // the case runs the family it is for
-        const auto want = pr.c.dt == FATTN_F32 ? cuda::attn::Family::SM90_TF32 : cuda::attn::Family::SM90_NATIVE;
-        EXPECT_EQ(int(pr.ch.fwd_family), int(want));
-        EXPECT_EQ(int(pr.ch.family), int(want));
-        if (pr.c.d256) EXPECT_EQ(pr.ch.d_bucket, 256);
-        // the fused dQ (its accumulator in the workspace) exactly where this library has it: 16-bit, no bias
-        const bool fused = emu::attn_sm90_dq_fused_built() && pr.c.dt != FATTN_F32 && !pr.c.bias && !pr.c.d256;
-        EXPECT_EQ(pr.ch.dq_fused, fused);
-    }
+// o, dq, dk, dv (and dbias) of pr (run) against the float64 oracle: rms ratios under tol (dbias
+// 2 tol, exactly 0 where nothing sums in), lse within lse_tol (-inf where the oracle's is).
+void expect_oracle(Problem &pr, double tol, double lse_tol) {
     ref::Problem rp;
     ref::Tensors rt;
     ref::gather(pr.p, &rp, &rt);
@@ -228,8 +218,6 @@ TEST_P(AttnEmu, MatchesOracle) {
     ref::attn_fwd(rp, rt, &ro);
     ref::attn_bwd(rp, rt, &ro, pr.c.dbias);
     const Case &c = pr.c;
-    // strict f32 on f32 inputs: fp32 rounding only; 16-bit inputs: the outputs' rounding
-    const double tol = c.dt == FATTN_BF16 ? 0.01 : c.dt == FATTN_F16 ? 0.004 : c.strict ? 2e-6 : 0.002;
     std::string line;
     auto check = [&](const char *n, const std::vector<double> &ref, const std::vector<uint8_t> &buf, int64_t heads,
                      int64_t dim, int64_t stride) {
@@ -252,7 +240,7 @@ TEST_P(AttnEmu, MatchesOracle) {
         }
         lmax = std::max(lmax, std::fabs(double(pr.lse[i]) - ro.lse[i]));
     }
-    EXPECT_LT(lmax, c.dt == FATTN_BF16 ? 2e-2 : c.strict && c.dt == FATTN_F32 ? 1e-5 : 4e-3);
+    EXPECT_LT(lmax, lse_tol);
     line += " lse " + std::to_string(lmax);
     if (c.dbias) {
         // against the oracle's dS summed over the broadcast dims; exactly 0 where nothing sums in
@@ -275,7 +263,7 @@ TEST_P(AttnEmu, MatchesOracle) {
         EXPECT_EQ(nonzero_where_zero, 0) << "dbias entries with no contribution must be exactly 0 (" << zeros << " such)";
         line += " dbias " + std::to_string(r) + " (" + std::to_string(zeros) + " exact zeros)";
     }
-    RecordProperty("err", line);
+    ::testing::Test::RecordProperty("err", line);
     if (getenv("FATTN_EMU_VERBOSE")) {
         // FNV-1a over the outputs' bytes: a refactor meant to keep the arithmetic shows the same value
         uint64_t hsh = 1469598103934665603ull;
@@ -283,6 +271,43 @@ TEST_P(AttnEmu, MatchesOracle) {
             for (uint8_t x : *b) hsh = (hsh ^ x) * 1099511628211ull;
         printf("%s:%s bits %016llx\n", c.name, line.c_str(), (unsigned long long)hsh);
     }
+}
+
+TEST_P(AttnEmu, MatchesOracle) {
+    if (GetParam().d256 && !emu::attn_sm90_d256_built()) GTEST_SKIP() << "the sm90 kernels at D 256 are not built here";
+    Problem pr(GetParam());
+    std::string err;
+    ASSERT_EQ(pr.run(&err), FATTN_OK) << err;
+    if (pr.c.sm90) {  // the case runs the family it is for
+        const auto want = pr.c.dt == FATTN_F32 ? cuda::attn::Family::SM90_TF32 : cuda::attn::Family::SM90_NATIVE;
+        EXPECT_EQ(int(pr.ch.fwd_family), int(want));
+        EXPECT_EQ(int(pr.ch.family), int(want));
+        if (pr.c.d256) EXPECT_EQ(pr.ch.d_bucket, 256);
+        // the fused dQ (its accumulator in the workspace) exactly where this library has it: 16-bit, no bias
+        const bool fused = emu::attn_sm90_dq_fused_built() && pr.c.dt != FATTN_F32 && !pr.c.bias && !pr.c.d256;
+        EXPECT_EQ(pr.ch.dq_fused, fused);
+    }
+    // strict f32 on f32 inputs: fp32 rounding only; 16-bit inputs: the outputs' rounding
+    const fattn_dtype dt = pr.c.dt;
+    const bool strict32 = pr.c.strict && dt == FATTN_F32;
+    expect_oracle(pr, dt == FATTN_BF16 ? 0.01 : dt == FATTN_F16 ? 0.004 : pr.c.strict ? 2e-6 : 0.002,
+                  dt == FATTN_BF16 ? 2e-2 : strict32 ? 1e-5 : 4e-3);
+}
+
+// The tf32 cases (f32 inputs at prec TF32: the portable and sm90 tf32 kernels, the pre-pass's
+// rounded copies) with the emulation's tf32 products exact (emu::set_exact_tf32): the kernels then
+// compute in f32 and meet the oracle at the strict f32 kernels' bars, far below the tf32 rounding
+// MatchesOracle must allow.
+class AttnEmuExact : public ::testing::TestWithParam<Case> {};
+TEST_P(AttnEmuExact, ExactTf32MeetsOracle) {
+    if (GetParam().d256 && !emu::attn_sm90_d256_built()) GTEST_SKIP() << "the sm90 kernels at D 256 are not built here";
+    Problem pr(GetParam());
+    std::string err;
+    emu::set_exact_tf32(true);
+    const fattn_status s = pr.run(&err);
+    emu::set_exact_tf32(false);
+    ASSERT_EQ(s, FATTN_OK) << err;
+    expect_oracle(pr, 2e-6, 1e-5);
 }
 
 TEST_P(AttnEmu, Determinism) {
@@ -452,6 +477,14 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttnEmu, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case> &i) { return std::string(i.param.name); });
+std::vector<Case> tf32_cases() {
+    std::vector<Case> v;
+    for (const Case &c : cases())
+        if (c.dt == FATTN_F32 && !c.strict) v.push_back(c);
+    return v;
+}
+INSTANTIATE_TEST_SUITE_P(Tf32Cases, AttnEmuExact, ::testing::ValuesIn(tf32_cases()),
                          [](const ::testing::TestParamInfo<Case> &i) { return std::string(i.param.name); });
 
 }  // namespace
