@@ -1,5 +1,6 @@
 /*
- * fattn_ggml.h — fattn's exact attention as a differentiable ggml op (CPU backend).
+ * fattn_ggml.h — fattn's exact attention as a differentiable ggml op (CPU backend), and PaTH
+ * attention as a second one (fattn_ggml_path_attn, below).
  *
  * One call puts softmax attention in a ggml graph; ggml_build_backward_expand (ggml-opt too)
  * differentiates through it with fattn's fused backward, so a trainer never materialises the
@@ -147,7 +148,7 @@ fattn_status fattn_ggml_attn_memory_ex(const struct ggml_tensor * q, const struc
  * NULL). A ggml scheduler runs a node its backend refuses on the CPU, copying tensors there and
  * back; a trainer asks this at start-up, at its real shapes, and stops instead. CPU backend:
  * every node. CUDA backend (a FATTN_GGML_CUDA build, ggml patch 0003): F32 q, k, v where
- * fattn_attn_supports() of the device says yes. */
+ * fattn_attn_supports() of the device says yes; no PaTH node (fattn_ggml_path_attn). */
 fattn_status fattn_ggml_graph_check(struct ggml_cgraph * graph, ggml_backend_t backend, char * why,
                                     size_t why_len);
 
@@ -155,6 +156,61 @@ fattn_status fattn_ggml_graph_check(struct ggml_cgraph * graph, ggml_backend_t b
  * to TF32 on sm_80+), or FATTN_PREC_AUTO if o is not an fattn_ggml_attn output or there is no
  * such device (or no CUDA in this build). */
 fattn_prec fattn_ggml_attn_prec_cuda(const struct ggml_tensor * o, int device);
+
+/* ------------------------------------------------------------------ PaTH attention
+ * fattn's PaTH attention (docs/PATH.md: softmax attention whose scores walk the query back
+ * through H_t = I - beta_t w_t w_t^T, with an optional log forget gate g) as a differentiable
+ * ggml op, CPU backend. Layout (ne0 fastest), F32 throughout:
+ *   q [K, T, Hq, B]   k [K, T, H, B]   v [V, T, H, B]   w [K, T, H, B]  (nb[0] = 4, any other
+ *                     byte strides in whole elements: permuted views are read in place)
+ *   beta [T, H, B]    g [T, Hq, B] (optional)           (any strides in whole elements)
+ *   o [V, T, Hq, B]   (returned, contiguous)            lse [T, Hq, B] (fattn_ggml_path_lse)
+ * GQA: Hq % H == 0 (w and beta belong to the kv head, g to the query head). K and V as the CPU
+ * backend takes them (docs/PATH.md). Gradients flow to q, k, v, w, beta and g (F32); none to o's
+ * LSE or to cu_seqlens.
+ * Varlen: cu_seqlens, an I32 tensor [num_seqs + 1] of offsets into T (contiguous, CPU memory),
+ * with B = 1; read when the graph computes, as fattn_ggml_attn_ex's offsets.
+ * check: FATTN_PATH_CHECK_STRICT (default) refuses, when the graph computes, a token whose
+ * | |w_t| - 1 | > check_tol (0 = 1e-3) or beta_t outside [0, 2] (normalize w, e.g. ggml_l2_norm,
+ * and squash beta, e.g. 2 * sigmoid): the output is NaN and fattn_ggml_compute_error() names the
+ * token. Threads, determinism, errors: as fattn_ggml_attn. The history layout is PACKED.
+ * fattn_ggml_graph_check names PaTH nodes on any backend but the CPU's. */
+typedef struct fattn_ggml_path_opts {
+    struct ggml_tensor * g;           /* log forget gate [T, Hq, B], or NULL */
+    float                scale;       /* 0 = 1/sqrt(K) */
+    struct ggml_tensor * cu_seqlens;  /* I32 [num_seqs + 1], or NULL (dense) */
+    fattn_path_check     check;       /* STRICT (default) or NONE */
+    float                check_tol;   /* 0 = 1e-3 */
+} fattn_ggml_path_opts;
+
+fattn_ggml_path_opts fattn_ggml_path_opts_default(void);
+
+/* PaTH attention forward, differentiable. opts NULL = the defaults. Returns o, or NULL. */
+struct ggml_tensor * fattn_ggml_path_attn(struct ggml_context * ctx, struct ggml_tensor * q,
+                                          struct ggml_tensor * k, struct ggml_tensor * v,
+                                          struct ggml_tensor * w, struct ggml_tensor * beta,
+                                          const fattn_ggml_path_opts * opts);
+
+/* The LSE [T, Hq, B] of an o returned by fattn_ggml_path_attn (a view; no gradient). */
+struct ggml_tensor * fattn_ggml_path_lse(struct ggml_context * ctx, struct ggml_tensor * o);
+
+/* 1 if t is an o returned by fattn_ggml_path_attn, else 0. */
+int fattn_ggml_is_path(const struct ggml_tensor * t);
+
+/* Would fattn_ggml_path_attn accept these tensors (shapes, types, strides; data may be
+ * unallocated)? FATTN_OK, or the first rule broken with the reason in why (may be NULL). */
+fattn_status fattn_ggml_path_supports(const struct ggml_tensor * q, const struct ggml_tensor * k,
+                                      const struct ggml_tensor * v, const struct ggml_tensor * w,
+                                      const struct ggml_tensor * beta,
+                                      const fattn_ggml_path_opts * opts, char * why,
+                                      size_t why_len);
+
+/* fattn's PaTH memory model (fattn_path_memory()) for one op at these shapes. */
+fattn_status fattn_ggml_path_memory(const struct ggml_tensor * q, const struct ggml_tensor * k,
+                                    const struct ggml_tensor * v, const struct ggml_tensor * w,
+                                    const struct ggml_tensor * beta,
+                                    const fattn_ggml_path_opts * opts,
+                                    fattn_path_memory_info * out);
 
 /* Message of the calling thread's last failed fattn_ggml call ("" if none). */
 const char * fattn_ggml_last_error(void);

@@ -20,6 +20,7 @@
 // Thread 0 makes a CPU fattn context of nth threads whose parallel loops run on all of them
 // (fattn_ctx_set_parallel); threads 1.. wait for loops and take items until thread 0 is done.
 #include "fattn_ggml.h"
+#include "fattn_ggml_common.h"
 
 #include <atomic>
 #include <cmath>
@@ -37,9 +38,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace {
-
-using std::string;
+namespace fattn_ggml_detail {
 
 thread_local string t_last_error;
 
@@ -47,8 +46,6 @@ fattn_status fail(fattn_status s, string msg) {
     t_last_error = std::move(msg);
     return s;
 }
-
-string S(int64_t x) { return std::to_string(x); }
 
 // Compute-time failures (the op has no status to return from inside ggml_graph_compute).
 std::mutex g_compute_mu;
@@ -60,93 +57,13 @@ void record_compute_failure(const string &msg) {
     if (g_compute_failures++ == 0) g_compute_first = msg;
 }
 
-// The leading fields of ggml's struct ggml_custom_op_params (ggml-impl.h): what a GGML_OP_CUSTOM
-// node keeps in op_params, read here to recognise this library's nodes.
-struct CustomHead {
-    ggml_custom_op_t fun;
-    int n_tasks;
-    void *userdata;
-};
+const string &last_error() { return t_last_error; }
 
-// ------------------------------------------------------------------ ggml threads as fattn's pool
+}  // namespace fattn_ggml_detail
 
-struct Job {
-    fattn_task_fn task;
-    void *task_ctx;
-    int64_t n;
-    int max_threads;
-    uint64_t id;
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-};
+namespace {
 
-// One per node; reset by thread 0 after every computation (all helpers have left by then).
-struct Pool {
-    std::atomic<Job *> cur{nullptr};
-    std::atomic<int> users{0};     // helpers holding a pointer read from cur
-    std::atomic<int> finished{0};  // thread 0's fattn call has returned
-    std::atomic<int> exited{0};    // helpers that saw finished
-    uint64_t last_id = 0;          // thread 0 only
-};
-
-inline void relax() { std::this_thread::yield(); }
-
-void run_items(Job *j) {
-    for (int64_t i; (i = j->next.fetch_add(1)) < j->n;) {
-        j->task(j->task_ctx, i);
-        j->done.fetch_add(1);
-    }
-}
-
-// fattn_parallel_fn, called on thread 0 by the fattn call.
-void pool_run(void *user, int64_t n, int max_threads, fattn_task_fn task, void *task_ctx) {
-    Pool *pool = static_cast<Pool *>(user);
-    if (n <= 0) return;
-    if (n == 1 || max_threads <= 1) {
-        for (int64_t i = 0; i < n; ++i) task(task_ctx, i);
-        return;
-    }
-    Job j;
-    j.task = task;
-    j.task_ctx = task_ctx;
-    j.n = n;
-    j.max_threads = max_threads;
-    j.id = ++pool->last_id;
-    pool->cur.store(&j);
-    run_items(&j);
-    while (j.done.load() < n) relax();
-    // Unpublish, then wait for every helper that may still hold &j (one that read cur before the
-    // store re-checks it after counting itself in users, so it either is counted or backs off).
-    pool->cur.store(nullptr);
-    while (pool->users.load() != 0) relax();
-}
-
-void pool_help(Pool *pool, int ith) {
-    uint64_t seen = 0;
-    while (!pool->finished.load()) {
-        Job *j = pool->cur.load();
-        if (!j) {
-            relax();
-            continue;
-        }
-        pool->users.fetch_add(1);
-        if (pool->cur.load() == j && j->id != seen) {
-            seen = j->id;
-            if (ith < j->max_threads) run_items(j);
-        } else {
-            relax();
-        }
-        pool->users.fetch_sub(1);
-    }
-    pool->exited.fetch_add(1);
-}
-
-void pool_finish(Pool *pool, int nth) {
-    pool->finished.store(1);
-    while (pool->exited.load() < nth - 1) relax();
-    pool->exited.store(0);
-    pool->finished.store(0);
-}
+using namespace fattn_ggml_detail;
 
 // ------------------------------------------------------------------ the op record
 
@@ -203,25 +120,6 @@ const Op *fwd_of_o(const ggml_tensor *o) {
 
 // ------------------------------------------------------------------ views
 
-// fattn's dtype of a ggml type q, k, v may have (check_inputs admits only these three).
-fattn_dtype dtype_of(ggml_type t) {
-    return t == GGML_TYPE_F16 ? FATTN_F16 : t == GGML_TYPE_BF16 ? FATTN_BF16 : FATTN_F32;
-}
-
-// A ggml [ne0, ne1, ne2, ne3] = [D, S, H, B] tensor as fattn's [B, S, H, D] view (element strides).
-fattn_tensor bshd(const ggml_tensor *t, void *data) {
-    const int64_t es = (int64_t)ggml_type_size(t->type);
-    return fattn_tensor_4d(data, dtype_of(t->type), t->ne[3], t->ne[1], t->ne[2], t->ne[0],
-                           (int64_t)t->nb[3] / es, (int64_t)t->nb[1] / es, (int64_t)t->nb[2] / es,
-                           (int64_t)t->nb[0] / es);
-}
-
-// A contiguous ggml [D, S, H, B] block at data.
-fattn_tensor bshd_contiguous(void *data, int64_t D, int64_t Sn, int64_t H, int64_t B,
-                             fattn_dtype dt = FATTN_F32) {
-    return fattn_tensor_4d(data, dt, B, Sn, H, D, D * Sn * H, D, D * Sn, 1);
-}
-
 // 16-bit values <-> f32 (ggml's conversions: round to nearest even).
 float half_to_f32(uint16_t h, fattn_dtype dt) {
     if (dt == FATTN_BF16) {
@@ -263,11 +161,6 @@ void narrow_to(const ggml_tensor *t, uint16_t *dst, fattn_dtype dt) {
                     *dst++ = f32_to_half(x, dt);
                 }
             }
-}
-
-// lse [Sq, Hq, B] contiguous as fattn's [B, Hq, Sq, 1].
-fattn_tensor lse_view(void *data, int64_t Sq, int64_t Hq, int64_t B) {
-    return fattn_tensor_4d(data, FATTN_F32, B, Hq, Sq, 1, Hq * Sq, Sq, 1, 1);
 }
 
 // mask [Skv, Sq', Hm, Bm] as fattn's bias [Bm, Hm, Sq, Skv]; size-1 dims broadcast (stride 0).
@@ -336,50 +229,7 @@ Settings settings_of(const fattn_ggml_attn_opts &o) {
     return st;
 }
 
-// Stand-in addresses for tensors not allocated yet (size queries read no data; a bias counts as
-// given only with a non-NULL pointer). Distinct, 64-byte aligned, never dereferenced.
-void *fake_data(int i) { return reinterpret_cast<void *>(uintptr_t(1) << 20 | uintptr_t(i) << 12); }
-void *data_or_fake(const ggml_tensor *t, int i) { return t->data ? t->data : fake_data(i); }
-
 // ------------------------------------------------------------------ input rules (ggml's terms)
-
-fattn_status check_layout(const char *name, const ggml_tensor *t) {
-    const size_t es = ggml_type_size(t->type);
-    if (t->nb[0] != es)
-        return fail(FATTN_ERR_BAD_STRIDE, string(name) + ": nb[0] is " + S((int64_t)t->nb[0]) +
-                                              " bytes; ne0 must be contiguous (nb[0] = " +
-                                              S((int64_t)es) + ")");
-    for (int d = 1; d < 4; ++d)
-        if (t->nb[d] % es != 0)
-            return fail(FATTN_ERR_BAD_STRIDE, string(name) + ": nb[" + S(d) + "] is " +
-                                                  S((int64_t)t->nb[d]) +
-                                                  " bytes, not a multiple of the element size " +
-                                                  S((int64_t)es));
-    return FATTN_OK;
-}
-
-fattn_status check_seqlens(const char *name, const ggml_tensor *cu) {
-    if (cu->type != GGML_TYPE_I32)
-        return fail(FATTN_ERR_BAD_SEQLENS, string(name) + ": type is " + ggml_type_name(cu->type) +
-                                               ", must be I32");
-    if (cu->ne[1] != 1 || cu->ne[2] != 1 || cu->ne[3] != 1 || cu->ne[0] < 2)
-        return fail(FATTN_ERR_BAD_SEQLENS,
-                    string(name) + ": shape is [" + S(cu->ne[0]) + ", " + S(cu->ne[1]) + ", " +
-                        S(cu->ne[2]) + ", " + S(cu->ne[3]) + "], must be [num_seqs + 1] (>= 2)");
-    if (!ggml_is_contiguous(cu))
-        return fail(FATTN_ERR_BAD_SEQLENS, string(name) + ": is not contiguous");
-    return FATTN_OK;
-}
-
-// An enum field's bits as an int: a caller may store any value there, and loading an
-// out-of-range value as the enum type is undefined behaviour.
-template <class E>
-int raw_enum(const E &e) {
-    static_assert(sizeof(E) == sizeof(int), "enum is not int-sized");
-    int v;
-    std::memcpy(&v, &e, sizeof v);
-    return v;
-}
 
 fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml_tensor *v,
                           const fattn_ggml_attn_opts &opt) {
@@ -530,39 +380,6 @@ bool ctx_has_room(ggml_context *ctx, size_t tensors, size_t data_bytes) {
 
 // ------------------------------------------------------------------ compute functions
 
-void fill_nan(ggml_tensor *dst) {
-    float *d = static_cast<float *>(dst->data);
-    const int64_t n = ggml_nelements(dst);
-    for (int64_t i = 0; i < n; ++i) d[i] = std::numeric_limits<float>::quiet_NaN();
-}
-
-// The node's ggml threads: 1..nth-1 help thread 0's pool; thread 0 makes a CPU context on them,
-// makes the call, releases the helpers.
-template <class Call>
-void drive(Op *op, ggml_tensor *dst, int ith, int nth, const char *what, Call &&call) {
-    if (ith != 0) {
-        pool_help(&op->pool, ith);
-        return;
-    }
-    fattn_ctx_t *fc = nullptr;
-    fattn_status s = fattn_ctx_init_cpu(nth, &fc);
-    string msg;
-    if (s != FATTN_OK) {
-        msg = fattn_ctx_last_error(nullptr);
-    } else {
-        s = fattn_ctx_set_parallel(fc, pool_run, &op->pool);
-        if (s == FATTN_OK) s = call(fc);
-        if (s != FATTN_OK) msg = fattn_ctx_last_error(fc);
-        fattn_ctx_free(fc);
-    }
-    pool_finish(&op->pool, nth);
-    if (s != FATTN_OK) {
-        fill_nan(dst);
-        record_compute_failure(string(what) + " (" + (dst->name[0] ? dst->name : "?") +
-                               "): " + fattn_status_string(s) + ": " + msg);
-    }
-}
-
 // The call's params for a node: the op's settings, then its mask and cu_seqlens srcs (those it
 // has, from src[first] on).
 fattn_attn_params node_params(const Settings &st, const ggml_tensor *dst, int first) {
@@ -579,7 +396,7 @@ void fwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const int64_t n_o = Dv * Sq * Hq * B;
     const fattn_dtype dt = dtype_of(q->type);
     float *base = static_cast<float *>(dst->data);
-    drive(op, dst, ith, nth, "fattn_attn_fwd", [&](fattn_ctx_t *fc) {
+    drive(&op->pool, dst, ith, nth, "fattn_attn_fwd", [&](fattn_ctx_t *fc) {
         const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
         // 16-bit: O in T in the upper half of the O part, widened below.
         void *o_data = dt == FATTN_F32 ? (void *)base : (void *)(reinterpret_cast<uint16_t *>(base) + n_o);
@@ -602,7 +419,7 @@ void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata) {
     const fattn_dtype dt = dtype_of(q->type);
     float *fab = static_cast<float *>(fa->data);
     float *g = static_cast<float *>(dst->data);
-    drive(op, dst, ith, nth, "fattn_attn_bwd", [&](fattn_ctx_t *fc) {
+    drive(&op->pool, dst, ith, nth, "fattn_attn_bwd", [&](fattn_ctx_t *fc) {
         const fattn_tensor tq = bshd(q, q->data), tk = bshd(k, k->data), tv = bshd(v, v->data);
         const fattn_tensor tl = lse_view(fab + n_o, Sq, Hq, B);
         const int64_t nq = D * Sq * Hq * B, nk = D * Skv * Hkv * B, nv = Dv * Skv * Hkv * B;
@@ -922,14 +739,16 @@ fattn_status fattn_ggml_graph_check(struct ggml_cgraph *graph, ggml_backend_t ba
     }
     for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
         ggml_tensor *n = ggml_graph_node(graph, i);
-        if (!op_of(n, fwd_compute, kMagicFwd) && !op_of(n, bwd_compute, kMagicBwd)) continue;
+        const bool path = is_path_node(n);
+        if (!path && !op_of(n, fwd_compute, kMagicFwd) && !op_of(n, bwd_compute, kMagicBwd)) continue;
         if (ggml_backend_supports_op(backend, n)) continue;
         const ggml_tensor *q = n->src[0];
         const string m = string("fattn_ggml: backend ") + ggml_backend_name(backend) + " does not run node " +
                          (n->name[0] ? n->name : "?") + " (q " + ggml_type_name(q->type) + " [" + S(q->ne[0]) +
                          ", " + S(q->ne[1]) + ", " + S(q->ne[2]) + ", " + S(q->ne[3]) +
                          "]); ggml would run it on the CPU" +
-                         (q->type != GGML_TYPE_F32 ? " (the CUDA path takes F32 q, k, v)" : "");
+                         (path ? " (the PaTH op has a CPU path only)"
+                               : q->type != GGML_TYPE_F32 ? " (the CUDA path takes F32 q, k, v)" : "");
         put(m);
         return fail(FATTN_ERR_UNSUPPORTED, m);
     }
@@ -990,7 +809,7 @@ fattn_status fattn_ggml_attn_supports_ex(const struct ggml_tensor *q, const stru
     const fattn_ggml_attn_opts opt = opts ? *opts : fattn_ggml_attn_opts_default();
     fattn_status s = supports(q, k, v, opt, nullptr);
     if (why && why_len > 0) {
-        const char *msg = s == FATTN_OK ? "" : t_last_error.c_str();
+        const char *msg = s == FATTN_OK ? "" : last_error().c_str();
         std::strncpy(why, msg, why_len - 1);
         why[why_len - 1] = '\0';
     }
@@ -1020,7 +839,7 @@ fattn_status fattn_ggml_attn_memory_ex(const struct ggml_tensor *q, const struct
     return FATTN_OK;
 }
 
-const char *fattn_ggml_last_error(void) { return t_last_error.c_str(); }
+const char *fattn_ggml_last_error(void) { return last_error().c_str(); }
 
 int fattn_ggml_compute_error(char *why, size_t why_len) {
     std::lock_guard<std::mutex> lock(g_compute_mu);
