@@ -323,9 +323,9 @@ FATTN_API fattn_status fattn_attn_bwd(fattn_ctx_t *ctx, const fattn_attn_params 
  * Entries whose key the masks exclude, whose bias is -inf, or that lie outside every sequence
  * (varlen) are 0. The reduction over broadcast dims runs inside the kernels in a fixed order:
  * bitwise deterministic, independent of the thread count, no workspace beyond the plain call's.
- * Backends: the CPU (FUSED and EXACT) and CUDA's EXACT arm; a CUDA context with FUSED answers
- * FATTN_ERR_UNSUPPORTED naming dbias (from fattn_attn_supports_ex with FATTN_ATTN_WANT_DBIAS,
- * and from fattn_attn_bwd_ex). */
+ * Backends: the CPU (FUSED and EXACT); CUDA's EXACT arm, and its fused kernels at every prec (a
+ * bias-gradient kernel after the backward: mma.sync for NATIVE and TF32, fp32 FMA for F32;
+ * fattn_attn_supports_ex with FATTN_ATTN_WANT_DBIAS checks its shared memory). */
 #define FATTN_ATTN_WANT_DBIAS 1u
 
 FATTN_API fattn_status fattn_attn_supports_ex(fattn_ctx_t *ctx, const fattn_attn_params *p,
@@ -441,7 +441,7 @@ FATTN_API fattn_status fattn_attn_merge(fattn_ctx_t *ctx, int64_t n_parts,
  *
  * History (docs/PATH.md, Memory): the backward keeps q_t walked back to every 512-token segment start.
  *   PACKED (default): exactly sum_seq sum_{r=1}^{N-1} (L - r*512) token-snapshots x Hq x K x
- *     sizeof(q dtype) bytes (N = ceil(L / 512)); RECTANGULAR: T_total x max N snapshots (FLA's
+ *     sizeof(q dtype) bytes (N = ceil(L / 512); on CUDA K rounded up to whole 16 bytes); RECTANGULAR: T_total x max N snapshots (FLA's
  *     layout; debug baseline only). Both are part of the backward workspace.
  * Backends: CPU (f32 arithmetic) and CUDA (sm_80+: bf16/f16 tensor cores, f32 inputs on TF32; the
  * STRICT check synchronizes the stream once per call). Both bitwise deterministic.

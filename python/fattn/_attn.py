@@ -224,7 +224,7 @@ def _bias_view_tensor(bias, q, k):
 
 
 class _AttnBiasFn(torch.autograd.Function):
-    """attention() with a bias that requires grad (CPU): fattn::attn_fwd, and a backward that
+    """attention() with a bias that requires grad (CPU and CUDA): fattn::attn_fwd, and a backward that
     also returns dbias (fattn::attn_bwd_dbias, fattn_attn_bwd_ex), summed over the bias's
     broadcast dims inside the library (bitwise deterministic), in the bias's dtype and shape.
     Eager plain tensors call the kernels directly; anything else (torch.compile tracing, a

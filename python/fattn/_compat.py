@@ -93,8 +93,8 @@ def sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor] 
 
     query [N, ..., Hq, L, E], key [N, ..., H, S, E], value [N, ..., H, S, Ev] (3-d tensors
     [N, L, E] have one head); returns [N, ..., Hq, L, Ev] in query's dtype. attn_mask: bool
-    (True = attend) or float (added), broadcastable to [N, ..., Hq, L, S]; no gradient flows to
-    it. is_causal: query i sees keys j <= i (top-left, as SDPA; cannot be combined with
+    (True = attend) or float (added), broadcastable to [N, ..., Hq, L, S]; a float mask that
+    requires grad gets its gradient (summed over its broadcast dims), on CPU and CUDA. is_causal: query i sees keys j <= i (top-left, as SDPA; cannot be combined with
     attn_mask, as in SDPA). scale: None = 1/sqrt(E). enable_gqa: allow Hq != H
     (Hq % H == 0, query head h reads kv head h // (Hq / H)). dropout_p must be 0.
     Differentiable in query, key, value; deterministic; f32/f16/bf16 (no float64). Any strides,

@@ -454,7 +454,8 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, bias: Optional[Tensor] = 
     the keys sharded like bias. causal=True: the global causal mask over the zigzag layout
     (zigzag_shard on q, k, v and bias; then S_local must be even). bias: optional per-key
     additive bias for this rank's keys, [B or 1, Hq or 1, 1, S_local_k] (e.g. a padding mask,
-    0 / -inf or 0 / finfo.min), sharded like k; no gradient flows to it.
+    0 / -inf or 0 / finfo.min), sharded like k; one that requires grad raises
+    NotImplementedError (pass bias.detach()).
     Returns this rank's shard of o [B, S_local, Hq, Dv] (q's dtype), differentiable in q, k,
     v, and with return_lse also lse [B, Hq, S_local] f32 (no gradient). Equal to
     fattn.attention on the full sequence up to f32 rounding, and bitwise repeatable for a given
