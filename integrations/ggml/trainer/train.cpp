@@ -4,9 +4,12 @@
 //              the [S, S, H, B] scores and probabilities for the backward (no fattn involved)
 //   flash      fattn_ggml_attn, precision AUTO (resolved per backend: F32 on the CPU)
 //   flash-f32  fattn_ggml_attn, precision F32 requested explicitly
-// The model is the same in every arm (same parameters, same initialisation, same batches); only
-// the attention sub-graph differs. q, k and v are permuted views of the projections, read in
-// place by the flash arms.
+//   path       fattn_ggml_path_attn: PaTH attention (a different model: per layer two more
+//              projections, w = the rows of x·Ww normalised to unit length and beta =
+//              2·sigmoid(x·Wb), one of each per kv head and token; no exact arm to compare with)
+// The model is the same in the softmax arms (same parameters, same initialisation, same batches);
+// only the attention sub-graph differs. q, k and v are permuted views of the projections, read in
+// place by the fattn arms.
 //
 // Start-up, flash arms: the supports probe at the real shapes (exits 1 with the reason if fattn
 // does not run them), the resolved precision, fattn's memory model for one attention layer
@@ -48,8 +51,10 @@ namespace {
 using std::string;
 using std::vector;
 
-enum Arm { ARM_EXACT, ARM_FLASH, ARM_FLASH_F32 };
-const char *arm_name(Arm a) { return a == ARM_EXACT ? "exact" : a == ARM_FLASH ? "flash" : "flash-f32"; }
+enum Arm { ARM_EXACT, ARM_FLASH, ARM_FLASH_F32, ARM_PATH };
+const char *arm_name(Arm a) {
+    return a == ARM_EXACT ? "exact" : a == ARM_FLASH ? "flash" : a == ARM_FLASH_F32 ? "flash-f32" : "path";
+}
 
 struct Options {
     string data;
@@ -83,6 +88,7 @@ struct Rng {
 
 struct Layer {
     ggml_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w1, *w2;
+    ggml_tensor *ww = nullptr, *wb = nullptr;  // --attn path: the w and beta projections
 };
 
 struct Model {
@@ -111,7 +117,7 @@ void make_model(Model &m, const Options &o, int V, ggml_backend_t backend) {
     m.Hkv = o.kv_heads;
     m.D = o.dim / o.heads;
     m.L = o.layers;
-    ggml_init_params ip = {size_t(16 + 10 * m.L) * ggml_tensor_overhead(), nullptr, true};
+    ggml_init_params ip = {size_t(16 + 12 * m.L) * ggml_tensor_overhead(), nullptr, true};
     m.ctx = ggml_init(ip);
     ggml_context *c = m.ctx;
     const int d = m.d, dkv = m.Hkv * m.D, ff = 4 * d;
@@ -128,6 +134,10 @@ void make_model(Model &m, const Options &o, int V, ggml_backend_t backend) {
         y.ffn_norm = param(m, ggml_new_tensor_1d(c, GGML_TYPE_F32, d), "ffn_norm" + s);
         y.w1 = param(m, ggml_new_tensor_2d(c, GGML_TYPE_F32, d, ff), "w1" + s);
         y.w2 = param(m, ggml_new_tensor_2d(c, GGML_TYPE_F32, ff, d), "w2" + s);
+        if (o.arm == ARM_PATH) {
+            y.ww = param(m, ggml_new_tensor_2d(c, GGML_TYPE_F32, d, dkv), "ww" + s);
+            y.wb = param(m, ggml_new_tensor_2d(c, GGML_TYPE_F32, d, m.Hkv), "wb" + s);
+        }
         m.layers.push_back(y);
     }
     m.out_norm = param(m, ggml_new_tensor_1d(c, GGML_TYPE_F32, d), "out_norm");
@@ -175,6 +185,38 @@ ggml_tensor *attention(ggml_context *c, const Model &m, Arm arm, ggml_tensor *q,
 #endif
 }
 
+// PaTH attention of layer y on its normed input h [d, S*B]: w = the rows of h·Ww [D, Hkv, S, B]
+// scaled to unit length (rms_norm over D, times 1/sqrt(D)), beta = 2·sigmoid(h·Wb) [Hkv, S, B]
+// (as 2·exp(-softplus(-x)): ggml differentiates those), both read by the op as permuted views.
+// Each permute takes an identity reshape as its source: ggml's backward of a permute is a
+// non-contiguous view, which RESHAPE's backward makes contiguous (SCALE's would assert).
+// qkvwb (if given and empty) receives q, k, v, w, beta.
+ggml_tensor *path_attention(ggml_context *c, const Model &m, const Layer &y, ggml_tensor *h, ggml_tensor *q,
+                            ggml_tensor *k, ggml_tensor *v, vector<ggml_tensor *> *attn_outs,
+                            vector<ggml_tensor *> *qkvwb) {
+#ifndef FATTN_GGML_TRAINER_NO_FATTN
+    const int S = m.S, B = m.B, D = m.D, Hkv = m.Hkv;
+    ggml_tensor *w4 = ggml_reshape_4d(c, ggml_mul_mat(c, y.ww, h), D, Hkv, S, B);
+    w4 = ggml_scale(c, ggml_rms_norm(c, w4, 1e-12f), 1.0f / std::sqrt(float(D)));
+    ggml_tensor *w = ggml_permute(c, ggml_reshape_4d(c, w4, D, Hkv, S, B), 0, 2, 1, 3);  // [D, S, Hkv, B] view
+    ggml_tensor *bl = ggml_reshape_3d(c, ggml_mul_mat(c, y.wb, h), Hkv, S, B);
+    ggml_tensor *b3 = ggml_scale(c, ggml_exp(c, ggml_neg(c, ggml_softplus(c, ggml_neg(c, bl)))), 2.0f);
+    ggml_tensor *beta = ggml_permute(c, ggml_reshape_3d(c, b3, Hkv, S, B), 1, 0, 2, 3);  // [S, Hkv, B] view
+    if (qkvwb && qkvwb->empty()) *qkvwb = {q, k, v, w, beta};
+    ggml_tensor *o = fattn_ggml_path_attn(c, q, k, v, w, beta, nullptr);
+    if (!o) {
+        std::fprintf(stderr, "fattn_ggml_path_attn: %s\n", fattn_ggml_last_error());
+        std::exit(1);
+    }
+    if (attn_outs) attn_outs->push_back(o);
+    return o;
+#else
+    (void)c, (void)m, (void)y, (void)h, (void)q, (void)k, (void)v, (void)attn_outs, (void)qkvwb;
+    std::fprintf(stderr, "this build has no fattn: --attn exact only\n");
+    std::exit(2);
+#endif
+}
+
 // logits [V, S*B] of the batch in m.tokens.
 ggml_tensor *forward(ggml_context *c, const Model &m, Arm arm, vector<ggml_tensor *> *attn_outs,
                      vector<ggml_tensor *> *qkv_first = nullptr) {
@@ -191,8 +233,13 @@ ggml_tensor *forward(ggml_context *c, const Model &m, Arm arm, vector<ggml_tenso
         ggml_tensor *q = ggml_permute(c, q4, 0, 2, 1, 3);  // [D, S, H, B] views
         ggml_tensor *k = ggml_permute(c, k4, 0, 2, 1, 3);
         ggml_tensor *v = ggml_permute(c, v4, 0, 2, 1, 3);
-        if (qkv_first && qkv_first->empty()) *qkv_first = {q, k, v};
-        ggml_tensor *o = attention(c, m, arm, q, k, v, v4, attn_outs);  // [D, S, H, B]
+        ggml_tensor *o = nullptr;  // [D, S, H, B]
+        if (arm == ARM_PATH) {
+            o = path_attention(c, m, y, h, q, k, v, attn_outs, qkv_first);
+        } else {
+            if (qkv_first && qkv_first->empty()) *qkv_first = {q, k, v};
+            o = attention(c, m, arm, q, k, v, v4, attn_outs);
+        }
         o = ggml_reshape_2d(c, ggml_cont(c, ggml_permute(c, o, 0, 2, 1, 3)), d, N);
         x = ggml_add(c, x, ggml_mul_mat(c, y.wo, o));
         h = ggml_mul(c, ggml_rms_norm(c, x, eps), y.ffn_norm);
@@ -377,7 +424,7 @@ ggml_opt_optimizer_params opt_params(void *ud) {
 
 [[noreturn]] void usage(const char *argv0, int rc) {
     std::fprintf(rc ? stderr : stdout,
-                 "usage: %s [--data FILE] [--attn exact|flash|flash-f32] [--steps N] [--seq S] "
+                 "usage: %s [--data FILE] [--attn exact|flash|flash-f32|path] [--steps N] [--seq S] "
                  "[--batch B]\n  [--dim d] [--heads H] [--kv-heads Hkv] [--layers L] [--lr x] "
                  "[--threads T] [--seed s]\n  [--self-test on|off|only] [--dump-graph FILE] "
                  "[--log-every n] [--min-drop x]\n  [--backend cpu|cuda] [--compare on|off] "
@@ -413,6 +460,7 @@ Options parse(int argc, char **argv) {
             if (s == "exact") o.arm = ARM_EXACT;
             else if (s == "flash") o.arm = ARM_FLASH;
             else if (s == "flash-f32") o.arm = ARM_FLASH_F32;
+            else if (s == "path") o.arm = ARM_PATH;
             else usage(argv[0], 2);
         } else if (a == "--steps") o.steps = std::atoi(v);
         else if (a == "--seq") o.seq = std::atoi(v);
@@ -441,7 +489,13 @@ Options parse(int argc, char **argv) {
         std::fprintf(stderr, "bad sizes: need seq >= 2, dim %% heads == 0, heads %% kv-heads == 0, lr > 0\n");
         std::exit(2);
     }
-    if (o.kv_heads != o.heads && o.batch > 1 && (o.arm == ARM_EXACT || o.compare || o.self_test != "off")) {
+    if (o.arm == ARM_PATH && (o.compare || o.budget_mib > 0 || o.self_test == "only")) {
+        std::fprintf(stderr, "--attn path trains a PaTH model, which no exact arm computes: no --compare, "
+                             "--mem-budget or --self-test only\n");
+        std::exit(2);
+    }
+    if (o.kv_heads != o.heads && o.batch > 1 && o.arm != ARM_PATH &&
+        (o.arm == ARM_EXACT || o.compare || o.self_test != "off")) {
         std::fprintf(stderr, "ggml's exact chain cannot differentiate GQA with batch > 1 (its MUL_MAT backward "
                              "broadcasts heads only when ne3 is 1): use --batch 1, or --attn flash "
                              "--self-test off\n");
@@ -540,6 +594,12 @@ size_t fattn_layer_workspace(const Model &m, Arm arm) {
     ggml_context *c = ggml_init(ip);
     vector<ggml_tensor *> qkv, outs;
     forward(c, m, arm, &outs, &qkv);
+    if (arm == ARM_PATH) {
+        fattn_path_memory_info pm{};
+        const bool ok = fattn_ggml_path_memory(qkv[0], qkv[1], qkv[2], qkv[3], qkv[4], nullptr, &pm) == FATTN_OK;
+        ggml_free(c);
+        return ok ? std::max(pm.fwd_workspace_bytes, pm.bwd_workspace_bytes) : 0;
+    }
     const fattn_prec req = arm == ARM_FLASH_F32 ? FATTN_PREC_F32 : FATTN_PREC_AUTO;
     fattn_attn_memory_info mi{};
     const bool ok = fattn_ggml_attn_memory(qkv[0], qkv[1], qkv[2], nullptr, 1.0f / std::sqrt(float(m.D)),
@@ -662,6 +722,47 @@ bool flash_start_up(const Options &o, Arm arm, const Corpus &cp, Backends &be, b
 }
 #endif
 
+#ifndef FATTN_GGML_TRAINER_NO_FATTN
+// Start-up checks of --attn path: the supports probe at the real shapes, every fattn node of the
+// training graph on the compute backend (no silent CPU split: the PaTH op has a CPU path only),
+// fattn's PaTH memory model for one layer.
+bool path_start_up(const Options &o, const Corpus &cp, Backends &be) {
+    Model m;
+    make_model(m, o, int(cp.vocab.size()), be.cpu);
+    ggml_init_params ip = {size_t(8) << 20, nullptr, true};
+    ggml_context *c = ggml_init(ip);
+    vector<ggml_tensor *> qkvwb, outs;
+    forward(c, m, ARM_PATH, &outs, &qkvwb);
+    char why[512];
+    fattn_status s = fattn_ggml_path_supports(qkvwb[0], qkvwb[1], qkvwb[2], qkvwb[3], qkvwb[4], nullptr, why, sizeof why);
+    std::printf("fattn PaTH supports [K %d, T %d, H %d/%d, B %d, q/k/v/w/beta strided views]: %s%s\n", m.D, m.S, m.H,
+                m.Hkv, m.B, s == FATTN_OK ? "yes" : "NO: ", why);
+    fattn_path_memory_info pm{};
+    if (s == FATTN_OK && fattn_ggml_path_memory(qkvwb[0], qkvwb[1], qkvwb[2], qkvwb[3], qkvwb[4], nullptr, &pm) == FATTN_OK)
+        std::printf("memory, one PaTH layer (fattn_path_memory): saved O+LSE %.1f KiB, bwd workspace %.1f KiB "
+                    "(history %.1f KiB), bwd peak %.1f KiB\n",
+                    pm.saved_bytes / 1024.0, pm.bwd_workspace_bytes / 1024.0, pm.history_packed_bytes / 1024.0,
+                    pm.bwd_peak_bytes / 1024.0);
+    ggml_free(c);
+    ggml_backend_buffer_free(m.buf);
+    ggml_free(m.ctx);
+    if (s != FATTN_OK) return false;
+    ggml_init_params gp = {size_t(64) << 20, nullptr, true};
+    ggml_context *gc = ggml_init(gp);
+    Model mg;
+    make_model(mg, o, int(cp.vocab.size()), be.compute);
+    ggml_cgraph *g = training_graph(gc, mg, ARM_PATH);
+    s = fattn_ggml_graph_check(g, be.compute, why, sizeof why);
+    std::printf("fattn on %s: %s%s\n", ggml_backend_name(be.compute),
+                s == FATTN_OK ? "every fattn node of the training graph runs there" : "NO: ", s == FATTN_OK ? "" : why);
+    ggml_free(gc);
+    ggml_backend_buffer_free(mg.buf);
+    ggml_free(mg.ctx);
+    if (s == FATTN_OK && o.self_test == "on") std::printf("self-test: none for --attn path (no exact PaTH arm)\n");
+    return s == FATTN_OK;
+}
+#endif
+
 double median(vector<double> v) {
     if (v.empty()) return NAN;
     std::sort(v.begin(), v.end());
@@ -730,7 +831,9 @@ int main(int argc, char **argv) {
     }
 
 #ifndef FATTN_GGML_TRAINER_NO_FATTN
-    if (o.arm != ARM_EXACT || o.compare) {
+    if (o.arm == ARM_PATH) {
+        if (!path_start_up(o, cp, be)) return 1;
+    } else if (o.arm != ARM_EXACT || o.compare) {
         bool stop = false;
         if (!flash_start_up(o, flash_arm, cp, be, &stop)) return 1;
         if (stop) return 0;
