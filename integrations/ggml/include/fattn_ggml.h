@@ -205,11 +205,15 @@ fattn_status fattn_ggml_path_supports(const struct ggml_tensor * q, const struct
                                       const fattn_ggml_path_opts * opts, char * why,
                                       size_t why_len);
 
-/* fattn's PaTH memory model (fattn_path_memory()) for one op at these shapes. */
+/* fattn's PaTH memory model (fattn_path_memory()) for one op at these shapes, computed by a graph
+ * of n_threads threads (the CPU backend keeps one scratch slot per thread). Varlen: answered for
+ * one sequence of all T tokens (the offsets are graph data); a packing of more, shorter
+ * sequences has less history but more per-segment arrays: ask fattn_path_memory() with the real
+ * offsets where the bound must hold for them. */
 fattn_status fattn_ggml_path_memory(const struct ggml_tensor * q, const struct ggml_tensor * k,
                                     const struct ggml_tensor * v, const struct ggml_tensor * w,
                                     const struct ggml_tensor * beta,
-                                    const fattn_ggml_path_opts * opts,
+                                    const fattn_ggml_path_opts * opts, int n_threads,
                                     fattn_path_memory_info * out);
 
 /* Message of the calling thread's last failed fattn_ggml call ("" if none). */

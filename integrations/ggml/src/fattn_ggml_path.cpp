@@ -173,6 +173,9 @@ fattn_status check_path_inputs(ggml_tensor *const src[5], const fattn_ggml_path_
     if (opt.cu_seqlens) {
         s = check_seqlens("cu_seqlens", opt.cu_seqlens);
         if (s != FATTN_OK) return s;
+        if (opt.cu_seqlens->ne[0] - 1 > INT32_MAX)
+            return fail(FATTN_ERR_BAD_SEQLENS, "cu_seqlens: " + S(opt.cu_seqlens->ne[0] - 1) +
+                                                   " sequences, more than 2^31 - 1");
     }
     return FATTN_OK;
 }
@@ -187,7 +190,7 @@ fattn_path_params base_params(const fattn_ggml_path_opts &o) {
 
 struct CpuCtx {
     fattn_ctx_t *ctx = nullptr;
-    CpuCtx() { (void)fattn_ctx_init_cpu(1, &ctx); }
+    explicit CpuCtx(int threads = 1) { (void)fattn_ctx_init_cpu(threads, &ctx); }
     ~CpuCtx() { fattn_ctx_free(ctx); }
     CpuCtx(const CpuCtx &) = delete;
     CpuCtx &operator=(const CpuCtx &) = delete;
@@ -200,10 +203,16 @@ fattn_status path_supports(ggml_tensor *const src[5], const fattn_ggml_path_opts
     fattn_status s = check_path_inputs(src, opt);
     if (s != FATTN_OK) return s;
     if (!c.ctx) return fail(FATTN_ERR_OUT_OF_MEMORY, "fattn: a CPU context could not be made");
-    make_views(pv, base_params(opt), src, opt.g, opt.cu_seqlens, false);
+    try {
+        make_views(pv, base_params(opt), src, opt.g, opt.cu_seqlens, false);
+    } catch (const std::bad_alloc &) {
+        return fail(FATTN_ERR_OUT_OF_MEMORY, "cu_seqlens: no memory for stand-in offsets");
+    }
     char why[512];
     s = fattn_path_supports(c.ctx, &pv->p, &pv->q, &pv->k, &pv->v, &pv->w, &pv->beta, &pv->g, why, sizeof why);
-    if (s != FATTN_OK) return fail(s, string("fattn (views [B, T, H, K] = ggml ne3, ne1, ne2, ne0): ") + why);
+    if (s != FATTN_OK)
+        return fail(s, string("fattn (views [B, T, H, K] = ggml ne3, ne1, ne2, ne0; beta, g [B, T, H, 1] = "
+                              "ggml ne2, ne0, ne1): ") + why);
     return FATTN_OK;
 }
 
@@ -282,6 +291,7 @@ void path_backward(ggml_context *ctx, ggml_tensor *pa, ggml_tensor *grad, const 
                                      o->ne[0] * o->ne[1] * es, o->ne[0] * o->ne[1] * o->ne[2] * es, 0);
     ggml_tensor *q = pa->src[0], *k = pa->src[1], *v = pa->src[2], *w = pa->src[3], *beta = pa->src[4];
     PathOp *bop = new_path_op(ctx, kMagicPathBwd, *fop);
+    static_assert(GGML_MAX_SRC >= 9, "the backward node takes up to 9 srcs");
     ggml_tensor *args[GGML_MAX_SRC] = {q, k, v, w, beta, pa, dout};
     int n_args = 7;
     for (int j = 5; j < GGML_MAX_SRC && pa->src[j]; ++j) args[n_args++] = pa->src[j];  // g, cu_seqlens
@@ -401,12 +411,13 @@ fattn_status fattn_ggml_path_supports(const struct ggml_tensor *q, const struct 
 fattn_status fattn_ggml_path_memory(const struct ggml_tensor *q, const struct ggml_tensor *k,
                                     const struct ggml_tensor *v, const struct ggml_tensor *w,
                                     const struct ggml_tensor *beta, const fattn_ggml_path_opts *opts,
-                                    fattn_path_memory_info *out) {
+                                    int n_threads, fattn_path_memory_info *out) {
     if (!out) return fail(FATTN_ERR_NULL_POINTER, "out: is NULL");
+    if (n_threads < 1) return fail(FATTN_ERR_BAD_VALUE, "n_threads: " + S(n_threads) + ", must be >= 1");
     const fattn_ggml_path_opts opt = opts ? *opts : fattn_ggml_path_opts_default();
     ggml_tensor *const src[5] = {const_cast<ggml_tensor *>(q), const_cast<ggml_tensor *>(k), const_cast<ggml_tensor *>(v),
                                  const_cast<ggml_tensor *>(w), const_cast<ggml_tensor *>(beta)};
-    const CpuCtx c;
+    const CpuCtx c(n_threads);
     PathViews pv;
     fattn_status s = path_supports(src, opt, c, &pv);
     if (s != FATTN_OK) return s;

@@ -51,6 +51,7 @@ struct Cfg {
     bool gate = true;
     vector<int32_t> cu;     // varlen offsets (B = 1); empty = dense
     bool permuted = false;  // q a permute of a [K, Hq, T, B] param, beta of an [H, T, B] one
+    bool only_q_g = false;  // only q and g are parameters (the op's backward asked for two gradients)
     int threads = 2;
 };
 
@@ -95,10 +96,11 @@ struct Direct {
 };
 
 // fattn_path_fwd / fattn_path_bwd on a CPU context, dout = R.
-bool direct(const Cfg &c, Data &d, Direct *r) {
+bool direct(const Cfg &c, Data &d, Direct *r, fattn_path_check check = FATTN_PATH_CHECK_STRICT) {
     fattn_ctx_t *ctx = nullptr;
     if (fattn_ctx_init_cpu(1, &ctx) != FATTN_OK) return false;
     fattn_path_params p = fattn_path_params_default();
+    p.check = check;
     if (!c.cu.empty()) p.cu_seqlens = c.cu.data(), p.num_seqs = int64_t(c.cu.size()) - 1;
     const int64_t T = c.T, B = c.B;
     r->o.assign(size_t(c.V) * T * c.Hq * B, 0), r->lse.assign(size_t(T * c.Hq * B), 0);
@@ -194,7 +196,9 @@ bool build(Graph &gr, const Cfg &c, fattn_path_check check = FATTN_PATH_CHECK_ST
     gr.v = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.V, c.T, c.H, c.B);
     gr.w = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.K, c.T, c.H, c.B);
     gr.R = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, c.V, c.T, c.Hq, c.B);
-    for (ggml_tensor *t : {gr.pq, gr.k, gr.v, gr.w, gr.pbeta}) ggml_set_param(t);
+    ggml_set_param(gr.pq);
+    if (!c.only_q_g)
+        for (ggml_tensor *t : {gr.k, gr.v, gr.w, gr.pbeta}) ggml_set_param(t);
     fattn_ggml_path_opts opts = fattn_ggml_path_opts_default();
     opts.check = check;
     if (c.gate) {
@@ -241,10 +245,19 @@ void expect_direct(const Cfg &c, int seed = 1) {
     if (!direct(c, d, &ref)) return;
     Graph gr;
     if (!build(gr, c)) return;
-    EXPECT(compute(gr, c, d, c.threads), "graph compute");
+    // twice: the second computation must give the same bits (outputs overwritten, not added to)
+    for (int round = 0; round < 2; ++round) EXPECT(compute(gr, c, d, c.threads), "graph compute");
     char why[512];
     const int fails = fattn_ggml_compute_error(why, sizeof why);
     EXPECT(fails == 0, "%d compute failures: %s", fails, why);
+    if (c.only_q_g) {  // the backward asked for dq and dg alone; the others are no gradients
+        EXPECT(bitwise(read(gr.o), ref.o), "o differs");
+        EXPECT(bitwise(grad(gr, gr.pq), ref.dq), "dq differs");
+        EXPECT(bitwise(grad(gr, gr.g), ref.dg), "dg differs");
+        EXPECT(!ggml_graph_get_grad(gr.gf, gr.k) && !ggml_graph_get_grad(gr.gf, gr.w), "k or w got a gradient");
+        std::printf("  only q and g trainable: dq, dg bitwise\n");
+        return;
+    }
     vector<float> dq = grad(gr, gr.pq), db = grad(gr, gr.pbeta);
     if (c.permuted) dq = swap12(dq, c.K, c.Hq, c.T, c.B), db = swap01(db, c.H, c.T, c.B);
     const struct {
@@ -277,12 +290,25 @@ void case_dense() {
     expect_direct(c, 2);
 }
 
-// Varlen (B = 1, offsets as graph data), MQA, no gate, head dims off the powers of two.
+// Varlen (B = 1, offsets as graph data), MQA, head dims off the powers of two; without and with
+// the gate (g and cu_seqlens at src 5 and 6 of the forward, 7 and 8 of the backward).
 void case_varlen() {
     Cfg c;
     c.B = 1, c.T = 150, c.Hq = 3, c.H = 1, c.K = 20, c.V = 12, c.gate = false;
     c.cu = {0, 40, 41, 150};
     expect_direct(c);
+    c.gate = true, c.Hq = 4, c.H = 2;
+    expect_direct(c, 3);
+}
+
+// Only q and g trainable: the hook fills the two gradients asked for, with the gate's index after
+// beta's (and the varlen offsets after it).
+void case_partial_grads() {
+    Cfg c;
+    c.only_q_g = true;
+    expect_direct(c);
+    c.B = 1, c.cu = {0, 30, 140}, c.T = 140;
+    expect_direct(c, 4);
 }
 
 // q and beta as permuted views of their params (read in place, gradients through the permutes).
@@ -331,8 +357,9 @@ void case_strict_check() {
     EXPECT(compute(gr, c, d, 2), "graph compute");
     char why[512] = "";
     EXPECT(fattn_ggml_compute_error(why, sizeof why) == 0, "NONE: %s", why);
-    const vector<float> o = read(gr.o);
-    EXPECT(!o.empty() && std::isfinite(o[0]), "NONE: o not finite");
+    Direct ref;  // NONE computes the definition with that row as it is: fattn's own NONE call's bits
+    if (!direct(c, d, &ref, FATTN_PATH_CHECK_NONE)) return;
+    EXPECT(bitwise(read(gr.o), ref.o) && bitwise(grad(gr, gr.w), ref.dw), "NONE: o or dw differs from fattn's");
 }
 
 // Bad input: NULL plus a message naming the argument; nothing aborts.
@@ -366,6 +393,11 @@ void case_errors() {
         {"transposed w", q, k, v, ggml_transpose(ctx, t4(GGML_TYPE_F32, 30, 16, 2, 2)), beta, nullptr, nullptr, 0, "w: nb[0] is"},
         {"check", q, k, v, w, beta, nullptr, nullptr, 7, "check: 7 is not"},
         {"cu f32", q, k, v, w, beta, nullptr, ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3), 0, "cu_seqlens: type is f32"},
+        {"k tokens", q, t4(GGML_TYPE_F32, 16, 31, 2, 2), t4(GGML_TYPE_F32, 8, 31, 2, 2), t4(GGML_TYPE_F32, 16, 31, 2, 2), beta,
+         nullptr, nullptr, 0, "k: ne1 (tokens) is 31 but q has 30"},
+        {"g tokens", q, k, v, w, beta, ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 31, 4, 2), nullptr, 0, "g: ne0 is 31, must be 30"},
+        {"beta 4-d", q, k, v, w, t4(GGML_TYPE_F32, 30, 2, 2, 2), nullptr, nullptr, 0, "beta: ne3 is 2, must be 1"},
+        {"varlen B 2", q, k, v, w, beta, nullptr, ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 3), 0, "cu_seqlens"},
         {"K 300", t4(GGML_TYPE_F32, 300, 30, 4, 2), t4(GGML_TYPE_F32, 300, 30, 2, 2), v, t4(GGML_TYPE_F32, 300, 30, 2, 2), beta,
          nullptr, nullptr, 0, "K = 300"},
     };
@@ -384,6 +416,11 @@ void case_errors() {
     }
     char why[64] = "unset";
     EXPECT(fattn_ggml_path_supports(q, k, v, w, beta, nullptr, why, sizeof why) == FATTN_OK && why[0] == 0, "good: %s", why);
+    fattn_ggml_path_opts nan_scale = fattn_ggml_path_opts_default();
+    nan_scale.scale = std::numeric_limits<float>::quiet_NaN();
+    EXPECT(fattn_ggml_path_attn(ctx, q, k, v, w, beta, &nan_scale) == nullptr &&
+               string(fattn_ggml_last_error()) == "scale: is not finite",
+           "NaN scale: %s", fattn_ggml_last_error());
     EXPECT(fattn_ggml_path_attn(nullptr, q, k, v, w, beta, nullptr) == nullptr &&
                string(fattn_ggml_last_error()) == "ctx: is NULL",
            "NULL ctx");
@@ -410,11 +447,17 @@ void case_graph_check_memory() {
     EXPECT(fattn_ggml_is_path(gr.o) == 1, "is_path");
     fattn_ggml_path_opts o = fattn_ggml_path_opts_default();
     o.g = gr.g;
-    fattn_path_memory_info m{}, want{};
-    EXPECT(fattn_ggml_path_memory(gr.o->view_src->src[0], gr.k, gr.v, gr.w, gr.pbeta, &o, &m) == FATTN_OK, "memory: %s",
+    fattn_path_memory_info m{}, want{}, one{};
+    EXPECT(fattn_ggml_path_memory(gr.o->view_src->src[0], gr.k, gr.v, gr.w, gr.pbeta, &o, 3, &m) == FATTN_OK, "memory: %s",
            fattn_ggml_last_error());
+    EXPECT(fattn_ggml_path_memory(gr.o->view_src->src[0], gr.k, gr.v, gr.w, gr.pbeta, &o, 1, &one) == FATTN_OK &&
+               one.bwd_workspace_bytes < m.bwd_workspace_bytes,
+           "3 threads' workspace %llu not above one thread's %llu", (unsigned long long)m.bwd_workspace_bytes,
+           (unsigned long long)one.bwd_workspace_bytes);
+    EXPECT(fattn_ggml_path_memory(gr.o->view_src->src[0], gr.k, gr.v, gr.w, gr.pbeta, &o, 0, &one) == FATTN_ERR_BAD_VALUE,
+           "0 threads");
     fattn_ctx_t *ctx = nullptr;
-    fattn_ctx_init_cpu(1, &ctx);
+    fattn_ctx_init_cpu(3, &ctx);
     Data d(c);
     const fattn_path_params p = fattn_path_params_default();
     const fattn_tensor q = bthx(d.q.data(), c.K, c.T, c.Hq, c.B), k = bthx(d.k.data(), c.K, c.T, c.H, c.B),
@@ -434,6 +477,7 @@ struct Case {
 const Case kCases[] = {
     {"dense", case_dense},
     {"varlen", case_varlen},
+    {"partial_grads", case_partial_grads},
     {"permuted", case_permuted},
     {"threads_bitwise", case_threads_bitwise},
     {"strict_check", case_strict_check},

@@ -149,7 +149,7 @@ void make_model(Model &m, const Options &o, int V, ggml_backend_t backend) {
     Rng r(0x5eed0000 + 1);
     for (ggml_tensor *t : m.params) {
         vector<float> x(size_t(ggml_nelements(t)));
-        const bool gain = ggml_n_dims(t) == 1;
+        const bool gain = ggml_n_dims(t) == 1 && std::strncmp(ggml_get_name(t), "wb.", 3) != 0;  // wb [d, 1]: a matrix
         const float a = gain ? 0.0f : t == m.tok_emb || t == m.pos_emb ? 0.1f : std::sqrt(3.0f / float(t->ne[0]));
         for (float &e : x) e = gain ? 1.0f : a * r.uni();
         ggml_backend_tensor_set(t, x.data(), 0, ggml_nbytes(t));
@@ -587,16 +587,17 @@ int64_t n_params(const Model &m) {
 }
 
 #ifndef FATTN_GGML_TRAINER_NO_FATTN
-// fattn's memory model (fattn_attn_memory, CPU context) for one attention layer of m: its
-// backward peak beyond ggml's tensors (the workspace fattn allocates itself).
-size_t fattn_layer_workspace(const Model &m, Arm arm) {
+// fattn's memory model (fattn_attn_memory, or fattn_path_memory for a graph of `threads` threads;
+// CPU context) for one attention layer of m: its backward peak beyond ggml's tensors (the
+// workspace fattn allocates itself).
+size_t fattn_layer_workspace(const Model &m, Arm arm, int threads) {
     ggml_init_params ip = {size_t(8) << 20, nullptr, true};
     ggml_context *c = ggml_init(ip);
     vector<ggml_tensor *> qkv, outs;
     forward(c, m, arm, &outs, &qkv);
     if (arm == ARM_PATH) {
         fattn_path_memory_info pm{};
-        const bool ok = fattn_ggml_path_memory(qkv[0], qkv[1], qkv[2], qkv[3], qkv[4], nullptr, &pm) == FATTN_OK;
+        const bool ok = fattn_ggml_path_memory(qkv[0], qkv[1], qkv[2], qkv[3], qkv[4], nullptr, threads, &pm) == FATTN_OK;
         ggml_free(c);
         return ok ? std::max(pm.fwd_workspace_bytes, pm.bwd_workspace_bytes) : 0;
     }
@@ -627,7 +628,7 @@ double step_bytes(const Options &o, Arm arm, int V, int S, Backends &be) {
     ggml_backend_sched_reserve_size(sched, g, sizes);
     double bytes = double(sizes[0]) + 16.0 * double(n_params(m));
 #ifndef FATTN_GGML_TRAINER_NO_FATTN
-    if (arm != ARM_EXACT) bytes += double(fattn_layer_workspace(m, arm));
+    if (arm != ARM_EXACT) bytes += double(fattn_layer_workspace(m, arm, o.threads));
 #endif
     ggml_backend_sched_free(sched);
     ggml_free(c);
@@ -738,7 +739,7 @@ bool path_start_up(const Options &o, const Corpus &cp, Backends &be) {
     std::printf("fattn PaTH supports [K %d, T %d, H %d/%d, B %d, q/k/v/w/beta strided views]: %s%s\n", m.D, m.S, m.H,
                 m.Hkv, m.B, s == FATTN_OK ? "yes" : "NO: ", why);
     fattn_path_memory_info pm{};
-    if (s == FATTN_OK && fattn_ggml_path_memory(qkvwb[0], qkvwb[1], qkvwb[2], qkvwb[3], qkvwb[4], nullptr, &pm) == FATTN_OK)
+    if (s == FATTN_OK && fattn_ggml_path_memory(qkvwb[0], qkvwb[1], qkvwb[2], qkvwb[3], qkvwb[4], nullptr, o.threads, &pm) == FATTN_OK)
         std::printf("memory, one PaTH layer (fattn_path_memory): saved O+LSE %.1f KiB, bwd workspace %.1f KiB "
                     "(history %.1f KiB), bwd peak %.1f KiB\n",
                     pm.saved_bytes / 1024.0, pm.bwd_workspace_bytes / 1024.0, pm.history_packed_bytes / 1024.0,
