@@ -85,10 +85,8 @@ struct Op {
     Pool pool;
 };
 
-size_t op_bytes() { return (sizeof(Op) + 63) & ~size_t(63); }
-
 Op *new_op(ggml_context *ctx, uint32_t magic, const Op *from) {
-    void *mem = ggml_new_buffer(ctx, op_bytes());
+    void *mem = ggml_new_buffer(ctx, record_bytes<Op>());
     Op *op = new (mem) Op();
     op->magic = magic;
     op->set = from->set;
@@ -102,14 +100,7 @@ void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata);
 void attn_backward(ggml_context *ctx, ggml_tensor *fa, ggml_tensor *grad, const bool *needs_grad,
                    ggml_tensor **src_grads, void *userdata);
 
-const Op *op_of(const ggml_tensor *t, ggml_custom_op_t fun, uint32_t magic) {
-    if (!t || t->op != GGML_OP_CUSTOM) return nullptr;
-    CustomHead h;
-    std::memcpy(&h, t->op_params, sizeof h);
-    if (h.fun != fun || !h.userdata) return nullptr;
-    const Op *op = static_cast<const Op *>(h.userdata);
-    return op->magic == magic ? op : nullptr;
-}
+const Op *op_of(const ggml_tensor *t, ggml_custom_op_t fun, uint32_t magic) { return record_of<Op>(t, fun, magic); }
 
 // The forward record of o (nullptr unless o is an fattn_ggml_attn output).
 const Op *fwd_of_o(const ggml_tensor *o) {
@@ -322,12 +313,6 @@ fattn_status check_inputs(const ggml_tensor *q, const ggml_tensor *k, const ggml
     return FATTN_OK;
 }
 
-struct CpuCtx {
-    fattn_ctx_t *ctx = nullptr;
-    CpuCtx() { (void)fattn_ctx_init_cpu(1, &ctx); }
-    ~CpuCtx() { fattn_ctx_free(ctx); }
-};
-
 // What the build-time queries ask fattn with: a CPU context, the views of q, k, v (data stand-ins
 // where a tensor has none yet), stand-in offsets of the real count for varlen, and the params.
 struct Probe {
@@ -367,15 +352,6 @@ fattn_status supports(const ggml_tensor *q, const ggml_tensor *k, const ggml_ten
         return fail(s, string("fattn (views [B, S, H, D] = ggml ne3, ne1, ne2, ne0): ") + why);
     if (resolved) *resolved = fattn_resolve_prec(pr.c.ctx, &pr.p, &pr.tq);
     return FATTN_OK;
-}
-
-// Bytes the op adds to ctx's memory pool (metadata of 2 tensors + the record; data too when the
-// context allocates).
-bool ctx_has_room(ggml_context *ctx, size_t tensors, size_t data_bytes) {
-    size_t need = tensors * ggml_tensor_overhead() + op_bytes() + 256;
-    if (!ggml_get_no_alloc(ctx)) need += data_bytes + 64;
-    const size_t size = ggml_get_mem_size(ctx), used = ggml_used_mem(ctx);
-    return size >= used && size - used >= need;
 }
 
 // ------------------------------------------------------------------ compute functions
@@ -677,12 +653,7 @@ struct ggml_tensor *fattn_ggml_attn_ex(struct ggml_context *ctx, struct ggml_ten
     if (supports(q, k, v, opt, &resolved) != FATTN_OK) return nullptr;
     const int64_t Dv = v->ne[0], Sq = q->ne[1], Hq = q->ne[2], B = q->ne[3];
     const int64_t n_o = Dv * Sq * Hq * B, n_lse = Sq * Hq * B;
-    if (!ctx_has_room(ctx, 2, size_t(n_o + n_lse) * sizeof(float))) {
-        fail(FATTN_ERR_OUT_OF_MEMORY, "ctx: its memory pool has no room for the op's 2 tensors "
-                                      "and record (" + S((int64_t)ggml_used_mem(ctx)) + " of " +
-                                          S((int64_t)ggml_get_mem_size(ctx)) + " bytes used)");
-        return nullptr;
-    }
+    if (!ctx_has_room(ctx, 2, size_t(n_o + n_lse) * sizeof(float), record_bytes<Op>())) return nullptr;
     Op proto{};
     proto.set = settings_of(opt);
     proto.resolved = resolved;
@@ -713,12 +684,7 @@ struct ggml_tensor *fattn_ggml_attn_lse(struct ggml_context *ctx, struct ggml_te
              ctx ? "o: is not a tensor returned by fattn_ggml_attn" : "ctx: is NULL");
         return nullptr;
     }
-    const int64_t Sq = o->ne[1], Hq = o->ne[2], B = o->ne[3];
-    const size_t es = sizeof(float);
-    ggml_tensor *lse = ggml_view_3d(ctx, o->view_src, Sq, Hq, B, Sq * es, Sq * Hq * es,
-                                    size_t(ggml_nelements(o)) * es);
-    ggml_format_name(lse, "fattn_attn.lse");
-    return lse;
+    return lse_part(ctx, o, "fattn_attn.lse");
 }
 
 int fattn_ggml_is_attn(const struct ggml_tensor *t) { return fwd_of_o(t) ? 1 : 0; }
@@ -787,9 +753,7 @@ fattn_status fattn_ggml_attn_back(struct ggml_context *ctx, struct ggml_tensor *
     fattn_status s = check_layout("grad_o", grad_o);
     if (s != FATTN_OK) return s;
     const int64_t n = back_elements(o->view_src);
-    if (!ctx_has_room(ctx, 4, size_t(n) * sizeof(float)))
-        return fail(FATTN_ERR_OUT_OF_MEMORY, "ctx: its memory pool has no room for the backward's "
-                                             "tensors");
+    if (!ctx_has_room(ctx, 4, size_t(n) * sizeof(float), record_bytes<Op>())) return FATTN_ERR_OUT_OF_MEMORY;
     build_back(ctx, o->view_src, op, grad_o, dq, dk, dv);
     return FATTN_OK;
 }
@@ -808,11 +772,7 @@ fattn_status fattn_ggml_attn_supports_ex(const struct ggml_tensor *q, const stru
                                          size_t why_len) {
     const fattn_ggml_attn_opts opt = opts ? *opts : fattn_ggml_attn_opts_default();
     fattn_status s = supports(q, k, v, opt, nullptr);
-    if (why && why_len > 0) {
-        const char *msg = s == FATTN_OK ? "" : last_error().c_str();
-        std::strncpy(why, msg, why_len - 1);
-        why[why_len - 1] = '\0';
-    }
+    copy_why(why, why_len, s == FATTN_OK ? "" : last_error().c_str());
     return s;
 }
 
@@ -844,11 +804,7 @@ const char *fattn_ggml_last_error(void) { return last_error().c_str(); }
 int fattn_ggml_compute_error(char *why, size_t why_len) {
     std::lock_guard<std::mutex> lock(g_compute_mu);
     const int n = g_compute_failures;
-    if (why && why_len > 0) {
-        const char *msg = n ? g_compute_first.c_str() : "";
-        std::strncpy(why, msg, why_len - 1);
-        why[why_len - 1] = '\0';
-    }
+    copy_why(why, why_len, n ? g_compute_first.c_str() : "");
     g_compute_failures = 0;
     g_compute_first.clear();
     return n;

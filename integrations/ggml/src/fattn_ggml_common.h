@@ -31,6 +31,22 @@ inline string S(int64_t x) { return std::to_string(x); }
 // Whether t is a node of the PaTH op (fattn_ggml_path.cpp): forward or backward.
 bool is_path_node(const ggml_tensor *t);
 
+// A CPU fattn context for the graph-building queries (threads: its thread count).
+struct CpuCtx {
+    fattn_ctx_t *ctx = nullptr;
+    explicit CpuCtx(int threads = 1) { (void)fattn_ctx_init_cpu(threads, &ctx); }
+    ~CpuCtx() { fattn_ctx_free(ctx); }
+    CpuCtx(const CpuCtx &) = delete;
+    CpuCtx &operator=(const CpuCtx &) = delete;
+};
+
+// why (may be NULL) <- msg, truncated to why_len.
+inline void copy_why(char *why, size_t why_len, const char *msg) {
+    if (!why || why_len == 0) return;
+    std::strncpy(why, msg, why_len - 1);
+    why[why_len - 1] = '\0';
+}
+
 // The leading fields of ggml's struct ggml_custom_op_params (ggml-impl.h): what a GGML_OP_CUSTOM
 // node keeps in op_params, read here to recognise this library's nodes.
 struct CustomHead {
@@ -38,6 +54,45 @@ struct CustomHead {
     int n_tasks;
     void *userdata;
 };
+
+// An op's record R (a struct with a uint32_t magic first), placed in the context's memory pool
+// with ggml_new_buffer: its bytes, and the record of node t if t is a node of function fun whose
+// record carries magic (else nullptr).
+template <class R>
+size_t record_bytes() {
+    return (sizeof(R) + 63) & ~size_t(63);
+}
+template <class R>
+const R *record_of(const ggml_tensor *t, ggml_custom_op_t fun, uint32_t magic) {
+    if (!t || t->op != GGML_OP_CUSTOM) return nullptr;
+    CustomHead h;
+    std::memcpy(&h, t->op_params, sizeof h);
+    if (h.fun != fun || !h.userdata) return nullptr;
+    const R *r = static_cast<const R *>(h.userdata);
+    return r->magic == magic ? r : nullptr;
+}
+
+// Whether ctx's memory pool has room for an op's tensors (metadata; data too when the context
+// allocates) and its record of record bytes; else false with the error set.
+inline bool ctx_has_room(ggml_context *ctx, size_t tensors, size_t data_bytes, size_t record) {
+    size_t need = tensors * ggml_tensor_overhead() + record + 256;
+    if (!ggml_get_no_alloc(ctx)) need += data_bytes + 64;
+    const size_t size = ggml_get_mem_size(ctx), used = ggml_used_mem(ctx);
+    if (size >= used && size - used >= need) return true;
+    fail(FATTN_ERR_OUT_OF_MEMORY, "ctx: its memory pool has no room for the op's " + S(int64_t(tensors)) +
+                                      " tensors and record (" + S(int64_t(used)) + " of " + S(int64_t(size)) +
+                                      " bytes used)");
+    return false;
+}
+
+// The LSE view [S, H, B] of an op's O view o [V, S, H, B] (the F32 node holds O then LSE).
+inline ggml_tensor *lse_part(ggml_context *ctx, ggml_tensor *o, const char *name) {
+    const int64_t S = o->ne[1], H = o->ne[2], B = o->ne[3];
+    const size_t es = sizeof(float);
+    ggml_tensor *lse = ggml_view_3d(ctx, o->view_src, S, H, B, S * es, S * H * es, size_t(ggml_nelements(o)) * es);
+    ggml_format_name(lse, "%s", name);
+    return lse;
+}
 
 // ------------------------------------------------------------------ ggml threads as fattn's pool
 

@@ -34,10 +34,8 @@ struct PathOp {
     Pool pool;
 };
 
-size_t path_op_bytes() { return (sizeof(PathOp) + 63) & ~size_t(63); }
-
 PathOp *new_path_op(ggml_context *ctx, uint32_t magic, const PathOp &from) {
-    void *mem = ggml_new_buffer(ctx, path_op_bytes());
+    void *mem = ggml_new_buffer(ctx, record_bytes<PathOp>());
     PathOp *op = new (mem) PathOp();
     op->magic = magic;
     op->base = from.base;
@@ -50,19 +48,10 @@ PathOp *new_path_op(ggml_context *ctx, uint32_t magic, const PathOp &from) {
 void path_fwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata);
 void path_bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata);
 
-const PathOp *path_op_of(const ggml_tensor *t, ggml_custom_op_t fun, uint32_t magic) {
-    if (!t || t->op != GGML_OP_CUSTOM) return nullptr;
-    CustomHead h;
-    std::memcpy(&h, t->op_params, sizeof h);
-    if (h.fun != fun || !h.userdata) return nullptr;
-    const PathOp *op = static_cast<const PathOp *>(h.userdata);
-    return op->magic == magic ? op : nullptr;
-}
-
 // The forward record of o (nullptr unless o is an fattn_ggml_path_attn output).
 const PathOp *path_fwd_of_o(const ggml_tensor *o) {
     if (!o || !o->view_src) return nullptr;
-    const PathOp *op = path_op_of(o->view_src, path_fwd_compute, kMagicPathFwd);
+    const PathOp *op = record_of<PathOp>(o->view_src, path_fwd_compute, kMagicPathFwd);
     return op && op->o == o ? op : nullptr;
 }
 
@@ -188,14 +177,6 @@ fattn_path_params base_params(const fattn_ggml_path_opts &o) {
     return p;
 }
 
-struct CpuCtx {
-    fattn_ctx_t *ctx = nullptr;
-    explicit CpuCtx(int threads = 1) { (void)fattn_ctx_init_cpu(threads, &ctx); }
-    ~CpuCtx() { fattn_ctx_free(ctx); }
-    CpuCtx(const CpuCtx &) = delete;
-    CpuCtx &operator=(const CpuCtx &) = delete;
-};
-
 // ggml-side rules, then fattn_path_supports() of a CPU context at these shapes; *pv (if given)
 // keeps the probe's views.
 fattn_status path_supports(ggml_tensor *const src[5], const fattn_ggml_path_opts &opt, const CpuCtx &c,
@@ -214,13 +195,6 @@ fattn_status path_supports(ggml_tensor *const src[5], const fattn_ggml_path_opts
         return fail(s, string("fattn (views [B, T, H, K] = ggml ne3, ne1, ne2, ne0; beta, g [B, T, H, 1] = "
                               "ggml ne2, ne0, ne1): ") + why);
     return FATTN_OK;
-}
-
-bool ctx_has_room(ggml_context *ctx, size_t tensors, size_t data_bytes) {
-    size_t need = tensors * ggml_tensor_overhead() + path_op_bytes() + 256;
-    if (!ggml_get_no_alloc(ctx)) need += data_bytes + 64;
-    const size_t size = ggml_get_mem_size(ctx), used = ggml_used_mem(ctx);
-    return size >= used && size - used >= need;
 }
 
 // ------------------------------------------------------------------ compute functions
@@ -314,7 +288,7 @@ void path_backward(ggml_context *ctx, ggml_tensor *pa, ggml_tensor *grad, const 
 
 namespace fattn_ggml_detail {
 bool is_path_node(const ggml_tensor *t) {
-    return path_op_of(t, path_fwd_compute, kMagicPathFwd) || path_op_of(t, path_bwd_compute, kMagicPathBwd);
+    return record_of<PathOp>(t, path_fwd_compute, kMagicPathFwd) || record_of<PathOp>(t, path_bwd_compute, kMagicPathBwd);
 }
 }  // namespace fattn_ggml_detail
 
@@ -348,12 +322,7 @@ struct ggml_tensor *fattn_ggml_path_attn(struct ggml_context *ctx, struct ggml_t
     }
     const int64_t V = v->ne[0], T = q->ne[1], Hq = q->ne[2], B = q->ne[3];
     const int64_t n_o = V * T * Hq * B, n_lse = T * Hq * B;
-    if (!ctx_has_room(ctx, 2, size_t(n_o + n_lse) * sizeof(float))) {
-        fail(FATTN_ERR_OUT_OF_MEMORY, "ctx: its memory pool has no room for the op's 2 tensors and record (" +
-                                          S((int64_t)ggml_used_mem(ctx)) + " of " + S((int64_t)ggml_get_mem_size(ctx)) +
-                                          " bytes used)");
-        return nullptr;
-    }
+    if (!ctx_has_room(ctx, 2, size_t(n_o + n_lse) * sizeof(float), record_bytes<PathOp>())) return nullptr;
     PathOp proto{};
     proto.base = base_params(opt);
     proto.has_gate = opt.g != nullptr;
@@ -381,11 +350,7 @@ struct ggml_tensor *fattn_ggml_path_lse(struct ggml_context *ctx, struct ggml_te
              ctx ? "o: is not a tensor returned by fattn_ggml_path_attn" : "ctx: is NULL");
         return nullptr;
     }
-    const int64_t T = o->ne[1], Hq = o->ne[2], B = o->ne[3];
-    const size_t es = sizeof(float);
-    ggml_tensor *lse = ggml_view_3d(ctx, o->view_src, T, Hq, B, T * es, T * Hq * es, size_t(ggml_nelements(o)) * es);
-    ggml_format_name(lse, "fattn_path.lse");
-    return lse;
+    return lse_part(ctx, o, "fattn_path.lse");
 }
 
 int fattn_ggml_is_path(const struct ggml_tensor *t) { return path_fwd_of_o(t) ? 1 : 0; }
@@ -400,11 +365,7 @@ fattn_status fattn_ggml_path_supports(const struct ggml_tensor *q, const struct 
     const CpuCtx c;
     PathViews pv;
     const fattn_status s = path_supports(src, opt, c, &pv);
-    if (why && why_len > 0) {
-        const char *msg = s == FATTN_OK ? "" : last_error().c_str();
-        std::strncpy(why, msg, why_len - 1);
-        why[why_len - 1] = '\0';
-    }
+    copy_why(why, why_len, s == FATTN_OK ? "" : last_error().c_str());
     return s;
 }
 

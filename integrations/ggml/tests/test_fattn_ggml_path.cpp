@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "case_runner.h"
 #include "fattn_ggml.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -25,17 +26,8 @@ namespace {
 using std::string;
 using std::vector;
 
-int g_failures = 0;
-
-#define EXPECT(cond, ...)                                                          \
-    do {                                                                           \
-        if (!(cond)) {                                                             \
-            std::fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::fprintf(stderr, __VA_ARGS__);                                     \
-            std::fprintf(stderr, "\n");                                            \
-            ++g_failures;                                                          \
-        }                                                                          \
-    } while (0)
+using fattn_ggml_test::Case;
+using fattn_ggml_test::g_failures;
 
 struct Rng {
     uint64_t s;
@@ -469,11 +461,6 @@ void case_graph_check_memory() {
            (unsigned long long)m.bwd_peak_bytes, (unsigned long long)want.bwd_peak_bytes);
 }
 
-struct Case {
-    const char *name;
-    void (*fn)();
-};
-
 const Case kCases[] = {
     {"dense", case_dense},
     {"varlen", case_varlen},
@@ -487,36 +474,4 @@ const Case kCases[] = {
 
 }  // namespace
 
-int main(int argc, char **argv) {
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    if (argc >= 2 && string(argv[1]) == "--check-list") {  // the build's list == the cases
-        vector<string> listed(argv + 2, argv + argc), have;
-        for (const Case &c : kCases) have.push_back(c.name);
-        if (listed == have) return 0;
-        std::fprintf(stderr, "the CMake case list differs from the executable's (--list)\n");
-        return 1;
-    }
-    if (argc != 2) {
-        std::fprintf(stderr, "usage: %s CASE | all | --list | --check-list CASE...\n", argv[0]);
-        return 2;
-    }
-    const string want = argv[1];
-    if (want == "--list") {
-        for (const Case &c : kCases) std::printf("%s\n", c.name);
-        return 0;
-    }
-    int ran = 0;
-    for (const Case &c : kCases) {
-        if (want != "all" && want != c.name) continue;
-        const int before = g_failures;
-        std::printf("[%s]\n", c.name);
-        c.fn();
-        std::printf("[%s] %s\n", c.name, g_failures == before ? "ok" : "FAILED");
-        ++ran;
-    }
-    if (!ran) {
-        std::fprintf(stderr, "no case '%s' (--list)\n", want.c_str());
-        return 2;
-    }
-    return g_failures ? 1 : 0;
-}
+int main(int argc, char **argv) { return fattn_ggml_test::run_cases(argc, argv, kCases, sizeof kCases / sizeof kCases[0]); }
