@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check-path.sh OUTDIR — the PaTH part of the GPU-machine check (scripts/gpu-check.sh part
-# "path"), after the torch part has installed the package. FLA (fla-core, pure Python on Triton)
+# "path"), with the package gpu-check's build exposes (FATTN_LIBRARY and python/ on PYTHONPATH) or
+# the torch part installed. FLA (fla-core, pure Python on Triton)
 # comes from a wheel the dev machine downloaded into .whl/ (the GPU machine has no network):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux_2_28_x86_64 -d .whl fla-core==0.6.0

@@ -16,8 +16,10 @@
 #   with the tests on; needs .carry/googletest.tgz): scripts/gpu-check.sh nobuild unit
 # Everything does not fit one 10-minute run on the GPU machine: run it as four, back to back (each finds
 # the previous one's build; measured on an H100, 2026-12-05: build 173 s, parity + large +
-# determinism ~115 s, racecheck ~125-250 s, the torch part's build alone 167 s; 2026-12-02: 158 s for
-# torch, ~350 s for path):
+# determinism ~115 s, racecheck ~125-250 s; 2026-12-02: 158 s for torch, ~350 s for path). The build
+# is shared, with the compiled torch ops where torch is importable, and the torch and path parts
+# load it (FATTN_LIBRARY) rather than build the package again with pip (167 s of the torch part on
+# the H100, 2026-12-05); without that build the torch part installs the package with pip:
 #   GPU_CHECK_BUDGET=420 scripts/gpu-check.sh build parity determinism bench
 #   GPU_CHECK_BUDGET=330 scripts/gpu-check.sh nobuild sanitize
 #   scripts/gpu-check.sh nobuild torch
@@ -105,16 +107,27 @@ fi
 [ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 GEN=()
 command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/Makefile" ] && GEN=(-G Ninja)
+# The library is built shared, with the compiled torch ops (python/csrc) beside it where torch is
+# importable: the torch and path parts then load this build (FATTN_LIBRARY, the package from
+# python/) instead of compiling the library a second time with pip (167 s on an H100, 2026-12-05).
+# GPU_CHECK_CUDA=OFF builds without CUDA (a check of the build and torch parts on a machine
+# without a GPU; the CUDA parts then have nothing to run).
 if want build; then
+    SHARED_ARGS=(-DBUILD_SHARED_LIBS=ON -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON)
+    TOOLS="fattn-test fattn-bench"
+    if python3 -c "import torch" >/dev/null 2>&1; then
+        SHARED_ARGS+=(-DFATTN_TORCH_SHIM=ON)
+        TOOLS="$TOOLS fattn_torch"
+    fi
     # `timeout` runs programs, not shell functions: configure and each tool are separate steps,
     # so one tool that fails to build does not stop the other.
     run_step configure 120 "$OUT/build.log" cmake -S . -B "$BUILD" "${GEN[@]}" \
-        -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA=ON -DFATTN_CUDA_ARCHS=90a -DFATTN_BUILD_TESTS=OFF \
-        "${CUDNN_ARGS[@]}"
+        -DCMAKE_BUILD_TYPE=Release -DFATTN_CUDA="${GPU_CHECK_CUDA:-ON}" -DFATTN_CUDA_ARCHS=90a -DFATTN_BUILD_TESTS=OFF \
+        "${SHARED_ARGS[@]}" "${CUDNN_ARGS[@]}"
     b_rc=$STEP_RC
     b_s=$STEP_S
     if [ "$b_rc" -eq 0 ]; then
-        for tool in fattn-test fattn-bench; do
+        for tool in $TOOLS; do
             run_step "build:$tool" 300 "$OUT/build.log" cmake --build "$BUILD" -j "$(nproc)" --target "$tool"
             [ "$STEP_RC" -ne 0 ] && b_rc=$STEP_RC
             b_s=$(( b_s + STEP_S ))
@@ -220,6 +233,15 @@ if want bench; then
         [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
     fi
     RESERVE=0
+fi
+
+# The torch and path parts load this build's library and compiled ops where both are there (the
+# shim's stamp names the torch it was built for; _ops.py checks it), unless FATTN_LIBRARY is set.
+if [ -z "${FATTN_LIBRARY:-}" ] && [ -f "$BUILD/libfattn.so" ] && [ -f "$BUILD/python/csrc/libfattn_torch.so" ] &&
+    [ -f "$BUILD/python/csrc/fattn_torch.txt" ]; then
+    case "$BUILD" in /*) FATTN_LIBRARY="$BUILD/libfattn.so" ;; *) FATTN_LIBRARY="$ROOT/$BUILD/libfattn.so" ;; esac
+    export FATTN_LIBRARY
+    export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 # ---------------------------------------------------------------- PyTorch binding (engineer "torch")
