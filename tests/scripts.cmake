@@ -1,6 +1,7 @@
 # scripts.cmake — ctest entries for the repository's scripts (included by tests/CMakeLists.txt):
 #   scripts.gpu_check_verdict   scripts/gpu-check.sh's verdict for each exit status of its torch
-#                               step (a stub in place of gpu-check-torch.sh; no GPU needed)
+#                               step (a stub in place of gpu-check-torch.sh; no GPU needed), and the
+#                               library its shared build hands the torch part
 #   scripts.shim_skipped_builds the fattn_torch target builds when torch is not importable (what an
 #                               isolated `pip install ./python` asks for)
 if(UNIX)

@@ -3,7 +3,8 @@
 # without a GPU: a copy of scripts/ whose gpu-check-torch.sh is a stub exiting with a given status,
 # run as `gpu-check.sh nobuild torch`. 0 must read PASS / ALL PASS; 3 (pytest passed, a later part
 # failed or timed out) PARTIAL / INCOMPLETE, never ALL PASS (a run of 2026-12-02 printed ALL PASS over a
-# timed-out bench_host and example); 1 FAIL / FAILURES. Then gpu-check-torch.sh's own exit status.
+# timed-out bench_host and example); 1 FAIL / FAILURES. Then gpu-check-torch.sh's own exit status,
+# and which library the torch part is handed (gpu-check's shared build, a given one, or none).
 set -u
 SRC=${1:?usage: gpu_check_verdict.sh SOURCE_DIR}
 W=$(mktemp -d)
@@ -66,4 +67,30 @@ torch_rc() {  # torch_rc HOST_RC EXAMPLE_RC WANT
 torch_rc 0 0 0
 torch_rc 124 0 3
 torch_rc 0 124 3
+
+# The torch part loads gpu-check's shared build where it holds the library and the compiled ops
+# (with the shim's stamp): FATTN_LIBRARY names it and python/ is on PYTHONPATH; with no shim there
+# (or a FATTN_LIBRARY given) it is left alone, and the torch part builds with pip.
+cat > "$W/scripts/gpu-check-torch.sh" <<'STUB'
+#!/usr/bin/env bash
+echo "lib=${FATTN_LIBRARY:-none} pypath=${PYTHONPATH:-none}"
+STUB
+lib_seen() {  # lib_seen WANT_LIB WANT_PYPATH [ENV...]: the FATTN_LIBRARY / PYTHONPATH the torch part saw
+    local line
+    line=$(cd "$W" && env -u FATTN_LIBRARY -u PYTHONPATH "${@:3}" OUT="$W/outlib" GPU_CHECK_BUDGET=120 \
+        bash scripts/gpu-check.sh nobuild torch 2>&1 | grep -oE 'lib=[^ ]* pypath=[^ ]*' | tail -n1)
+    if [ "$line" = "lib=$1 pypath=$2" ]; then
+        echo "ok: the torch part saw $line"
+    else
+        echo "FAIL: the torch part saw '$line' (want lib=$1 pypath=$2)"
+        fails=1
+    fi
+}
+mkdir -p "$W/build-gpu/python/csrc"
+: > "$W/build-gpu/libfattn.so"
+: > "$W/build-gpu/python/csrc/libfattn_torch.so"
+lib_seen none none                                    # no stamp: not a complete shim build
+echo "2.11.0" > "$W/build-gpu/python/csrc/fattn_torch.txt"
+lib_seen "$W/build-gpu/libfattn.so" "$W/python"
+lib_seen /x/libfattn.so none FATTN_LIBRARY=/x/libfattn.so
 exit $fails
