@@ -107,11 +107,9 @@ fi
 [ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH="$CUDNN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 GEN=()
 command -v ninja >/dev/null 2>&1 && [ ! -f "$BUILD/Makefile" ] && GEN=(-G Ninja)
-# The library is built shared, with the compiled torch ops (python/csrc) beside it where torch is
-# importable: the torch and path parts then load this build (FATTN_LIBRARY, the package from
-# python/) instead of compiling the library a second time with pip (167 s on an H100, 2026-12-05).
-# GPU_CHECK_CUDA=OFF builds without CUDA (a check of the build and torch parts on a machine
-# without a GPU; the CUDA parts then have nothing to run).
+# Shared, with the compiled torch ops (python/csrc) where torch is importable: the torch and path
+# parts load this build (see the header). GPU_CHECK_CUDA=OFF builds without CUDA (a check of the
+# build and torch parts on a machine without a GPU; the CUDA parts then have nothing to run).
 if want build; then
     SHARED_ARGS=(-DBUILD_SHARED_LIBS=ON -DCMAKE_PLATFORM_NO_VERSIONED_SONAME=ON)
     TOOLS="fattn-test fattn-bench"

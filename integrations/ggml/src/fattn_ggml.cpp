@@ -100,12 +100,10 @@ void bwd_compute(ggml_tensor *dst, int ith, int nth, void *userdata);
 void attn_backward(ggml_context *ctx, ggml_tensor *fa, ggml_tensor *grad, const bool *needs_grad,
                    ggml_tensor **src_grads, void *userdata);
 
-const Op *op_of(const ggml_tensor *t, ggml_custom_op_t fun, uint32_t magic) { return record_of<Op>(t, fun, magic); }
-
 // The forward record of o (nullptr unless o is an fattn_ggml_attn output).
 const Op *fwd_of_o(const ggml_tensor *o) {
     if (!o || !o->view_src) return nullptr;
-    const Op *op = op_of(o->view_src, fwd_compute, kMagicFwd);
+    const Op *op = record_of<Op>(o->view_src, fwd_compute, kMagicFwd);
     return op && op->o == o ? op : nullptr;
 }
 
@@ -706,7 +704,7 @@ fattn_status fattn_ggml_graph_check(struct ggml_cgraph *graph, ggml_backend_t ba
     for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
         ggml_tensor *n = ggml_graph_node(graph, i);
         const bool path = is_path_node(n);
-        if (!path && !op_of(n, fwd_compute, kMagicFwd) && !op_of(n, bwd_compute, kMagicBwd)) continue;
+        if (!path && !record_of<Op>(n, fwd_compute, kMagicFwd) && !record_of<Op>(n, bwd_compute, kMagicBwd)) continue;
         if (ggml_backend_supports_op(backend, n)) continue;
         const ggml_tensor *q = n->src[0];
         const string m = string("fattn_ggml: backend ") + ggml_backend_name(backend) + " does not run node " +
