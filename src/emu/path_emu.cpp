@@ -13,6 +13,7 @@ namespace {
 
 struct EmuLauncher {
     bool sm90 = true;  // the wgmma kernels where the build has them (*_sm90.cuh)
+    bool keep_t0 = FATTN_PATH_KEEP_T0 != 0;  // PathDev::keep_t0 in the backward (prep.cuh)
     Options opt;
     std::function<void(const char *)> after;
     std::string error;
@@ -60,9 +61,10 @@ size_t path_max_smem(fattn_dtype dtype, int D) {
 }
 
 fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse,
-                      const std::function<void(const char *)> &after_launch) {
+                      const std::function<void(const char *)> &after_launch, int keep_t0) {
     EmuLauncher l;
     l.opt.reverse = reverse;
+    if (keep_t0 >= 0) l.keep_t0 = keep_t0 != 0;
     l.after = after_launch;
     return pathk::gpu_run(l, p, workspace, bwd, err);
 }

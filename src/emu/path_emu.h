@@ -27,8 +27,9 @@ bool path_wgmma_hist_at(fattn_dtype dtype, int kernel_d);
 // One forward or backward on host buffers (p as the CUDA backend receives it, the STRICT check
 // included). reverse: run the threads of every block in reverse order. after_launch, when set, is
 // called after each kernel with the kernel's type name (typeid(...).name(): it contains the
-// struct's name, e.g. "KHist"), for tests that look at a buffer between two kernels.
+// struct's name, e.g. "KHist"), for tests that look at a buffer between two kernels. keep_t0: 0 or
+// 1 sets PathDev::keep_t0 of a backward (prep.cuh), -1 keeps the build's FATTN_PATH_KEEP_T0.
 fattn_status path_run(const PathBwdParams &p, void *workspace, bool bwd, std::string *err, bool reverse = false,
-                      const std::function<void(const char *)> &after_launch = {});
+                      const std::function<void(const char *)> &after_launch = {}, int keep_t0 = -1);
 
 }  // namespace fattn::emu

@@ -90,6 +90,7 @@ struct Problem {
     // its aligned base (gpu_ws_base: the layout's offsets index it) as it is after the backward's
     // kernel whose type name contains `after_kernel` (else at the end).
     std::vector<std::string> kernels, fwd_kernels;  // the backward's, the forward's kernels, in launch order (type names)
+    int keep_t0 = -1;  // the backward's PathDev::keep_t0 (emu::path_run; -1: the build's)
     static bool among(const std::vector<std::string> &ks, const char *name) {
         for (const std::string &k : ks)
             if (k.find(name) != std::string::npos) return true;
@@ -115,7 +116,7 @@ struct Problem {
             kernels.push_back(kernel);
             if (ws_out && after_kernel && !taken && std::strstr(kernel, after_kernel)) copy();
         };
-        s = emu::path_run(p, ws.data(), true, err, reverse, snap);
+        s = emu::path_run(p, ws.data(), true, err, reverse, snap, keep_t0);
         if (ws_out && !taken) copy();
         return s;
     }
@@ -474,6 +475,52 @@ TEST(PathEmuDeterminism, BitwiseAcrossRunsAndThreadOrders) {
         EXPECT_EQ(a.db, x->db);
         EXPECT_EQ(a.dg, x->dg);
     }
+}
+
+// The backward's prep keeps T0 for the chain kernel (prep.cuh: keep_t0). f32 inputs keep it
+// exactly, so every gradient is bitwise the one of the chain kernel solving for T0 again. f16
+// inputs keep it in f16 where it fits: a chunk whose T0 does not (check off, beta 3 on 20 tokens
+// of one w: |T0| reaches 3 * 2^18) is flagged 0 and its chain solves again; the others are kept.
+TEST(PathEmuKeptT0, FlaggedWhereF16CannotHoldItAndExactForF32) {
+    auto bytes_equal = [](const auto &a, const auto &b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+    };
+    {
+        const Case c{"t0f32", 1, 150, 2, 1, 32, 32, {}, FATTN_F32, true};
+        Problem off(c), on(c);
+        off.keep_t0 = 0, on.keep_t0 = 1;
+        std::string err;
+        ASSERT_EQ(off.run(&err), FATTN_OK) << err;
+        ASSERT_EQ(on.run(&err), FATTN_OK) << err;
+        EXPECT_TRUE(bytes_equal(off.bdq, on.bdq));
+        EXPECT_TRUE(bytes_equal(off.bdk, on.bdk));
+        EXPECT_TRUE(bytes_equal(off.bdv, on.bdv));
+        EXPECT_TRUE(bytes_equal(off.dw, on.dw));
+        EXPECT_TRUE(bytes_equal(off.db, on.db));
+        EXPECT_TRUE(bytes_equal(off.dg, on.dg));
+    }
+    const Case c{"t0f16", 1, 150, 2, 1, 32, 32, {}, FATTN_F16, false};
+    Problem pr(c);
+    pr.p.check = FATTN_PATH_CHECK_NONE;
+    for (int64_t t = 64; t < 84; ++t) {
+        pr.fb[size_t(t)] = 3.f;
+        for (int64_t d = 0; d < 32; ++d) pr.fw[size_t(t * 32 + d)] = pr.fw[size_t(64 * 32 + d)];
+    }
+    pr.keep_t0 = 1;
+    std::vector<uint8_t> ws;
+    std::string err;
+    ASSERT_EQ(pr.run(&err, false, &ws, "KPrep"), FATTN_OK) << err;
+    ASSERT_TRUE(pr.launched("KChainB"));
+    const pathk::GpuWs w = pathk::gpu_workspace(pr.p, path_layout(pr.p, false), FATTN_DIR_BWD);
+    const uint16_t *dm = reinterpret_cast<const uint16_t *>(ws.data() + w.dmat);
+    auto flag = [&](int64_t chunk) { return dm[size_t(chunk * 64 * 64)]; };
+    EXPECT_EQ(flag(0), 0x3C00);  // f16 1.0: kept
+    EXPECT_EQ(flag(1), 0x0000);  // not kept: the chain kernel solves
+    EXPECT_EQ(flag(2), 0x3C00);
+    // below the diagonal Dm, above it T0's transpose: T0[1][0] = -beta_1 (w_1 . w_0)
+    double dot = 0;
+    for (int d = 0; d < 32; ++d) dot += double(pr.fw[size_t(d)]) * pr.fw[size_t(32 + d)];
+    EXPECT_NEAR(load_f32(dm + 1, FATTN_F16, 0), -pr.fb[1] * dot, 2e-3 * (1 + std::fabs(pr.fb[1] * dot)));
 }
 
 // STRICT: a beta outside [0, 2] is refused before anything is written, naming the token.

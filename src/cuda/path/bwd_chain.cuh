@@ -183,6 +183,7 @@ PK_DEV float dot64(const float *x, const float *y, int stride) {
 }
 
 template <typename Tin, int D> struct KChainB {
+    using Tw = walk_t<Tin>;
     static constexpr int NW = wide_warps(D), kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1;
     using FT = F32Tiles<D, NW>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
@@ -211,7 +212,8 @@ template <typename Tin, int D> struct KChainB {
         // Operand flags (common.cuh): once M is formed (3xTF32 on the f32 W), W, K, T, WK, Dm, S7 and
         // dT0 T0^T are tiles of tf32 values; T0, dK~, dD, dU, dT and dM are read element-wise too.
         prep_load<Tin, D, kThreads, true>(p, sq, c0, n, h, BW, BK, sb);
-        prep_t0<D, kThreads>(BW, sb, C, T0, E);
+        if (!(p.keep_t0 && load_kept_t0<Tw, kThreads>(T0, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC)))
+            prep_t0<D, kThreads>(BW, sb, C, T0, E);
         for (int e = tid(); e < kC * D; e += kThreads) BW[(e / D) * SD + e % D] = tf32_round(BW[(e / D) * SD + e % D]);
         t_into(F);
         if (tid() < kC) db[tid()] = 0.f;

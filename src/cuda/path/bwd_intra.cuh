@@ -20,6 +20,7 @@
 #pragma once
 
 #include "cuda/path/common.cuh"
+#include "cuda/path/prep.cuh"
 
 // The scores of seg-intra's pairs in the input dtype for 16-bit inputs (KSegIntra::kS16).
 #ifndef FATTN_PATH_SCORE16
@@ -336,9 +337,7 @@ template <typename Tin, int D> struct KOwn {
                                                   p.q_ss, kC, D, n, p.K, p.vec_q);
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
-        auto ldDm = [&] {
-            load_tile_cvt<float, Tw, kThreads, true>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC, kC, kC, kC, kC, kC, true);
-        };
+        auto ldDm = [&] { load_dm_f32<Tw, kThreads>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC); };
         for (int a = tid(); a < kC; a += kThreads) {
             const bool ok = a < n;
             lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;

@@ -28,6 +28,7 @@ template <class K> struct has_min_blocks<K, std::void_t<decltype(K::kMinBlocks)>
 struct CudaLauncher {
     cudaStream_t stream;
     bool sm90 = false;  // the current device is sm_90 (bwd.cuh: launch_dkv, launch_hist, launch_seg_inter; sequence.h: the forward)
+    bool keep_t0 = FATTN_PATH_KEEP_T0 != 0;  // PathDev::keep_t0 in the backward (prep.cuh)
     cudaError_t err = cudaSuccess;
     const char *where = "";
     template <class K> void launch(int64_t gx, int gy, const PathDev &d) {

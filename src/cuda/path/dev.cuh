@@ -106,11 +106,13 @@ PK_DEV int tid() { return int(threadIdx.x); }
 PK_DEV int bid_x() { return int(blockIdx.x); }
 PK_DEV int bid_y() { return int(blockIdx.y); }
 PK_DEV void sync() { __syncthreads(); }
+PK_DEV int sync_or(int v) { return __syncthreads_or(v); }  // the barrier, then 1 if any thread passed non-zero
 #else
 PK_DEV int tid() { return emu::tid(); }
 PK_DEV int bid_x() { return emu::bid(0); }
 PK_DEV int bid_y() { return emu::bid(1); }
 PK_DEV void sync() { emu::sync(); }
+PK_DEV int sync_or(int v) { return emu::sync_or(v); }
 #endif
 PK_DEV int lane_id() { return tid() & 31; }
 PK_DEV int warp_id() { return tid() >> 5; }

@@ -61,7 +61,7 @@ struct PathDev {
     void *uw;        // [rows, H, D] U in the walk type (f16 for 16-bit inputs, f32 for f32)
     void *ww;        // [rows, H, D] W in the walk type
     void *kt;        // [rows, H, D] K~ (keys walked to their chunk end), input dtype
-    void *dmat;      // [chunks, H, 64, 64] D = T SL(W K^T), walk type
+    void *dmat;      // [chunks, H, 64, 64] D = T SL(W K^T), walk type (strictly lower; keep_t0: T0 above it)
     void *kh;        // [rows, H, D] K^ (keys walked to their segment end), input dtype
     float *msuf;     // [chunks, H, D, D] suffix products of each chunk's segment (backward)
     float *emat;     // [segments, H, D, D] E_r = I - (product of segment r)
@@ -73,6 +73,7 @@ struct PathDev {
     float *ddm;      // [chunks, Hq, 64, 64]
     float *dgs;      // [rows, Hq]
     float *dep;      // [pairs, seg_split, Hq, D, D]
+    int keep_t0;     // the backward's prep keeps T0 beside Dm in p.dmat for KChainB (prep.cuh: FATTN_PATH_KEEP_T0)
     int seg_split;   // KSegInter's CTAs per (segment, query head) (gpu_layout.h)
     float *gam;      // [rows, Hq, D] dLoss/dQ~ (query side), read last by KOwn: the same buffer as dko
     void *qts;       // [segments, Hq, 6, 64, D] walk type: seg_intra's walked states X(1 .. 6) of the chunk in work

@@ -10,6 +10,13 @@
 
 #include "cuda/path/common.cuh"
 
+// The backward's prep keeps T0 for KChainB in the half of each chunk's Dm block that Dm leaves 0,
+// so that KChainB loads it instead of solving (I + M) T0 = I again (PathDev::keep_t0; 0: KChainB
+// solves, as the prep does).
+#ifndef FATTN_PATH_KEEP_T0
+#define FATTN_PATH_KEEP_T0 0
+#endif
+
 namespace fattn::pathk {
 
 // Load W (f32 view), K (input dtype, converted; RndK: stored as tf32 values) and beta of chunk c
@@ -100,6 +107,46 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, flo
     }
 }
 
+// Dm = T SL(W K^T) is strictly lower triangular: the backward's prep (PathDev::keep_t0) stores
+// T0[a][b] (a > b) at [b][a] of the chunk's 64 x 64 Dm block g, and at [0][0] 1 where every T0
+// value fits the walk type (f16: |T0| <= 65504), else 0 (KChainB then solves for T0 again).
+// sT0 synced; the flag's barrier is every thread's.
+template <typename Tw, int NT> PK_DEV void keep_t0(const float *sT0, Tw *g) {
+    constexpr int S64 = tile_stride<float>(kC);
+    int big = 0;
+    for (int e = tid(); e < kC * kC; e += NT) {
+        const int r = e / kC, c = e % kC;
+        if (r >= c) continue;
+        const float v = sT0[c * S64 + r];
+        if (sizeof(Tw) == 2 && !(fabsf(v) <= 65504.f)) big = 1;
+        g[e] = from_f<Tw>(v);
+    }
+    big = sync_or(big);
+    if (tid() == 0) g[0] = from_f<Tw>(big ? 0.f : 1.f);
+}
+// KChainB's side: T0 (unit diagonal, 0 above) from the Dm block g into the f32 tile s and true,
+// or false (s untouched) where the prep's flag says it could not keep it. Ends with a barrier.
+template <typename Tw, int NT> PK_DEV bool load_kept_t0(float *s, const Tw *g) {
+    constexpr int S64 = tile_stride<float>(kC);
+    if (to_f(g[0]) == 0.f) return false;  // the same flag for every thread
+    for (int e = tid(); e < kC * kC; e += NT) {  // g read in order, s written transposed
+        const int r = e / kC, c = e % kC;
+        s[c * S64 + r] = r < c ? to_f(g[e]) : r == c ? 1.f : 0.f;
+    }
+    sync();
+    return true;
+}
+// Dm of a chunk (g: its 64 x 64 block) into an f32 tile as tf32 values, the diagonal and the half
+// above it 0 whatever the block holds there (keep_t0).
+template <typename Tw, int NT> PK_DEV void load_dm_f32(float *s, int ST, const Tw *g) {
+    constexpr int EPV = 16 / int(sizeof(Tw)), PR = kC / EPV, N = kC * PR;
+    for (int e = tid(); e < N; e += NT) {
+        const int r = e / PR, c = (e % PR) * EPV;
+        const V16 v = c < r ? ld16(g + r * kC + c) : V16{};
+        for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = c + k < r ? rnd_if<sizeof(Tw) == 4>(v16_elem<Tw>(v, k)) : 0.f;
+    }
+}
+
 // sWK <- SL(W K^T) (stored as tf32 values: read only as an operand), then sDm <- T WK (T = T0
 // diag(beta), a tile of tf32 values). Needs sW, sK, sT; the prep kernel and the chain kernel both
 // compute Dm this one way, so the backward's recompute rounds as the prep. RND: the operand flags
@@ -138,6 +185,8 @@ template <typename Tin, int D> struct KPrep {
         float *sT0 = sM + kC * S64, *sDm = sT0 + kC * S64, *sb = sDm + kC * S64;
         prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sK, sb);
         prep_t0<D, kThreads>(sW, sb, sM, sT0, sDm);  // sDm: scratch until Dm
+        Tw *gdm = static_cast<Tw *>(p.dmat) + (gc * p.h + h) * kC * kC;
+        if (p.keep_t0) keep_t0<Tw, kThreads>(sT0, gdm);
         // T = T0 diag(beta) as tf32 values (read only as an operand); K is one for 16-bit inputs
         for (int e = tid(); e < kC * kC; e += kThreads) sM[(e / kC) * S64 + e % kC] = tf32_round(sT0[(e / kC) * S64 + e % kC] * sb[e % kC]);
         sync();
@@ -152,7 +201,7 @@ template <typename Tin, int D> struct KPrep {
         sync();
         prep_wk_dm<D, NW, kK>(sW, sK, sM, sT0, sDm);  // Dm = T WK
         for (int e = tid(); e < kC * kC; e += kThreads)
-            st<Tw>(p.dmat, (gc * p.h + h) * kC * kC + e, sDm[(e / kC) * S64 + e % kC]);
+            if (!p.keep_t0 || e / kC > e % kC) gdm[e] = from_f<Tw>(sDm[(e / kC) * S64 + e % kC]);
         // K~ = K - Dm^T W
         cta_gemm<float, true, true, D / 16, NW>(kC, D, kC, sDm, S64, sW, SD, [&](int b, int col, float v) {
             if (b < n) st<Tin>(p.kt, at(b, col), sK[b * SD + col] - v);

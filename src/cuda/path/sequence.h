@@ -164,7 +164,8 @@ template <class L, typename Tin> void dispatch_d(L &l, const PathDev &d, int D, 
 template <class L, typename Tin> fattn_status gpu_run_t(L &l, const PathBwdParams &p, void *ws, bool bwd, std::string *err) {
     const PathLayout lay = path_layout(p, /*bases=*/false);
     const GpuWs w = gpu_workspace(p, lay, bwd ? FATTN_DIR_BWD : FATTN_DIR_FWD);
-    const PathDev d = make_dev(p, lay, w, ws, bwd);
+    PathDev d = make_dev(p, lay, w, ws, bwd);
+    d.keep_t0 = bwd && l.keep_t0;
     upload_tables(l, p, w, ws);
     fattn_status s = run_check(l, p, d, err);
     if (s != FATTN_OK) return s;
