@@ -88,7 +88,7 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         return at;
     };
     const bool bwd = dir == FATTN_DIR_BWD;
-    if (p.cu_seqlens) {
+    if (p.cu_seqlens) {  // the varlen tables, one after another: sequence.h uploads them as one span
         const int64_t n1 = p.num_seqs + 1;
         w.cu = take(sat_prod({n1, 4}));
         w.chunk_base = take(sat_prod({n1, 8}));
