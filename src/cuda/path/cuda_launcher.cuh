@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -22,6 +23,19 @@ template <class K> __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks)
     extern __shared__ __align__(128) char smem[];
     K::run(p, smem);
 }
+// A host-to-device copy of up to kBytes as a kernel's by-value argument: stream-ordered like a
+// kernel, without the wait for the stream that cudaMemcpyAsync from pageable host memory makes
+// before it copies (CudaLauncher::upload: the varlen tables of every call).
+struct ParamCopy {
+    static constexpr int kBytes = 3840;  // the struct within the 4 KiB of a kernel's arguments
+    unsigned char *dst;
+    int n;
+    alignas(16) unsigned char data[kBytes];
+};
+static __global__ void __launch_bounds__(256) param_copy(const ParamCopy c) {  // static: one per translation unit
+    for (int i = int(threadIdx.x); i < c.n; i += int(blockDim.x)) c.dst[i] = c.data[i];
+}
+
 template <class K, class = void> struct has_min_blocks : std::false_type {};
 template <class K> struct has_min_blocks<K, std::void_t<decltype(K::kMinBlocks)>> : std::bool_constant<(K::kMinBlocks > 1)> {};
 
@@ -46,9 +60,21 @@ struct CudaLauncher {
         err = cudaGetLastError();
         if (err != cudaSuccess) where = "kernel launch";
     }
+    // Up to 16 ParamCopy launches; a larger upload (thousands of sequences) is one cudaMemcpyAsync.
     void upload(void *dst, const void *src, size_t n) {
-        if (err == cudaSuccess && (err = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
-            where = "cudaMemcpyAsync (tables)";
+        if (err != cudaSuccess) return;
+        if (n > 16 * size_t(ParamCopy::kBytes)) {
+            if ((err = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream)) != cudaSuccess) where = "cudaMemcpyAsync (tables)";
+            return;
+        }
+        for (size_t o = 0; o < n; o += ParamCopy::kBytes) {
+            ParamCopy c;
+            c.dst = static_cast<unsigned char *>(dst) + o;
+            c.n = int(n - o < size_t(ParamCopy::kBytes) ? n - o : size_t(ParamCopy::kBytes));
+            std::memcpy(c.data, static_cast<const unsigned char *>(src) + o, size_t(c.n));
+            param_copy<<<1, 256, 0, stream>>>(c);
+            if ((err = cudaGetLastError()) != cudaSuccess) return void(where = "table copy launch");
+        }
     }
     void download(void *dst, const void *src, size_t n) {
         if (err == cudaSuccess && (err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream)) != cudaSuccess)
