@@ -25,9 +25,9 @@
 
 // KChainB's five dW and two dK terms summed in registers (this warp's tile of each) and added to
 // the earlier kernels' partials once, where dk and dw are written, instead of a read-modify-write
-// of the [64, D] f32 partial per term.
+// of the [64, D] f32 partial per term (0: those read-modify-writes, for an A/B).
 #ifndef FATTN_PATH_CHAINB_ACC
-#define FATTN_PATH_CHAINB_ACC 0
+#define FATTN_PATH_CHAINB_ACC 1
 #endif
 
 namespace fattn::pathk {
