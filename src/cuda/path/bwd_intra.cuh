@@ -306,17 +306,10 @@ template <typename Tin, int D> struct KSegIntra {
     }
 };
 
-// KOwn at D 128 on sixteen warps (wide_warps), as the chain kernels: 372 -> 355 us on the H200
-// (2026-12-04, docs/EXPERIMENTS.md), not the default until it is timed again.
-#ifndef FATTN_PATH_OWN_WIDE
-#define FATTN_PATH_OWN_WIDE 0
-#endif
-
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
-    static constexpr int NW = FATTN_PATH_OWN_WIDE ? wide_warps(D) : 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1,
-                         CI = cvt_if<D>();
-    using FT = F32Tiles<D, NW>;
+    static constexpr int NW = 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1, CI = cvt_if<D>();
+    using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
     // B2 holds K, Dm, V, U, Dm, K in turn (Dm loaded twice rather than kept): six tiles, two CTAs
     // per SM at D <= 64

@@ -539,8 +539,8 @@ PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int 
 // fills an SM's shared memory (and chain-A has fewer segments than SMs), so they take sixteen
 // warps on warp tiles of half the width: each SM has twice the independent products in flight.
 // Eight at D <= 64, where two CTAs share an SM. -DFATTN_PATH_WIDE128=0: eight everywhere, for an
-// A/B. (Sixteen warps in seg-intra measured within noise, in the own-chunk kernel 4% faster:
-// FATTN_PATH_OWN_WIDE; docs/EXPERIMENTS.md.)
+// A/B. (Sixteen warps in the own-chunk and seg-intra kernels measured within noise:
+// docs/EXPERIMENTS.md.)
 #ifndef FATTN_PATH_WIDE128
 #define FATTN_PATH_WIDE128 1
 #endif
