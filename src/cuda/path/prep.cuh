@@ -110,8 +110,9 @@ PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, flo
 
 // Dm = T SL(W K^T) is strictly lower triangular: the backward's prep (PathDev::keep_t0) stores
 // T0[a][b] (a > b) at [b][a] of the chunk's 64 x 64 Dm block g, and at [0][0] 1 where every T0
-// value fits the walk type (f16: |T0| <= 65504), else 0 (KChainB then solves for T0 again).
-// sT0 synced; the flag's barrier is every thread's.
+// value fits the walk type (f16: |T0| <= 65504), else 0 (KChainB then solves for T0 again). The
+// rest of the diagonal is neither written nor read (load_dm_f32 masks it). sT0 synced; the flag's
+// barrier is every thread's.
 template <typename Tw, int NT> PK_DEV void keep_t0(const float *sT0, Tw *g) {
     constexpr int S64 = tile_stride<float>(kC);
     int big = 0;
