@@ -246,7 +246,9 @@ fi
 if want torch; then
     if [ -f scripts/gpu-check-torch.sh ]; then
         mkdir -p "$OUT/torch"
-        run_step torch 340 "$OUT/torch.log" bash scripts/gpu-check-torch.sh "$OUT/torch"
+        # the part plans its own steps within the slice it is given (10 s kept for its summary)
+        run_step torch 340 "$OUT/torch.log" env GPU_CHECK_TORCH_BUDGET=$(( $(slice 340) - 10 )) \
+            bash scripts/gpu-check-torch.sh "$OUT/torch"
         last=$(grep -v '^== \[torch\]' "$OUT/torch.log" | grep -v '^\s*$' | tail -n1)
         record torch "$(status_of $STEP_RC)" "$STEP_S" "$last"
         # 3: pytest passed, a later part (bench, host cost, example) failed or ran out of time.
@@ -267,7 +269,8 @@ fi
 if want path; then
     if [ -f scripts/gpu-check-path.sh ]; then
         mkdir -p "$OUT/path"
-        run_step path 400 "$OUT/path.log" bash scripts/gpu-check-path.sh "$OUT/path"
+        run_step path 400 "$OUT/path.log" env GPU_CHECK_PATH_BUDGET=$(( $(slice 400) - 10 )) \
+            bash scripts/gpu-check-path.sh "$OUT/path"
         record path "$(status_of $STEP_RC)" "$STEP_S" "$(grep '^gpu-check-path:' "$OUT/path.log" | tail -n1 | cut -c17-)"
         [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1
         [ -f "$OUT/path/bench_path.log" ] && cp "$OUT/path/bench_path.log" "$OUT/bench_path.log"

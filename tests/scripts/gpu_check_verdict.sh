@@ -4,7 +4,8 @@
 # run as `gpu-check.sh nobuild torch`. 0 must read PASS / ALL PASS; 3 (pytest passed, a later part
 # failed or timed out) PARTIAL / INCOMPLETE, never ALL PASS (a run of 2026-12-02 printed ALL PASS over a
 # timed-out bench_host and example); 1 FAIL / FAILURES. Then gpu-check-torch.sh's own exit status,
-# and which library the torch part is handed (gpu-check's shared build, a given one, or none).
+# which library the torch part is handed (gpu-check's shared build, a given one, or none), and the
+# budgets the torch and path parts are handed.
 set -u
 SRC=${1:?usage: gpu_check_verdict.sh SOURCE_DIR}
 W=$(mktemp -d)
@@ -93,4 +94,22 @@ lib_seen none none                                    # no stamp: not a complete
 echo "2.11.0" > "$W/build-gpu/python/csrc/fattn_torch.txt"
 lib_seen "$W/build-gpu/libfattn.so" "$W/python"
 lib_seen /x/libfattn.so none FATTN_LIBRARY=/x/libfattn.so
+
+# The torch and path parts are told the slice gpu-check gives them (GPU_CHECK_TORCH_BUDGET,
+# GPU_CHECK_PATH_BUDGET), not left to their own defaults (330, 390 s): on 2026-12-06 the path part,
+# given 205 s, planned for 390 and its bench was cut off after three cases.
+for part in torch path; do
+    var=GPU_CHECK_$(tr a-z A-Z <<< "$part")_BUDGET
+    # (the summary line gpu-check records: the torch part's last line, the path part's "gpu-check-path:" one)
+    printf '#!/usr/bin/env bash\necho "gpu-check-%s: budget=${%s:-unset}"\n' "$part" "$var" > "$W/scripts/gpu-check-$part.sh"
+    seen=$(cd "$W" && env -u "$var" OUT="$W/outb$part" GPU_CHECK_BUDGET=120 bash scripts/gpu-check.sh nobuild "$part" 2>&1 |
+        grep -oE 'budget=[^ ]*' | tail -n1)
+    b=${seen#budget=}
+    if [[ "$b" =~ ^[0-9]+$ ]] && [ "$b" -le 110 ] && [ "$b" -ge 60 ]; then
+        echo "ok: the $part part was given $b s of a 120 s budget"
+    else
+        echo "FAIL: the $part part saw '$seen' (want its slice of a 120 s budget, 60-110 s)"
+        fails=1
+    fi
+done
 exit $fails
