@@ -23,21 +23,19 @@
 #include "cuda/path/bwd_intra.cuh"
 #include "cuda/path/prep.cuh"
 
-// KChainB's five dW and two dK terms summed in registers (this warp's tile of each) and added to
-// the earlier kernels' partials once, where dk and dw are written, instead of a read-modify-write
-// of the [64, D] f32 partial per term (0: those read-modify-writes, for an A/B).
-#ifndef FATTN_PATH_CHAINB_ACC
-#define FATTN_PATH_CHAINB_ACC 1
-#endif
-
 namespace fattn::pathk {
 
-// acc (this warp's 16 x 8 NB tile of a [64, N] product that has one such tile per warp, the one
-// cta_gemm deals it) += op(A) op(B).
-template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0>
-PK_DEV void cta_gemm_acc(float (&acc)[NB][4], int N, int KD, const E *A, int lda, const E *B, int ldb) {
-    const int tn = N / (8 * NB), m0 = (warp_id() / tn) * 16, n0 = (warp_id() % tn) * 8 * NB;
-    warp_gemm<E, AT, BK, NB, RND>(acc, A, lda, B, ldb, m0, n0, KD);
+// This warp's tile of a [64, N] product dealt one [16, 8 NB] tile per warp (cta_gemm's deal when
+// the product has NW tiles): its first row m0 and column n0.
+template <int N, int NB, int NW> struct WarpTile {
+    static_assert((64 / 16) * (N / (8 * NB)) == NW, "one [16, 8 NB] tile of a [64, N] product per warp");
+    int m0 = (warp_id() / (N / (8 * NB))) * 16, n0 = (warp_id() % (N / (8 * NB))) * 8 * NB;
+};
+// acc (this warp's WarpTile of a [64, N] product) += op(A) op(B).
+template <typename E, bool AT, bool BK, int N, int NB, int NW, int RND = 0>
+PK_DEV void cta_gemm_acc(float (&acc)[NB][4], int KD, const E *A, int lda, const E *B, int ldb) {
+    const WarpTile<N, NB, NW> t;
+    warp_gemm<E, AT, BK, NB, RND>(acc, A, lda, B, ldb, t.m0, t.n0, KD);
 }
 
 template <int D> struct KGroupSum {
@@ -208,24 +206,23 @@ template <typename Tin, int D> struct KChainB {
     //   F: T | dD | dU | dD
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
     static constexpr size_t smem() { return 2 * FT::BIG + 2 * UB + 2 * FT::SMALL + 2 * kC * 4; }
-    static constexpr bool kAcc = FATTN_PATH_CHAINB_ACC != 0;
 
-    // kAcc: dk = dK partial + ak and dw = dW partial + aw where this warp's tiles have them (rows
-    // < n, columns < K), the partials' pairs loaded before any store.
+    // dk = dK partial + ak and dw = dW partial + aw where this warp's tiles have them (rows < n,
+    // columns < K), the partials' pairs loaded before any store.
     template <class At>
     PK_DEV static void write_dk_dw(const PathDev &p, const SeqInfo &sq, int64_t t0, int n, int h, At &&at,
                                    const float (&aw)[NB][4], const float (&ak)[NB][4]) {
-        const int tn = D / (8 * NB), m0 = (warp_id() / tn) * 16, n0 = (warp_id() % tn) * 8 * NB;
+        const WarpTile<D, NB, NW> t;
         F2 gk[NB][2], gw[NB][2];
         for (int j = 0; j < NB; ++j)
             for (int hh = 0; hh < 2; ++hh) {
-                const int r = m0 + acc_row(2 * hh), c = n0 + acc_col(j, 0);
+                const int r = t.m0 + acc_row(2 * hh), c = t.n0 + acc_col(j, 0);
                 gk[j][hh] = r < n ? ld_f2(p.dko + at(r, c)) : F2{0.f, 0.f};
                 gw[j][hh] = r < n ? ld_f2(p.dwacc + at(r, c)) : F2{0.f, 0.f};
             }
         for (int j = 0; j < NB; ++j)
             for (int hh = 0; hh < 2; ++hh) {
-                const int r = m0 + acc_row(2 * hh), c = n0 + acc_col(j, 0);
+                const int r = t.m0 + acc_row(2 * hh), c = t.n0 + acc_col(j, 0);
                 if (r >= n) continue;
                 const int64_t o = sq.b * p.dk_sb + (t0 + r) * p.dk_ss + h * p.dk_sh, ow = sq.b * p.dw_sb + (t0 + r) * p.dw_ss + h * p.dw_sh;
                 const float k2[2] = {gk[j][hh].x + ak[j][2 * hh], gk[j][hh].y + ak[j][2 * hh + 1]};
@@ -268,18 +265,17 @@ template <typename Tin, int D> struct KChainB {
         load_tile<float, kThreads>(F, S64, p.ddm + (gc * p.hq + g0) * kC * kC, kC, kC, kC, kC, kC, true);
         cp_landed();
         cta_gemm<float, false, false, NB64, NW, kRA>(kC, kC, D, BW, SD, C, SD, [&](int d, int b, float v) { F[d * S64 + b] -= v; });
-        // kAcc: this warp's tiles of the dW and dK terms (cta_gemm_acc), added to the partials at the end
-        [[maybe_unused]] float aw[NB][4], ak[NB][4];
-        if constexpr (kAcc) {
-            static_assert((kC / 16) * (D / (8 * NB)) == NW, "one [16, 8 NB] tile of a [64, D] product per warp");
-            const int m0 = (warp_id() / (D / (8 * NB))) * 16, n0 = (warp_id() % (D / (8 * NB))) * 8 * NB;
+        // The chain's five dW and two dK terms summed in registers (this warp's tile of each: aw,
+        // ak) and added to the earlier kernels' partials once, where dk and dw are written (seven
+        // read-modify-writes of a [64, D] f32 partial before: 509 -> 354 us at T4096 H16 D128 with
+        // the kept T0, H100 2026-12-06). ak starts as dK~'s tile.
+        float aw[NB][4], ak[NB][4];
+        {
+            const WarpTile<D, NB, NW> t;
             zero_acc(aw);
-            cta_gemm_acc<float, false, true, NB, NW, kRA>(aw, D, kC, E, S64, C, SD);
+            cta_gemm_acc<float, false, true, D, NB, NW, kRA>(aw, kC, E, S64, C, SD);
             for (int j = 0; j < NB; ++j)
-                for (int i = 0; i < 4; ++i) aw[j][i] = -aw[j][i], ak[j][i] = C[(m0 + acc_row(i)) * SD + n0 + acc_col(j, i)];
-        } else {
-            cta_gemm_rmw<float, false, true, NB, NW, kRA>(kC, D, kC, E, S64, C, SD, p.dwacc + at(0, 0), hqd, -1.f, n);
-            add_tile_f32<D, kThreads>(p.dko + at(0, 0), hqd, C, SD, n, 1.f);
+                for (int i = 0; i < 4; ++i) aw[j][i] = -aw[j][i], ak[j][i] = C[(t.m0 + acc_row(i)) * SD + t.n0 + acc_col(j, i)];
         }
         sync();
         // Dm chain (C = WK, E = dT = dD WK^T, then C = S7 = SL(T^T dD): T^T = diag(beta) T0^T)
@@ -288,21 +284,15 @@ template <typename Tin, int D> struct KChainB {
         sync();
         cta_gemm<float, true, true, NB64, NW>(kC, kC, kC, T0, S64, F, S64, [&](int c, int b, float v) { C[c * S64 + b] = c > b ? tf32_round(sb[c] * v) : 0.f; });
         sync();
-        if constexpr (kAcc) {
-            cta_gemm_acc<float, false, true, NB, NW, kRA | kRB>(aw, D, kC, C, S64, BK, SD);
-            cta_gemm_acc<float, true, true, NB, NW, kRA | kRB>(ak, D, kC, C, S64, BW, SD);
-        } else {
-            cta_gemm_rmw<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, C, S64, BK, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
-            cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, C, S64, BW, SD, p.dko + at(0, 0), hqd, 1.f, n);
-        }
+        cta_gemm_acc<float, false, true, D, NB, NW, kRA | kRB>(aw, kC, C, S64, BK, SD);
+        cta_gemm_acc<float, true, true, D, NB, NW, kRA | kRB>(ak, kC, C, S64, BW, SD);
         sync();
         // U chain (F = dU, C = T)
         load_ws_f32<D, kThreads>(F, p.du + (row * p.hq + g0) * D, hqd, n);
         t_into(C);
         cp_landed();
         cta_gemm<float, false, false, NB64, NW, kRB>(kC, kC, D, F, SD, BW, SD, [&](int a, int c, float v) { E[a * S64 + c] += v; });
-        if constexpr (kAcc) cta_gemm_acc<float, true, true, NB, NW, kRA>(aw, D, kC, C, S64, F, SD);
-        else cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, C, S64, F, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
+        cta_gemm_acc<float, true, true, D, NB, NW, kRA>(aw, kC, C, S64, F, SD);
         sync();
         // T = T0 diag(b): dT lower, dbeta, dT0
         for (int e = tid(); e < kC * kC; e += kThreads)
@@ -323,28 +313,17 @@ template <typename Tin, int D> struct KChainB {
         sync();
         for (int e = tid(); e < kC * kC; e += kThreads) F[(e / kC) * S64 + e % kC] *= sb[e / kC];
         sync();
-        if constexpr (kAcc) {
-            cta_gemm_acc<float, false, true, NB, NW, kRB>(aw, D, kC, F, S64, BW, SD);
-            cta_gemm_acc<float, true, true, NB, NW, kRB>(aw, D, kC, F, S64, BW, SD);
-            write_dk_dw(p, sq, t0, n, h, at, aw, ak);
-        } else {
-            cta_gemm_rmw<float, false, true, NB, NW, kRB>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
-            sync();
-            cta_gemm_rmw<float, true, true, NB, NW, kRB>(kC, D, kC, F, S64, BW, SD, p.dwacc + at(0, 0), hqd, 1.f, n);
-            sync();
-        }
-        // outputs
-        // (a thread's 16-byte vectors of the three buffers loaded before any store)
+        cta_gemm_acc<float, false, true, D, NB, NW, kRB>(aw, kC, F, S64, BW, SD);
+        cta_gemm_acc<float, true, true, D, NB, NW, kRB>(aw, kC, F, S64, BW, SD);
+        // outputs: dk and dw from the warps' tiles, dv from its partial (a thread's 16-byte vectors
+        // loaded before any store)
+        write_dk_dw(p, sq, t0, n, h, at, aw, ak);
         {
             constexpr int NV = vecs_per_thread<D, kThreads>();
-            V16 vk[NV], vw[NV], vv[NV];
+            V16 vv[NV];
             for (int i = 0; i < NV; ++i) {
                 const int e = 4 * (tid() + i * kThreads);
                 if (e >= n * D) continue;
-                if constexpr (!kAcc) {
-                    vk[i] = ld16(p.dko + at(e / D, e % D));
-                    vw[i] = ld16(p.dwacc + at(e / D, e % D));
-                }
                 vv[i] = ld16(p.dvacc + at(e / D, e % D));
             }
             for (int i = 0; i < NV; ++i) {
@@ -353,10 +332,6 @@ template <typename Tin, int D> struct KChainB {
                 const int64_t t = t0 + a;
                 for (int c = 0; c < 4; ++c) {
                     const int col = e % D + c;
-                    if (!kAcc && col < p.K) {
-                        st<Tin>(p.dk, sq.b * p.dk_sb + t * p.dk_ss + h * p.dk_sh + col, v16_elem<float>(vk[i], c));
-                        p.dw[sq.b * p.dw_sb + t * p.dw_ss + h * p.dw_sh + col] = v16_elem<float>(vw[i], c);
-                    }
                     if (col < p.V) st<Tin>(p.dv, sq.b * p.dv_sb + t * p.dv_ss + h * p.dv_sh + col, v16_elem<float>(vv[i], c));
                 }
             }

@@ -12,8 +12,8 @@
 
 // The backward's prep keeps T0 for KChainB in the half of each chunk's Dm block that Dm leaves 0,
 // so that KChainB loads it instead of solving (I + M) T0 = I again (PathDev::keep_t0; 0: KChainB
-// solves, as the prep does). With FATTN_PATH_CHAINB_ACC, KChainB 509 -> 354 us at T4096 H16 D128
-// and 502 -> 336 at T4096 H32 D64 (H100, 2026-12-06: docs/PERF.md).
+// solves, as the prep does). With KChainB's terms summed in registers, KChainB 509 -> 354 us at
+// T4096 H16 D128 and 502 -> 336 at T4096 H32 D64 (H100, 2026-12-06: docs/PERF.md).
 #ifndef FATTN_PATH_KEEP_T0
 #define FATTN_PATH_KEEP_T0 1
 #endif
