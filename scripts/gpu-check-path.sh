@@ -27,9 +27,13 @@ if ! (cd /tmp && "$PY" -c "import fattn.path, fla.ops.path_attn.naive" >/dev/nul
     echo "gpu-check-path: pytest not run | bench not run | needs the installed fattn (part torch) and .whl/fla_core"
     exit 1
 fi
-# pytest leaves the bench 240 s where the budget has them (a short budget: 20 s at least)
+# pytest leaves the bench 240 s where the budget has them, but takes 130 s at least where 250 are
+# left (on a fresh machine FLA's Triton kernels autotune inside it: it ran out of 97 s on an H100
+# on 2026-12-06, and passed in 63 s once they were cached); a short budget: 20 s at least
 pt=$(( $(left) - 240 ))
-[ "$pt" -lt 20 ] && pt=20
+if [ "$pt" -lt 130 ]; then
+    if [ "$(left)" -ge 250 ]; then pt=130; elif [ "$pt" -lt 20 ]; then pt=20; fi
+fi
 echo "== pytest (limit ${pt}s)"
 (cd /tmp && PYTHONUNBUFFERED=1 timeout -k 5 "$pt" "$PY" -m pytest -q -rs -p no:cacheprovider \
     -k "cuda or triton" "$ROOT/python/tests/test_path_ops.py" "$ROOT/python/tests/test_path_fla.py") >"$OUT/pytest.log" 2>&1

@@ -115,19 +115,21 @@ constexpr int sm90_fwd_bm() { return 128; }
 #ifndef FATTN_SM90_D256
 #define FATTN_SM90_D256 1
 #endif
-// -DFATTN_SM90_TF32_PAD=1 (CXX flags: selection is host code): f32 inputs at prec TF32 with any
-// D = Dv that is a multiple of 4 up to 128 on the sm90 tf32 kernels of bucket 64 or 128 (q, k, v
-// and dout read through TMA with zeros past D; the pre-pass's copies the bucket's width with zeros
-// past D: stage_tf32.cu), not only D 64 and 128. Checked by the emulation (the fattn_emu_alt
-// library); off until fattn-test's f32 cases at D 40, 80 and 96 pass on a GPU with it.
+// FATTN_SM90_TF32_PAD (default 1; CXX flags: selection is host code): f32 inputs at prec TF32 with
+// any D = Dv that is a multiple of 4 up to 128 on the sm90 tf32 kernels of bucket 64 or 128 (q, k,
+// v and dout read through TMA with zeros past D; the pre-pass's copies the bucket's width with
+// zeros past D: stage_tf32.cu), not only D 64 and 128. H100, 2026-12-06: f32 D96 S4096 B2 H16
+// fwd+bwd 16.9 -> 6.18 ms against the portable MMA_TF32 kernels (docs/PERF.md). 0 leaves such
+// head dims to MMA_TF32 (the emulation's fattn_emu_alt library is built so).
 #ifndef FATTN_SM90_TF32_PAD
-#define FATTN_SM90_TF32_PAD 0
+#define FATTN_SM90_TF32_PAD 1
 #endif
 // -DFATTN_SM90_PINGPONG=1 (CUDA flags): the forward's two consumer warpgroups take turns at the
 // tensor cores (FlashAttention-3's schedule, fwd_kernel.cuh): a warpgroup issues its S and P·V
 // products only in its turn and then hands the turn over, so that one's softmax runs under the
-// other's products. An A/B switch, off by default until the H200 times it; the emulation runs it
-// (the fattn_emu_alt library).
+// other's products. Off: on an H100 (2026-12-06) within 1% at D64 and up to 2.6% slower at D128
+// (docs/EXPERIMENTS.md); kept as an A/B switch for the H200, and run by the emulation (the
+// fattn_emu_alt library).
 #ifndef FATTN_SM90_PINGPONG
 #define FATTN_SM90_PINGPONG 0
 #endif
@@ -136,7 +138,8 @@ constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return (es == 4 && d > 6
 // dim and element size so that each can be measured on its own: 2 everywhere by default. The
 // 16-bit D64 kernels use a third of the shared memory: -DFATTN_SM90_RING64=N gives their three
 // rings N stages (an A/B switch, checked by the emulation at 3: the fattn_emu_alt library; the
-// forward takes 147 KB at 4, dQ 164 KB, dK/dV 102 KB).
+// forward takes 147 KB at 4, dQ 164 KB, dK/dV 102 KB). 3 ran 2-3% slower at D64 on an H100
+// (2026-12-06, docs/EXPERIMENTS.md).
 #ifndef FATTN_SM90_RING64
 #define FATTN_SM90_RING64 2
 #endif
@@ -190,8 +193,8 @@ constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 6
 // kernel), FlashAttention-3's deterministic scheme: each CTA stages its dQ tile in f32 in shared
 // memory and a writer warp adds it to an f32 accumulator in the workspace, the CTAs of one query
 // tile in a fixed order (a counter per tile; bwd_dkdv_kernel.cuh); a small kernel then scales and
-// converts. An A/B switch, off by default until the H200 times it; the emulation checks it (the
-// fattn_emu_alt library). Extra shared memory: dS of the item in two buffers (two 64-key panels of
+// converts. Off: 1.6-2.2x slower fwd+bwd on an H100 (2026-12-06, docs/EXPERIMENTS.md); the
+// emulation checks it (the fattn_emu_alt library). Extra shared memory: dS of the item in two buffers (two 64-key panels of
 // [bm, 64] each) and the f32 dQ tile (rows padded by 8 floats: the consumers' stores fall in
 // distinct banks) in one buffer at D128 (two do not fit beside K and V), two at D64.
 // -DFATTN_SM90_DQ_FUSED=2: the same with the adds in whatever order the CTAs come, into a zeroed
