@@ -26,6 +26,14 @@
 #ifndef FATTN_PATH_LOAD_OVERLAP
 #define FATTN_PATH_LOAD_OVERLAP 1
 #endif
+// Seg-intra's L2 prefetches (an A/B switch): 1 = each pair's read-modify-write targets (dU, dW,
+// dK~, dV rows of its key chunk) and the next pair's inputs (W, U, K~, V, the kept state) are
+// asked into L2 when the pair starts, so that their loads wait for L2 instead of memory; 0 = none.
+// At D 128 only (one CTA per SM there; at D <= 64 the addresses' registers tripled the spills of
+// the 128-register kernel, ptxas 2026-12-06).
+#ifndef FATTN_PATH_L2_PREFETCH
+#define FATTN_PATH_L2_PREFETCH 0
+#endif
 // The wgmma kernels (bwd_dkv_sm90.cuh, bwd_seg_sm90.cuh): WGMMA_BUILD, this compilation may hold
 // them (the CPU emulation, which emulates wgmma, or nvcc with sm_90a in the build); WGMMA_PASS, this
 // pass emits their instructions (the emulation, or nvcc's sm_90a device pass; the others compile
@@ -230,6 +238,16 @@ PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int w
             const int r = e / width, c = e % width;
             s[r * ST + c] = (r < rows_valid && c < cols_valid) ? g[r * gstride + c] : from_f<E>(0.f);
         }
+    }
+}
+// Rows [0, rows_valid) of a [rows, width] tile of E at g (row stride gstride elements) into L2:
+// one prefetch_l2 per 128-byte line a row touches, spread over the CTA's NT threads.
+template <typename E, int NT> PK_DEV void prefetch_tile_l2(const E *g, int64_t gstride, int rows_valid, int width) {
+    constexpr int kLine = 128 / int(sizeof(E));
+    const int lines = (width + kLine - 1) / kLine;
+    for (int e = tid(); e < rows_valid * lines; e += NT) {
+        const int r = e / lines, c = (e % lines) * kLine;
+        prefetch_l2(g + r * gstride + c);
     }
 }
 // Same with a conversion (plain loads, done when the call returns): Es <- Eg. vec (rows 16-byte
