@@ -241,6 +241,9 @@ const Case kCases[] = {
     {"varlen_7_530_K7_V5_gqa_f32", 1, 537, 2, 1, 7, 5, {0, 7, 537}, FATTN_F32, false, FATTN_PATH_HISTORY_PACKED, 0.3, 1.5},
     {"dense_T600_K48_V80_bf16_gate", 1, 600, 1, 1, 48, 80, {}, FATTN_BF16, true},
     {"dense_T560_K100_V72_bf16", 1, 560, 1, 1, 100, 72, {}, FATTN_BF16, false},
+    // kernel head dim 128 with varlen and GQA: three segments in the second sequence, the last of
+    // 76 tokens (seg-inter's K x K steps, a partial query block, splits past the sequence's end)
+    {"varlen_90_1100_gqa_K128_f16_gate", 1, 1190, 2, 1, 128, 128, {0, 90, 1190}, FATTN_F16, true},
 };
 // The f32 cases with the emulation's tf32 products exact (emu::set_exact_tf32): the kernels then
 // compute in f32, so every output meets the oracle at the CPU backend's f32 bar (3e-5; measured
