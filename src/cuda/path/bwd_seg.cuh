@@ -126,6 +126,8 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
         [[maybe_unused]] float *dgx = reinterpret_cast<float *>(reinterpret_cast<char *>(sDS) + tile_bytes<Tin>(BM, kC));
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.hk;
+        // (common.cuh; not with kKH: its 128 registers spilled 396 B with them, 120 B without)
+        constexpr bool kPf = FATTN_PATH_L2_PREFETCH != 0 && D > 64 && !kKH;
         for (int64_t ib = ib0; ib < ib0 + NIB; ++ib) {
             const int64_t c0 = r * kS + ib * BM, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             if (c0 >= sq.len) break;
@@ -203,6 +205,11 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                 };
                 issue(rp * kNcs, u);
                 cp_commit();
+                if (kPf && rp + 1 < r) {  // the next earlier segment's history rows and E, into L2
+                    prefetch_tile_l2<Tin, kThreads>(static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 2) * p.hq + hq) * p.hk,
+                                                    hstride, nq, p.hk);
+                    prefetch_tile_l2<float, kThreads>(p.emat + ((sq.seg0 + rp + 1) * p.h + h) * D * D, D, D, D);
+                }
                 for (int64_t j = 0; j < kNcs; ++j) {
                     char *cur = u + (j & 1) * STG;
                     ring_step(j + 1 < kNcs, [&] { issue(rp * kNcs + j + 1, u + ((j + 1) & 1) * STG); });

@@ -26,9 +26,11 @@
 #ifndef FATTN_PATH_LOAD_OVERLAP
 #define FATTN_PATH_LOAD_OVERLAP 1
 #endif
-// Seg-intra's L2 prefetches (an A/B switch): 1 = each pair's read-modify-write targets (dU, dW,
-// dK~, dV rows of its key chunk) and the next pair's inputs (W, U, K~, V, the kept state) are
-// asked into L2 when the pair starts, so that their loads wait for L2 instead of memory; 0 = none.
+// L2 prefetches of seg-intra and seg-inter (an A/B switch): 1 = seg-intra asks each pair's
+// read-modify-write targets (dU, dW, dK~, dV rows of its key chunk) and the next pair's inputs (W,
+// U, K~, V, the kept state) into L2 when the pair starts, and seg-inter the next earlier segment's
+// history rows and E while a segment's keys run, so that their loads wait for L2 instead of
+// memory; 0 = none.
 // At D 128 only (one CTA per SM there; at D <= 64 the addresses' registers tripled the spills of
 // the 128-register kernel, ptxas 2026-12-06).
 #ifndef FATTN_PATH_L2_PREFETCH
