@@ -5,7 +5,7 @@
 # failed or timed out) PARTIAL / INCOMPLETE, never ALL PASS (a run of 2026-12-02 printed ALL PASS over a
 # timed-out bench_host and example); 1 FAIL / FAILURES. Then gpu-check-torch.sh's own exit status,
 # which library the torch part is handed (gpu-check's shared build, a given one, or none), and the
-# budgets the torch and path parts are handed.
+# budgets the torch and path parts are handed, and the slice the path part gives its pytest.
 set -u
 SRC=${1:?usage: gpu_check_verdict.sh SOURCE_DIR}
 W=$(mktemp -d)
@@ -94,6 +94,26 @@ lib_seen none none                                    # no stamp: not a complete
 echo "2.11.0" > "$W/build-gpu/python/csrc/fattn_torch.txt"
 lib_seen "$W/build-gpu/libfattn.so" "$W/python"
 lib_seen /x/libfattn.so none FATTN_LIBRARY=/x/libfattn.so
+
+# The path part's pytest slice (gpu-check-path.sh, with a stub python that passes everything): the
+# bench's 240 s out of a large budget, at least 130 s where 250 are left (on 2026-12-06 a fresh
+# machine's pytest ran out of the 116 s that 356 left it: FLA's Triton kernels autotune inside
+# it), 20 s of a short budget.
+mkdir -p "$W/pathck/scripts" "$W/pathck/bin"
+cp "$SRC/scripts/gpu-check-path.sh" "$SRC/scripts/gpu-check-common.sh" "$W/pathck/scripts/"
+printf '#!/usr/bin/env bash\nexit 0\n' > "$W/pathck/bin/python3"
+chmod +x "$W/pathck/bin/python3"
+for want in 600:360 356:130 200:20; do
+    limit=$(cd /tmp && PYTHON="$W/pathck/bin/python3" GPU_CHECK_PATH_BUDGET=${want%%:*} \
+        bash "$W/pathck/scripts/gpu-check-path.sh" "$W/pathck/out" 2>&1 | grep -oE 'pytest \(limit [0-9]+s\)' | grep -oE '[0-9]+')
+    # (a second may pass between the start and the split: one less is the same plan)
+    if [ "$limit" = "${want#*:}" ] || [ "$limit" = "$(( ${want#*:} - 1 ))" ]; then
+        echo "ok: a ${want%%:*} s path part gives its pytest $limit s"
+    else
+        echo "FAIL: a ${want%%:*} s path part gives its pytest '${limit}' s (want ${want#*:})"
+        fails=1
+    fi
+done
 
 # The torch and path parts are told the slice gpu-check gives them (GPU_CHECK_TORCH_BUDGET,
 # GPU_CHECK_PATH_BUDGET), not left to their own defaults (330, 390 s): on 2026-12-06 the path part,
