@@ -31,9 +31,8 @@ fi
 # left (on a fresh machine FLA's Triton kernels autotune inside it: it ran out of 97 s on an H100
 # on 2026-12-06, and passed in 63 s once they were cached); a short budget: 20 s at least
 pt=$(( $(left) - 240 ))
-if [ "$pt" -lt 130 ]; then
-    if [ "$(left)" -ge 250 ]; then pt=130; elif [ "$pt" -lt 20 ]; then pt=20; fi
-fi
+[ "$pt" -lt 130 ] && [ "$(left)" -ge 250 ] && pt=130
+[ "$pt" -lt 20 ] && pt=20
 echo "== pytest (limit ${pt}s)"
 (cd /tmp && PYTHONUNBUFFERED=1 timeout -k 5 "$pt" "$PY" -m pytest -q -rs -p no:cacheprovider \
     -k "cuda or triton" "$ROOT/python/tests/test_path_ops.py" "$ROOT/python/tests/test_path_fla.py") >"$OUT/pytest.log" 2>&1

@@ -203,13 +203,16 @@ template <typename Tin, int D> struct KSegIntra {
         constexpr int kQ = sizeof(Tin) == 2 ? kRA : 0;
         // FATTN_PATH_L2_PREFETCH: chunk lc's W, U, K~, V (a pair's inputs; with the kept state of
         // slot js >= 0) and the rows of dU, dW (gamma step), dK~, dV that a pair against chunk lc adds to
+        // chunk lc's K~ and V rows (the scores' operands)
+        auto kt_of = [&](int64_t lc) { return static_cast<const Tin *>(p.kt) + ((sq.row0 + lc * kC) * p.h + h) * D; };
+        auto v_of = [&](int64_t lc) { return static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + lc * kC) * p.v_ss + h * p.v_sh; };
         auto pf_inputs = [&](int64_t lc, int64_t js) {
             const int64_t kr = sq.row0 + lc * kC, t = sq.begin + lc * kC;
             const int n = rows_of(lc);
             prefetch_tile_l2<float, kThreads>(p.w + sq.b * p.w_sb + t * p.w_ss + h * p.w_sh, p.w_ss, n, p.K);
             prefetch_tile_l2<Tw, kThreads>(static_cast<const Tw *>(p.uw) + (kr * p.h + h) * D, hd, n, D);
-            prefetch_tile_l2<Tin, kThreads>(static_cast<const Tin *>(p.kt) + (kr * p.h + h) * D, hd, n, D);
-            prefetch_tile_l2<Tin, kThreads>(static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t * p.v_ss + h * p.v_sh, p.v_ss, n, p.V);
+            prefetch_tile_l2<Tin, kThreads>(kt_of(lc), hd, n, D);
+            prefetch_tile_l2<Tin, kThreads>(v_of(lc), p.v_ss, n, p.V);
             if (js >= 0) prefetch_tile_l2<Tw, kThreads>(qts + js * kC * D, D, kC, D);
         };
         auto pf_rmw = [&](int64_t lc, bool gamma_step) {
@@ -271,8 +274,7 @@ template <typename Tin, int D> struct KSegIntra {
             for (int64_t j = 0; j < i; ++j) {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 // the scores' K~ and V tiles load while the states and gamma's step run
-                const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
-                const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
+                const Tin *gkt = kt_of(cj), *gv = v_of(cj);
                 TileRegs<Tin, D, kThreads> rk, rv;
                 if constexpr (!kS16) {
                     rk.issue(gkt, hd, kC, D);

@@ -262,6 +262,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     sync();
                 }
             }
+            // (kKH in a copy of its own: the four-warp kernel's compiled code stays as it was)
             if constexpr (kKH) {  // the row sums of the two key halves (first half first); each warp its gamma columns
                 float g[2] = {quad_sum(dgr[0]), quad_sum(dgr[1])};
                 if (kh == 1 && (lane_id() & 3) == 0)

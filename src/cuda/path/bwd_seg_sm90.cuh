@@ -31,8 +31,7 @@ namespace fattn::pathk {
 
 // Whether the (dtype, kernel head dim) backward launches KSegInterSm90 on an sm_90 device.
 constexpr bool seg_sm90_at(size_t in_bytes, int d) {
-    if (FATTN_PATH_SEG_SM90 == 3) return FATTN_PATH_SEG_SM90_BUILT && in_bytes == 2 && d == 64;
-    return wgmma_at(FATTN_PATH_SEG_SM90_BUILT, FATTN_PATH_SEG_SM90 == 2, in_bytes, d);
+    return wgmma_at(FATTN_PATH_SEG_SM90_BUILT, FATTN_PATH_SEG_SM90 >= 2, in_bytes, d, FATTN_PATH_SEG_SM90 <= 2);
 }
 
 }  // namespace fattn::pathk

@@ -661,9 +661,10 @@ PK_DEV float quad_max(float x) {
 
 // ---- 128-byte swizzled tiles and accumulators (the wgmma kernels: *_sm90.cuh) ----
 // Whether a wgmma kernel serves a (dtype, kernel head dim): built (its switch on, in a build with
-// wgmma), 16-bit inputs, at D 128, and at D 64 where d64 (the switch's value that adds it).
-constexpr bool wgmma_at(bool built, bool d64, size_t in_bytes, int d) {
-    return built && in_bytes == 2 && (d == 128 || (d == 64 && d64));
+// wgmma), 16-bit inputs, at D 128 unless !d128, and at D 64 where d64 (the switch's values that
+// name them).
+constexpr bool wgmma_at(bool built, bool d64, size_t in_bytes, int d, bool d128 = true) {
+    return built && in_bytes == 2 && ((d == 128 && d128) || (d == 64 && d64));
 }
 // The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
 // same fragment map, a warp's 16 rows of the warpgroup's 64).
