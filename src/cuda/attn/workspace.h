@@ -80,12 +80,16 @@ FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 // its tail than the bytes are worth, so small problems keep one pass. The passes are equal (the
 // last may be short). per_kv_head: the staged bytes of one kv head with its query heads.
 //
-// Off by default (one pass of every head): measured on the H200 (2026-12-05, fattn-bench --preset
-// targets-f32 --arms fused,exact --reps 10) with the passes on, B2 H16 S4096 fwd+bwd took 4.023 ms
-// at D64 and 5.744 at D128 against 3.245 and 5.074 for one pass (tree 9d224cd, same command, an
-// earlier run), for a measured peak of 642 MiB with the inputs at D128 against one pass's 962.
-// -DFATTN_TF32_BWD_PASSES=1 (host code: CMAKE_CXX_FLAGS) turns them on until a same-run A/B
-// decides.
+// Off by default (one pass of every head); -DFATTN_TF32_BWD_PASSES=1 (host code: CMAKE_CXX_FLAGS)
+// turns them on. Same-run A/B on the H200 (2026-12-06, tree f3617a5, `AB_PARITY=0
+// AB_PRESETS=targets-f32 scripts/attn-ab.sh OUT base= "pass=-DCMAKE_CXX_FLAGS=-DFATTN_TF32_BWD_PASSES=1"`,
+// two rounds): B2 H16 S4096 fwd+bwd 4.034 / 4.039 ms with passes against 3.871 / 3.873 at D64 (+4.2%),
+// 6.476 / 6.467 against 6.297 / 6.305 at D128 (+2.7%); fattn-bench's peak with the inputs 321 / 641
+// MiB against 353 / 706 (its one buffer also holds the forward's workspace, which the backward's
+// passes fall below: through PyTorch, where the forward's is freed first, the model's backward
+// workspace at D128 is 48 MiB in 4 passes against 192 in one). Not yet the default: the passes over
+// the kernels that read q, k, v and dout in place have run on a GPU in that bench only, not in
+// fattn-test's parity (the emulation runs them: test_attn_emu's head_passes cases).
 #ifndef FATTN_TF32_BWD_PASSES
 #define FATTN_TF32_BWD_PASSES 0
 #endif

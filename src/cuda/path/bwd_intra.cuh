@@ -201,31 +201,6 @@ template <typename Tin, int D> struct KSegIntra {
         // Operand flags (common.cuh): U, dO, K~, V, the states X of the pair loop and the products
         // read only as operands are stored as tf32 values; Q (16-bit inputs) is one already.
         constexpr int kQ = sizeof(Tin) == 2 ? kRA : 0;
-        // FATTN_PATH_L2_PREFETCH: chunk lc's W, U, K~, V (a pair's inputs; with the kept state of
-        // slot js >= 0) and the rows of dU, dW (gamma step), dK~, dV that a pair against chunk lc adds to
-        // chunk lc's K~ and V rows (the scores' operands)
-        auto kt_of = [&](int64_t lc) { return static_cast<const Tin *>(p.kt) + ((sq.row0 + lc * kC) * p.h + h) * D; };
-        auto v_of = [&](int64_t lc) { return static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + lc * kC) * p.v_ss + h * p.v_sh; };
-        auto pf_inputs = [&](int64_t lc, int64_t js) {
-            const int64_t kr = sq.row0 + lc * kC, t = sq.begin + lc * kC;
-            const int n = rows_of(lc);
-            prefetch_tile_l2<float, kThreads>(p.w + sq.b * p.w_sb + t * p.w_ss + h * p.w_sh, p.w_ss, n, p.K);
-            prefetch_tile_l2<Tw, kThreads>(static_cast<const Tw *>(p.uw) + (kr * p.h + h) * D, hd, n, D);
-            prefetch_tile_l2<Tin, kThreads>(kt_of(lc), hd, n, D);
-            prefetch_tile_l2<Tin, kThreads>(v_of(lc), p.v_ss, n, p.V);
-            if (js >= 0) prefetch_tile_l2<Tw, kThreads>(qts + js * kC * D, D, kC, D);
-        };
-        auto pf_rmw = [&](int64_t lc, bool gamma_step) {
-            const int64_t kr = sq.row0 + lc * kC, o = (kr * p.hq + hq) * D;
-            const int n = rows_of(lc);
-            if (gamma_step) {
-                prefetch_tile_l2<float, kThreads>(p.du + o, hqd, n, D);
-                prefetch_tile_l2<float, kThreads>(p.dwacc + o, hqd, n, D);
-            }
-            prefetch_tile_l2<float, kThreads>(dkt_of<D>(p, kr) + hq * D, hqd, n, D);
-            prefetch_tile_l2<float, kThreads>(p.dvacc + o, hqd, n, p.V);
-        };
-        constexpr bool kPf = FATTN_PATH_L2_PREFETCH != 0 && D > 64;
         for (int64_t i = 1; i < kNcs; ++i) {
             const int64_t ci = r * kNcs + i;
             if (ci >= nc) break;
@@ -247,7 +222,6 @@ template <typename Tin, int D> struct KSegIntra {
                 gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
                 dgr[a] = 0.f;
             }
-            if (kPf && i == 1) pf_inputs(r * kNcs, -1);  // no walk: pair 0's inputs
             cp_landed();
             // Q~ = Q - LT(Q W^T) U
             cta_gemm<float, false, false, NB64, NW, kQ>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
@@ -262,7 +236,6 @@ template <typename Tin, int D> struct KSegIntra {
                 for (int e = tid(); e < kC * D; e += kThreads) xs[e] = from_f<Tw>(sX[(e / D) * SD + e % D]);
                 ldW(sA, c2);
                 ldU(sB, c2);
-                if (kPf) pf_inputs(c2 - 1, -1);  // the next step's W and U (from j = 1: pair 0's inputs)
                 cp_landed();
                 cta_gemm<float, false, false, NB64, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = tf32_round(v); });
                 sync();
@@ -274,17 +247,14 @@ template <typename Tin, int D> struct KSegIntra {
             for (int64_t j = 0; j < i; ++j) {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 // the scores' K~ and V tiles load while the states and gamma's step run
-                const Tin *gkt = kt_of(cj), *gv = v_of(cj);
+                const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
+                const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
                 TileRegs<Tin, D, kThreads> rk, rv;
                 if constexpr (!kS16) {
                     rk.issue(gkt, hd, kC, D);
                     if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
                 }
                 [[maybe_unused]] Tin *kv16 = reinterpret_cast<Tin *>(smem + OFF_KV);  // kPreKV
-                if constexpr (kPf) {
-                    pf_rmw(cj, r >= 1 || j >= 1);
-                    if (j + 1 < i) pf_inputs(cj + 1, j);  // pair j + 1 reads the state of slot j
-                }
                 if (r >= 1 || j >= 1) {  // the state X(j) (j >= 1), then gamma back through chunk cj
                     sync();
                     ldW(sA, cj);

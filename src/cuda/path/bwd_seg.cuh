@@ -15,17 +15,6 @@
 
 #include "cuda/path/common.cuh"
 
-// FATTN_PATH_SEG_KSPLIT (an A/B switch, off by default): KSegInter at D 128 for 16-bit inputs on
-// eight warps instead of four. The two warps of a 16-row slice split each key chunk's scores (32
-// keys each), share dS through a [64, 64] tile in shared memory, and each keeps half of gamma's
-// columns (gamma += dS·K^ over the chunk's 64 keys for its 64 columns; gamma's step through E for
-// the half of E's rows that gives them). 112.5 KiB and at most 128 registers a thread, so two CTAs
-// of 256 threads share an SM (16 warps instead of 8). gamma's products are those of the
-// four-warp kernel (same operands, same order per column); the dG row sums add the two halves.
-#ifndef FATTN_PATH_SEG_KSPLIT
-#define FATTN_PATH_SEG_KSPLIT 0
-#endif
-
 namespace fattn::pathk {
 
 // The wgmma products of KSegInter's key loop (kW; bwd_seg_sm90.cuh, built where wgmma is).
@@ -37,16 +26,13 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     // Query blocks of BM rows (one warp per 16): 128 for D <= 64 (two chunks share every K^ / V
     // load and the segment's critical path halves), 64 at D = 128 (shared memory).
     static constexpr int BM = D <= 64 ? 2 * kC : kC;
-    static constexpr bool kF32 = sizeof(Tin) == 4;
-    // kKH: FATTN_PATH_SEG_KSPLIT's eight warps, two per 16-row slice (kh: the slice's key half)
-    static constexpr bool kKH = FATTN_PATH_SEG_KSPLIT && D > 64 && !kF32 && !kW;
-    static constexpr int kThreads = (kKH ? 4 : 2) * BM, NW = kThreads / 32, NX = D / 8, NG = kKH ? NX / 2 : NX;
-    static constexpr int kMinBlocks = kKH ? 2 : 1;
+    static constexpr int kThreads = 2 * BM, NW = BM / 16, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
     // kW: a [64, D] tile is D / 64 panels of [64, 64] (8 KiB), every tile and stage 1024-aligned
     static constexpr size_t TW = size_t(D / 64) * kC * 128;
     static constexpr size_t TI = kW ? TW : tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
     static constexpr size_t QI = kW ? (BM / kC) * TW : tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
+    static constexpr bool kF32 = sizeof(Tin) == 4;
     static_assert(!kW || (sizeof(Tin) == 2 && (D == 64 || D == 128)), "wgmma: 16-bit inputs at D 64 or 128");
     // dO, Qh (input dtype), then the layout of the K x K step:
     //  * D <= 64: Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two stages of
@@ -62,11 +48,8 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
     static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EH, 2 * STG);
-    // kKH: the chunk's dS [BM, 64] (input dtype) and the second warps' dG row sums, after lse2, dl, gq
-    static constexpr int ST64 = tile_stride<Tin>(kC);
-    static constexpr size_t KHB = kKH ? tile_bytes<Tin>(BM, kC) + BM * 4 : 0;
     static constexpr size_t smem() {
-        return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 + KHB : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4);
+        return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4);
     }
     static constexpr int NB = D / 16;
 
@@ -101,8 +84,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
         const int hq = it.y, h = hq / p.grp;
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0;
-        // this warp's 16 query rows, and (kKH) its half of each key chunk and of gamma's columns
-        const int r0 = 16 * (kKH ? warp_id() % (BM / 16) : warp_id()), kh = kKH ? warp_id() / (BM / 16) : 0, gc0 = kh * 8 * NG;
+        const int r0 = 16 * warp_id();
         if (r == 0) {  // no earlier segment: gamma = 0
             const int64_t b0 = int64_t(ib0) * BM, rows = sq.len - b0 < NIB * BM ? sq.len - b0 : NIB * BM;
             for (int64_t e = tid(); e < rows * D; e += kThreads) p.gam[((sq.row0 + b0 + e / D) * p.hq + hq) * D + e % D] = 0.f;
@@ -122,12 +104,8 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
         float *sG = reinterpret_cast<float *>(kUnion ? u + OFF_G : c + 2 * QI + (kF32 ? 0 : QF));
         float *sE = reinterpret_cast<float *>(kUnion ? u + OFF_E : u);
         float *lse2 = reinterpret_cast<float *>(kUnion ? c + 2 * QI + R : u + U), *dl = lse2 + BM, *gq = dl + BM;
-        [[maybe_unused]] Tin *sDS = reinterpret_cast<Tin *>(gq + BM);  // kKH
-        [[maybe_unused]] float *dgx = reinterpret_cast<float *>(reinterpret_cast<char *>(sDS) + tile_bytes<Tin>(BM, kC));
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.hk;
-        // (common.cuh; not with kKH: its 128 registers spilled 396 B with them, 120 B without)
-        constexpr bool kPf = FATTN_PATH_L2_PREFETCH != 0 && D > 64 && !kKH;
         for (int64_t ib = ib0; ib < ib0 + NIB; ++ib) {
             const int64_t c0 = r * kS + ib * BM, t0 = sq.begin + c0, qrow = sq.row0 + c0;
             if (c0 >= sq.len) break;
@@ -140,7 +118,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                 dl[a] = ok ? p.delta[(qrow + a) * p.hq + hq] : 0.f;
                 gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
             }
-            float gam[NG][4], dgr[2] = {0.f, 0.f};  // gamma's columns [gc0, gc0 + 8 NG) of this warp's rows
+            float gam[NX][4], dgr[2] = {0.f, 0.f};
             zero_acc(gam);
             for (int64_t rp = 0; rp < r; ++rp) {
                 sync();  // previous users of sQh / sE / the key stages are done
@@ -152,7 +130,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                 if (rp >= 1) {
                     if (!kF32)
                         for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(at(sQh, e / D, e % D));
-                    acc_to_tile(sG + gc0, SD, r0, gam);
+                    acc_to_tile(sG, SD, r0, gam);
                     const float *gE = p.emat + ((sq.seg0 + rp) * p.h + h) * D * D;
                     if (EH == 1) {
                         load_tile<float, kThreads>(sE, SD, gE, D, D, D, D, D, true);
@@ -177,14 +155,6 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                             cp_wait<0>();
                             sync();
                         }
-                        if constexpr (kKH) {  // E's half pc gives the columns of warps kh = pc: gamma - gamma E^T
-                            if (kh != pc) continue;  // from sG, so that gamma is not live across dE's product
-                            zero_acc(gam);
-                            warp_gemm<float, false, false, NXH>(gam, sG, SD, sE, SD, r0, 0, D);
-                            for (int j = 0; j < NXH; ++j)
-                                for (int e = 0; e < 4; ++e) gam[j][e] = sG[(r0 + acc_row(e)) * SD + gc0 + acc_col(j, e)] - gam[j][e];
-                            continue;
-                        }
                         float t[NXH][4];
                         zero_acc(t);
                         warp_gemm<float, false, false, NXH>(t, sG, SD, sE, SD, r0, 0, D);
@@ -205,11 +175,6 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                 };
                 issue(rp * kNcs, u);
                 cp_commit();
-                if (kPf && rp + 1 < r) {  // the next earlier segment's history rows and E, into L2
-                    prefetch_tile_l2<Tin, kThreads>(static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 2) * p.hq + hq) * p.hk,
-                                                    hstride, nq, p.hk);
-                    prefetch_tile_l2<float, kThreads>(p.emat + ((sq.seg0 + rp + 1) * p.h + h) * D * D, D, D, D);
-                }
                 for (int64_t j = 0; j < kNcs; ++j) {
                     char *cur = u + (j & 1) * STG;
                     ring_step(j + 1 < kNcs, [&] { issue(rp * kNcs + j + 1, u + ((j + 1) & 1) * STG); });
@@ -217,28 +182,6 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     sync();
                     const Tin *sKh = reinterpret_cast<const Tin *>(cur), *sV = reinterpret_cast<const Tin *>(cur + TI);
                     const float *gk = reinterpret_cast<const float *>(cur + 2 * TI);
-                    if constexpr (kKH) {  // this warp's 16 x 32 of S and dP, dS to sDS, then its half of gamma
-                        float S[4][4], dP[4][4];
-                        zero_acc(S);
-                        zero_acc(dP);
-                        warp_gemm<Tin, false, false, 4>(S, sQh, STi, sKh, STi, r0, kh * 32, D);
-                        warp_gemm<Tin, false, false, 4>(dP, sdO, STi, sV, STi, r0, kh * 32, D);
-                        for (int jj = 0; jj < 4; ++jj)
-                            for (int hh = 0; hh < 2; ++hh) {
-                                const int a = r0 + acc_row(2 * hh), b = kh * 32 + acc_col(jj, 0);
-                                float ds[2];
-                                for (int e = 0; e < 2; ++e) {
-                                    const float P = a < nq ? exp2_fast(p.sl2 * (S[jj][2 * hh + e] + gq[a] - gk[b + e]) - lse2[a]) : 0.f;
-                                    ds[e] = p.scale * P * (dP[jj][2 * hh + e] - dl[a]);
-                                    dgr[hh] += ds[e];
-                                }
-                                st_pair<Tin>(sDS, a * ST64 + b, ds[0], ds[1]);
-                            }
-                        sync();
-                        warp_gemm<Tin, false, true, NG>(gam, sDS, ST64, sKh, STi, r0, gc0, kC);
-                        sync();
-                        continue;
-                    }
                     float S[8][4], dP[8][4];
                     if constexpr (kW) {  // this warpgroup's 64 rows of S = Qh K^^T and dP = dO V^T
                         const int wg = warp_id() / 4;
@@ -262,28 +205,13 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     sync();
                 }
             }
-            // (kKH in a copy of its own: the four-warp kernel's compiled code stays as it was)
-            if constexpr (kKH) {  // the row sums of the two key halves (first half first); each warp its gamma columns
-                float g[2] = {quad_sum(dgr[0]), quad_sum(dgr[1])};
-                if (kh == 1 && (lane_id() & 3) == 0)
-                    for (int hh = 0; hh < 2; ++hh) dgx[r0 + acc_row(2 * hh)] = g[hh];
-                sync();
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int a = r0 + acc_row(2 * hh);
-                    if (a >= nq) continue;
-                    for (int j = 0; j < NG; ++j)
-                        for (int e = 0; e < 2; ++e) p.gam[((qrow + a) * p.hq + hq) * D + gc0 + acc_col(j, e)] = gam[j][2 * hh + e];
-                    if ((lane_id() & 3) == 0 && kh == 0) p.dgs[(qrow + a) * p.hq + hq] += g[hh] + dgx[a];
-                }
-            } else {
-                for (int hh = 0; hh < 2; ++hh) {
-                    const float g = quad_sum(dgr[hh]);
-                    const int a = r0 + acc_row(2 * hh);
-                    if (a >= nq) continue;
-                    for (int j = 0; j < NX; ++j)
-                        for (int e = 0; e < 2; ++e) p.gam[((qrow + a) * p.hq + hq) * D + acc_col(j, e)] = gam[j][2 * hh + e];
-                    if ((lane_id() & 3) == 0) p.dgs[(qrow + a) * p.hq + hq] += g;
-                }
+            for (int hh = 0; hh < 2; ++hh) {
+                const float g = quad_sum(dgr[hh]);
+                const int a = r0 + acc_row(2 * hh);
+                if (a >= nq) continue;
+                for (int j = 0; j < NX; ++j)
+                    for (int e = 0; e < 2; ++e) p.gam[((qrow + a) * p.hq + hq) * D + acc_col(j, e)] = gam[j][2 * hh + e];
+                if ((lane_id() & 3) == 0) p.dgs[(qrow + a) * p.hq + hq] += g;
             }
         }
     }

@@ -9,9 +9,7 @@
 //
 // Built when nvcc compiles with FATTN_HAVE_SM90 and FATTN_PATH_SEG_SM90 is set; bwd.cuh launches it
 // on sm_90 devices (CudaLauncher::sm90) at the kernel head dims it names: 1: D 128; 2: D 64 and 128;
-// 3: D 64; 0 (default): never. (FATTN_PATH_DKV_SM90 numbers its values the other way: 2 = D 128, 1 = both.)
-// The CPU emulation runs it (emu.h's wgmma; the fattn_emu_alt library at 3, whose D 128 runs
-// FATTN_PATH_SEG_KSPLIT's eight-warp mma.sync kernel instead: bwd_seg.cuh).
+// 0 (default): never. (FATTN_PATH_DKV_SM90 numbers its values the other way: 2 = D 128, 1 = both.) The CPU emulation runs it (emu.h's wgmma; the fattn_emu_alt library at 2).
 #pragma once
 
 #include "cuda/path/bwd_dkv_sm90.cuh"
@@ -31,7 +29,7 @@ namespace fattn::pathk {
 
 // Whether the (dtype, kernel head dim) backward launches KSegInterSm90 on an sm_90 device.
 constexpr bool seg_sm90_at(size_t in_bytes, int d) {
-    return wgmma_at(FATTN_PATH_SEG_SM90_BUILT, FATTN_PATH_SEG_SM90 >= 2, in_bytes, d, FATTN_PATH_SEG_SM90 <= 2);
+    return wgmma_at(FATTN_PATH_SEG_SM90_BUILT, FATTN_PATH_SEG_SM90 == 2, in_bytes, d);
 }
 
 }  // namespace fattn::pathk

@@ -26,16 +26,6 @@
 #ifndef FATTN_PATH_LOAD_OVERLAP
 #define FATTN_PATH_LOAD_OVERLAP 1
 #endif
-// L2 prefetches of seg-intra and seg-inter (an A/B switch): 1 = seg-intra asks each pair's
-// read-modify-write targets (dU, dW, dK~, dV rows of its key chunk) and the next pair's inputs (W,
-// U, K~, V, the kept state) into L2 when the pair starts, and seg-inter the next earlier segment's
-// history rows and E while a segment's keys run, so that their loads wait for L2 instead of
-// memory; 0 = none.
-// At D 128 only (one CTA per SM there; at D <= 64 the addresses' registers tripled the spills of
-// the 128-register kernel, ptxas 2026-12-06).
-#ifndef FATTN_PATH_L2_PREFETCH
-#define FATTN_PATH_L2_PREFETCH 0
-#endif
 // The wgmma kernels (bwd_dkv_sm90.cuh, bwd_seg_sm90.cuh): WGMMA_BUILD, this compilation may hold
 // them (the CPU emulation, which emulates wgmma, or nvcc with sm_90a in the build); WGMMA_PASS, this
 // pass emits their instructions (the emulation, or nvcc's sm_90a device pass; the others compile
@@ -240,16 +230,6 @@ PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int w
             const int r = e / width, c = e % width;
             s[r * ST + c] = (r < rows_valid && c < cols_valid) ? g[r * gstride + c] : from_f<E>(0.f);
         }
-    }
-}
-// Rows [0, rows_valid) of a [rows, width] tile of E at g (row stride gstride elements) into L2:
-// one prefetch_l2 per 128-byte line a row touches, spread over the CTA's NT threads.
-template <typename E, int NT> PK_DEV void prefetch_tile_l2(const E *g, int64_t gstride, int rows_valid, int width) {
-    constexpr int kLine = 128 / int(sizeof(E));
-    const int lines = (width + kLine - 1) / kLine;
-    for (int e = tid(); e < rows_valid * lines; e += NT) {
-        const int r = e / lines, c = (e % lines) * kLine;
-        prefetch_l2(g + r * gstride + c);
     }
 }
 // Same with a conversion (plain loads, done when the call returns): Es <- Eg. vec (rows 16-byte
@@ -661,10 +641,9 @@ PK_DEV float quad_max(float x) {
 
 // ---- 128-byte swizzled tiles and accumulators (the wgmma kernels: *_sm90.cuh) ----
 // Whether a wgmma kernel serves a (dtype, kernel head dim): built (its switch on, in a build with
-// wgmma), 16-bit inputs, at D 128 unless !d128, and at D 64 where d64 (the switch's values that
-// name them).
-constexpr bool wgmma_at(bool built, bool d64, size_t in_bytes, int d, bool d128 = true) {
-    return built && in_bytes == 2 && ((d == 128 && d128) || (d == 64 && d64));
+// wgmma), 16-bit inputs, at D 128, and at D 64 where d64 (the switch's value that adds it).
+constexpr bool wgmma_at(bool built, bool d64, size_t in_bytes, int d) {
+    return built && in_bytes == 2 && (d == 128 || (d == 64 && d64));
 }
 // The m16n8 accumulators [N][4] of a warp as the wgmma accumulator list (element 4j + i: the
 // same fragment map, a warp's 16 rows of the warpgroup's 64).

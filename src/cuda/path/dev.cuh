@@ -211,17 +211,6 @@ PK_DEV V16 ld16(const void *g) {
 #endif
 }
 
-// A hint that the 128-byte line holding g is wanted soon: prefetch.global.L2 (no register, no
-// wait, no effect on results). The emulation reads one byte there, so that AddressSanitizer
-// reports an address outside the caller's tensors.
-PK_DEV void prefetch_l2(const void *g) {
-#if defined(__CUDACC__)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(g));
-#else
-    (void)*static_cast<const volatile char *>(g);
-#endif
-}
-
 // Four f32 in one 16-byte store (g 16-byte aligned).
 PK_DEV void st16f(float *g, float a, float b, float c, float d) {
 #if defined(__CUDACC__)
