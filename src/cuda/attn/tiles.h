@@ -133,6 +133,16 @@ constexpr int sm90_fwd_bm() { return 128; }
 #ifndef FATTN_SM90_PINGPONG
 #define FATTN_SM90_PINGPONG 0
 #endif
+// -DFATTN_SM90_TF32_ROUND (CUDA flags), how the tf32 backward's producer warps round each landed
+// stage of q / dout (dK/dV) and k / v (dQ) in shared memory (sm90_round_stage_tf32, fwd_kernel.cuh):
+// 1 (default) one 16-byte load, rounding and store at a time per thread; 2 four 16-byte loads in
+// flight per thread before their stores (same values, same bits); 0 no rounding, a measurement
+// build only (wgmma then truncates the operands, which the parity bars were not set for): an A/B
+// of 1 against 0 prices the rounding, whose cost since the backward reads these rows in place is
+// the question (docs/PERF.md, 2026-12-06).
+#ifndef FATTN_SM90_TF32_ROUND
+#define FATTN_SM90_TF32_ROUND 1
+#endif
 constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return (es == 4 && d > 64) || d > 128 ? 64 : 128; }
 // Ring depths (K/V stages here, K/V in the dQ kernel, Q/dO rows in the dK/dV kernel) are per head
 // dim and element size so that each can be measured on its own: 2 everywhere by default. The
