@@ -143,6 +143,15 @@ constexpr int sm90_fwd_bm() { return 128; }
 #ifndef FATTN_SM90_TF32_ROUND
 #define FATTN_SM90_TF32_ROUND 1
 #endif
+// -DFATTN_SM90_TF32_DS=1 (CUDA flags): the tf32 dQ kernel forms dS in a register array of its own
+// instead of in place over S. In place, the S = Q·Kᵀ chain's last wgmma writes the registers
+// that the three dS paths (unmasked, masked with and without bias reads) merge into, so the PTX
+// copies the accumulators between its last two wgmmas and ptxas injects a warpgroup.wait there
+// (C7517, every key step). With its own array: no injected wait, the same spills (ptxas sm_90a,
+// 2026-12-06), the same values. Off until a GPU A/B times it.
+#ifndef FATTN_SM90_TF32_DS
+#define FATTN_SM90_TF32_DS 0
+#endif
 constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return (es == 4 && d > 64) || d > 128 ? 64 : 128; }
 // Ring depths (K/V stages here, K/V in the dQ kernel, Q/dO rows in the dK/dV kernel) are per head
 // dim and element size so that each can be measured on its own: 2 everywhere by default. The
