@@ -87,9 +87,10 @@ FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 // 6.476 / 6.467 against 6.297 / 6.305 at D128 (+2.7%); fattn-bench's peak with the inputs 321 / 641
 // MiB against 353 / 706 (the bench allocates the gradients before the forward, so its peak keeps
 // the forward's workspace beside them; through PyTorch, where the forward's is freed first, the
-// model's backward workspace at D128 is 48 MiB in 4 passes against 192 in one). Not yet the default: the passes over
-// the kernels that read q, k, v and dout in place have run on a GPU in that bench only, not in
-// fattn-test's parity (the emulation runs them: test_attn_emu's head_passes cases).
+// model's backward workspace at D128 is 48 MiB in 4 passes against 192 in one). Not yet the
+// default: the passes over the kernels that read q, k, v and dout in place have run on a GPU in
+// that bench only, not in fattn-test's parity (the emulation runs them: test_attn_emu's
+// head_passes cases).
 #ifndef FATTN_TF32_BWD_PASSES
 #define FATTN_TF32_BWD_PASSES 0
 #endif

@@ -9,7 +9,8 @@
 //
 // Built when nvcc compiles with FATTN_HAVE_SM90 and FATTN_PATH_SEG_SM90 is set; bwd.cuh launches it
 // on sm_90 devices (CudaLauncher::sm90) at the kernel head dims it names: 1: D 128; 2: D 64 and 128;
-// 0 (default): never. (FATTN_PATH_DKV_SM90 numbers its values the other way: 2 = D 128, 1 = both.) The CPU emulation runs it (emu.h's wgmma; the fattn_emu_alt library at 2).
+// 0 (default): never. (FATTN_PATH_DKV_SM90 numbers its values the other way: 2 = D 128, 1 = both.)
+// The CPU emulation runs it (emu.h's wgmma; the fattn_emu_alt library at 2).
 #pragma once
 
 #include "cuda/path/bwd_dkv_sm90.cuh"

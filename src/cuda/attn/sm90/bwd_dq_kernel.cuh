@@ -194,9 +194,8 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         const bool full = tile_full(p, r0, r0 + 64, n0, n0 + kBN, lq, lkv);  // uniform per warpgroup
         const bool use_bias = p.bias && kt.state(n) == kBiasRead;
         // FATTN_SM90_TF32_DS (tiles.h): tf32's dS in an array of its own, else in s's registers
-        constexpr bool kDsOwn = kTf32 && FATTN_SM90_TF32_DS;
-        float ds_own[kDsOwn ? kBN / 2 : 1];
-        float(&ds)[kBN / 2] = *reinterpret_cast<float(*)[kBN / 2]>(kDsOwn ? ds_own : s);
+        float ds_own[kBN / 2];
+        float(&ds)[kBN / 2] = kTf32 && FATTN_SM90_TF32_DS ? ds_own : s;
         if (full && !use_bias) {
             wgmma_wait<1>();
             reg_fence(s);
