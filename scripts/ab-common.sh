@@ -3,7 +3,9 @@
 # logs into $LOGS/build-NAME.log, and appends NAME to the array `names` when it built. CMAKE_ARGS
 # is split at spaces; a ^ inside an argument stands for a space, so one CMAKE_CUDA_FLAGS can carry
 # several definitions: "old=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_LOAD_OVERLAP=0^-DFATTN_PATH_FWD_SPLIT=0"
-# (commas pass through: nvcc and CMake use them).
+# (commas pass through: nvcc and CMake use them). ab_build_all TARGETS VARIANT... builds every variant
+# at once (each build's long pole is one translation unit, so concurrent builds overlap; AB_SERIAL=1
+# builds one after another) and fills `names` in the order given.
 export PATH=/usr/local/cuda/bin:$PATH
 AB_GEN=()
 command -v ninja >/dev/null 2>&1 && AB_GEN=(-G Ninja)
@@ -25,4 +27,26 @@ ab_build() {
     else
         echo "build of $name FAILED:"; tail -n 15 "$LOGS/build-$name.log"
     fi
+}
+ab_build_all() {
+    local targets=$1 v n i=0
+    shift
+    if [ "${AB_SERIAL:-0}" = 1 ]; then
+        # shellcheck disable=SC2086
+        for v in "$@"; do ab_build "$v" $targets; done
+        return
+    fi
+    local -a pids=()
+    for v in "$@"; do
+        # shellcheck disable=SC2086
+        ( names=(); ab_build "$v" $targets >"$LOGS/.status-$i"; printf '%s\n' "${names[@]}" >"$LOGS/.names-$i" ) &
+        pids+=($!)
+        i=$((i + 1))
+    done
+    wait "${pids[@]}"
+    for ((i = 0; i < $#; i++)); do
+        cat "$LOGS/.status-$i"
+        while read -r n; do [ -n "$n" ] && names+=("$n"); done <"$LOGS/.names-$i"
+        rm -f "$LOGS/.status-$i" "$LOGS/.names-$i"
+    done
 }

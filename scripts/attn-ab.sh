@@ -25,9 +25,7 @@ mkdir -p "$LOGS"
 . "$(dirname "$0")/ab-common.sh"
 names=()
 want_parity() { [ "${AB_PARITY:-1}" != 0 ]; }
-for v in "$@"; do
-    if want_parity; then ab_build "$v" fattn-bench fattn-test; else ab_build "$v" fattn-bench; fi
-done
+if want_parity; then ab_build_all "fattn-bench fattn-test" "$@"; else ab_build_all fattn-bench "$@"; fi
 want_parity && for n in "${names[@]}"; do
     for mode in test determinism; do
         # shellcheck disable=SC2086

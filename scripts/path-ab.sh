@@ -22,10 +22,7 @@ LOGS=$OUT/logs
 mkdir -p "$LOGS"
 . "$(dirname "$0")/ab-common.sh"
 names=()
-for v in "$@"; do
-    # shellcheck disable=SC2086
-    ab_build "$v" fattn-bench ${AB_PARITY:+fattn-test}
-done
+ab_build_all "fattn-bench${AB_PARITY:+ fattn-test}" "$@"
 cases=("--T 4096 --hq 32 --h 32" "--T 8192 --hq 32 --h 32" "--T 4096 --hq 32 --h 8"
        "--cu 0,512,2048,4096,8192 --hq 32 --h 32" "--T 4096 --hq 16 --h 16 --k 128 --v 128"
        "--T 4096 --hq 32 --h 32 --dtype f32")
