@@ -17,6 +17,11 @@
 #ifndef FATTN_PATH_KEEP_T0
 #define FATTN_PATH_KEEP_T0 1
 #endif
+// KPrep with two CTAs per SM at D 128 (its K tile reused, K~'s epilogue reading K from global
+// memory); 0: the layout of five tiles, for an A/B
+#ifndef FATTN_PATH_PREP_SLIM
+#define FATTN_PATH_PREP_SLIM 1
+#endif
 
 namespace fattn::pathk {
 
@@ -159,15 +164,83 @@ template <int D, int NW, int RND = 0> PK_DEV void prep_wk(const float *sW, const
                                               [&](int d, int b, float v) { sWK[d * S64 + b] = d > b ? tf32_round(v) : 0.f; });
     sync();
 }
-template <int D, int NW, int RND = 0, bool RndDm = false>
-PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float *sWK, float *sDm) {
+// sDm <- T WK (T, WK: tiles of tf32 values).
+template <int D, int NW, bool RndDm = false> PK_DEV void prep_dm(const float *sT, const float *sWK, float *sDm) {
     constexpr int S64 = F32Tiles<D>::S64;
-    prep_wk<D, NW, RND>(sW, sK, sWK);
     cta_gemm<float, false, true, 4, NW, kRA | kRB>(kC, kC, kC, sT, S64, sWK, S64,
                                                    [&](int a, int b, float v) { sDm[a * S64 + b] = rnd_if<RndDm>(v); });
     sync();
 }
+template <int D, int NW, int RND = 0, bool RndDm = false>
+PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float *sWK, float *sDm) {
+    prep_wk<D, NW, RND>(sW, sK, sWK);
+    prep_dm<D, NW, RndDm>(sT, sWK, sDm);
+}
 
+#if FATTN_PATH_PREP_SLIM
+// Forward and backward: per (chunk, kv head) store U, W (walk type), K~ (input dtype) and Dm
+// (walk type) into the workspace. grid (total chunks, H). WK is formed first, so K's tile gives its
+// space to M and the solve's scratch, and K~'s epilogue reads K from global memory (the loads issued
+// before its product): two f32 tiles of 64 x D and two of 64 x 64, so two CTAs share an SM at D 128
+// (three at D 64).
+template <typename Tin, int D> struct KPrep {
+    using Tw = walk_t<Tin>;
+    static constexpr int kThreads = 256, NW = kThreads / 32, kMinBlocks = 2;
+    using PT = F32Tiles<D>;
+    static constexpr size_t XB = PT::BIG > PT::SMALL ? PT::BIG : PT::SMALL;  // K, then M (D 32: M is the larger)
+    static constexpr size_t smem() { return PT::BIG + XB + 2 * PT::SMALL + 768 * 4 + 256; }
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        constexpr int SD = PT::SD, S64 = PT::S64, NB = D / 16;  // K~'s warp tiles: 16 x D/2
+        const int64_t gc = bid_x();
+        const int h = bid_y();
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t c0 = (gc - sq.chunk0) * kC;
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        // sX holds K, then M and T = T0 diag(beta); sT0 holds T0, then Dm
+        float *sW = reinterpret_cast<float *>(smem), *sX = sW + kC * SD, *sWK = reinterpret_cast<float *>(smem + PT::BIG + XB);
+        float *sT0 = sWK + kC * S64;
+        float *sY = sT0 + kC * S64, *sb = sY + 768, *sM = sX, *sDm = sT0;
+        prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sX, sb);
+        constexpr int kK = sizeof(Tin) == 2 ? kRB : 0;
+        prep_wk<D, NW, kK>(sW, sX, sWK);  // WK = SL(W K^T); K's tile is free after it
+        prep_t0<D, kThreads>(sW, sb, sM, sT0, sY);
+        Tw *gdm = static_cast<Tw *>(p.dmat) + (gc * p.h + h) * kC * kC;
+        if (p.keep_t0) keep_t0<Tw, kThreads>(sT0, gdm);
+        // T = T0 diag(beta) as tf32 values (read only as an operand)
+        for (int e = tid(); e < kC * kC; e += kThreads) sM[(e / kC) * S64 + e % kC] = tf32_round(sT0[(e / kC) * S64 + e % kC] * sb[e % kC]);
+        sync();
+        const int64_t row = sq.row0 + c0;
+        auto at = [&](int a, int col) { return ((row + a) * p.h + h) * D + col; };
+        // U = T W; W in the walk type; Dm = T WK into sT0 (T0 is no longer needed)
+        cta_gemm<float, false, true, NB, NW, kRA>(kC, D, kC, sM, S64, sW, SD, [&](int a, int col, float v) {
+            if (a < n) st<Tw>(p.uw, at(a, col), v);  // rows past the sequence belong to the next one
+        });
+        for (int e = tid(); e < n * D; e += kThreads) st<Tw>(p.ww, at(e / D, e % D), sW[(e / D) * SD + e % D]);
+        prep_dm<D, NW>(sM, sWK, sDm);
+        for (int e = tid(); e < kC * kC; e += kThreads)
+            if (!p.keep_t0 || e / kC > e % kC) gdm[e] = from_f<Tw>(sDm[(e / kC) * S64 + e % kC]);
+        // K~ = K - Dm^T W: a 16 x D/2 tile per warp, its K elements loaded before the product
+        const Tin *gk = static_cast<const Tin *>(p.k) + sq.b * p.k_sb + (sq.begin + c0) * p.k_ss + h * p.k_sh;
+        for (int tile = warp_id(); tile < 2 * kC / 16; tile += NW) {
+            const int m0 = (tile / 2) * 16, n0 = (tile % 2) * 8 * NB;
+            float kv[NB][4], acc[NB][4];
+            for (int j = 0; j < NB; ++j)
+                for (int i = 0; i < 4; ++i) {
+                    const int b = m0 + acc_row(i), col = n0 + acc_col(j, i);
+                    kv[j][i] = b < n && col < p.K ? to_f(gk[b * p.k_ss + col]) : 0.f;
+                }
+            zero_acc(acc);
+            warp_gemm<float, true, true, NB>(acc, sDm, S64, sW, SD, m0, n0, kC);
+            for (int j = 0; j < NB; ++j)
+                for (int i = 0; i < 4; ++i) {
+                    const int b = m0 + acc_row(i), col = n0 + acc_col(j, i);
+                    if (b < n) st<Tin>(p.kt, at(b, col), kv[j][i] - acc[j][i]);
+                }
+        }
+    }
+};
+
+#else
 // Forward and backward: per (chunk, kv head) store U (walk type, and f32 in the backward), W
 // (walk type), K~ (input dtype) and Dm (walk type) into the workspace. grid (total chunks, H).
 template <typename Tin, int D> struct KPrep {
@@ -210,5 +283,7 @@ template <typename Tin, int D> struct KPrep {
         });
     }
 };
+
+#endif
 
 }  // namespace fattn::pathk
