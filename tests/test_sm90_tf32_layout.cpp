@@ -237,7 +237,7 @@ TEST(Sm90Tf32Layout, SelectionCountsTheLargestKernelsSharedMemory) {
         big.q_sb = big.k_sb = big.v_sb = 4096 * 16 * 128;
         Choice cb;
         ASSERT_EQ(choose(big, dev, &cb, &why), FATTN_OK) << why;
-        EXPECT_EQ(cb.tf32_pass_kv_heads, FATTN_TF32_BWD_PASSES ? 4 : 16);  // off by default: one pass
+        EXPECT_EQ(cb.tf32_pass_kv_heads, FATTN_TF32_BWD_PASSES ? 4 : 16);  // on by default; built without them: one pass
     }
 
     {  // the backward reads k and v in place through TMA: an odd k (one float into its buffer, or a

@@ -171,7 +171,7 @@ std::vector<AttnCase> make_table() {
         // keys at D128, through the pre-pass's rounded K and Vᵀ copies, GQA 4 heads per group.
         C("large_s8k_gqa_tf32").shape(1, 8192, 8192, 8, 2, 128).algo_(AlgoSel::FUSED).is_large(),
         // The sm90 tf32 backward in passes of kv heads (workspace.h: tf32_bwd_pass_kv_heads, with
-        // FATTN_TF32_BWD_PASSES=1): on 132 SMs two passes of two kv heads (4 query heads) each, the
+        // FATTN_TF32_BWD_PASSES, on by default): on 132 SMs two passes of two kv heads (4 query heads) each, the
         // rounded copies of one pass in the workspace; the sampled rows fall in both passes. A
         // ±256 band, so that the sampled judge can afford keys too (dk, dv: a key's rows are few).
         C("large_tf32_head_passes").shape(8, 4096, 4096, 8, 4, 128).window(256, 256, ATL).algo_(AlgoSel::FUSED).is_large(),

@@ -79,7 +79,7 @@ bool sm90_fwd_legal(const AttnFwdParams &p, const DeviceInfo &dev, std::string *
 // The sm90 tf32 backward's kv heads per pass (workspace.h: tf32_bwd_pass_kv_heads), from the
 // bytes its regions take per kv head: at least two waves of the dK/dV kernel (one CTA per SM).
 int64_t tf32_pass_kv_heads(const AttnFwdParams &p, int64_t db, const DeviceInfo &dev) {
-    if (!FATTN_TF32_BWD_PASSES) return p.hkv;  // workspace.h: off by default
+    if (!FATTN_TF32_BWD_PASSES) return p.hkv;  // workspace.h: on by default
     const int64_t bview = p.cu_seqlens_q ? 1 : p.batch, rk = bview * p.total_kv, rq = bview * p.total_q;
     const size_t key_side = sat_prod({db, sm90_vt_cols(rk, p.batch), 4});  // Kᵀ (K, V rows: in place)
     const size_t query_side = sat_prod({2, db, sm90_vt_cols(rq, p.batch), 4});  // Qᵀ, dOᵀ (Q, dO rows: in place)

@@ -133,24 +133,13 @@ constexpr int sm90_fwd_bm() { return 128; }
 #ifndef FATTN_SM90_PINGPONG
 #define FATTN_SM90_PINGPONG 0
 #endif
-// -DFATTN_SM90_TF32_ROUND (CUDA flags), how the tf32 backward's producer warps round each landed
-// stage of q / dout (dK/dV) and k / v (dQ) in shared memory (sm90_round_stage_tf32, fwd_kernel.cuh):
-// 1 (default) one 16-byte load, rounding and store at a time per thread; 2 four 16-byte loads in
-// flight per thread before their stores (same values, same bits); 0 no rounding, a measurement
-// build only (wgmma then truncates the operands, which the parity bars were not set for): an A/B
-// of 1 against 0 prices the rounding, whose cost since the backward reads these rows in place is
-// the question (docs/PERF.md, 2026-12-06).
+// -DFATTN_SM90_TF32_ROUND=0 (CUDA flags): the tf32 backward's producer warps leave the landed
+// stages of q / dout (dK/dV) and k / v (dQ) unrounded (sm90_round_stage_tf32, fwd_kernel.cuh), so
+// wgmma truncates them: a measurement build only (the parity bars were not set for truncation),
+// which prices the rounding: on an H100 (2026-12-06) B2 H16 S4096 fwd+bwd 5.43 against 6.27 ms at
+// D128 (13%), 3.70 against 3.84 at D64 (docs/PERF.md).
 #ifndef FATTN_SM90_TF32_ROUND
 #define FATTN_SM90_TF32_ROUND 1
-#endif
-// -DFATTN_SM90_TF32_DS=1 (CUDA flags): the tf32 dQ kernel forms dS in a register array of its own
-// instead of in place over S. In place, the S = Q·Kᵀ chain's last wgmma writes the registers
-// that the three dS paths (unmasked, masked with and without bias reads) merge into, so the PTX
-// copies the accumulators between its last two wgmmas and ptxas injects a warpgroup.wait there
-// (C7517, every key step). With its own array: no injected wait, the same spills (ptxas sm_90a,
-// 2026-12-06), the same values. Off until a GPU A/B times it.
-#ifndef FATTN_SM90_TF32_DS
-#define FATTN_SM90_TF32_DS 0
 #endif
 constexpr int sm90_fwd_bn(int d = 128, size_t es = 2) { return (es == 4 && d > 64) || d > 128 ? 64 : 128; }
 // Ring depths (K/V stages here, K/V in the dQ kernel, Q/dO rows in the dK/dV kernel) are per head

@@ -80,19 +80,17 @@ FATTN_HD int tf32_key_order(int c) { return c < 4 ? 2 * c : 2 * (c - 4) + 1; }
 // its tail than the bytes are worth, so small problems keep one pass. The passes are equal (the
 // last may be short). per_kv_head: the staged bytes of one kv head with its query heads.
 //
-// Off by default (one pass of every head); -DFATTN_TF32_BWD_PASSES=1 (host code: CMAKE_CXX_FLAGS)
-// turns them on. Same-run A/B on the H200 (2026-12-06, tree f3617a5, `AB_PARITY=0
-// AB_PRESETS=targets-f32 scripts/attn-ab.sh OUT base= "pass=-DCMAKE_CXX_FLAGS=-DFATTN_TF32_BWD_PASSES=1"`,
-// two rounds): B2 H16 S4096 fwd+bwd 4.034 / 4.039 ms with passes against 3.871 / 3.873 at D64 (+4.2%),
-// 6.476 / 6.467 against 6.297 / 6.305 at D128 (+2.7%); fattn-bench's peak with the inputs 321 / 641
-// MiB against 353 / 706 (the bench allocates the gradients before the forward, so its peak keeps
-// the forward's workspace beside them; through PyTorch, where the forward's is freed first, the
-// model's backward workspace at D128 is 48 MiB in 4 passes against 192 in one). Not yet the
-// default: the passes over the kernels that read q, k, v and dout in place have run on a GPU in
-// that bench only, not in fattn-test's parity (the emulation runs them: test_attn_emu's
-// head_passes cases).
+// On by default; -DFATTN_TF32_BWD_PASSES=0 (host code: CMAKE_CXX_FLAGS) runs every head in one
+// pass. Same-run A/B on an H100 (2026-12-06, `AB_PARITY=0 AB_PRESETS=targets-f32
+// scripts/attn-ab.sh OUT base= "pass=-DCMAKE_CXX_FLAGS=-DFATTN_TF32_BWD_PASSES=1"`, two rounds):
+// B2 H16 S4096 fwd+bwd 4.033 / 4.021 ms with passes against 3.857 / 3.840 at D64 (+4.7%), 6.471 /
+// 6.483 against 6.272 / 6.280 at D128 (+3.2%); through PyTorch (bench/bench_sdpa.py, same card)
+// the peak above the inputs is 305 MiB at D128 and 153 at D64, under mem-efficient's 322 and 162
+// (one pass: 450 MiB at D128 on the H200). fattn-bench's peak falls less (353 -> 321, 706 -> 641
+// MiB): it allocates the gradients before the forward, so the forward's workspace stays beside
+// them. fattn-test's parity, determinism and --large cases pass with them (same day, same card).
 #ifndef FATTN_TF32_BWD_PASSES
-#define FATTN_TF32_BWD_PASSES 0
+#define FATTN_TF32_BWD_PASSES 1
 #endif
 FATTN_HD int64_t tf32_bwd_pass_kv_heads(int64_t hkv, int64_t per_kv_head, int64_t cap_bytes, int64_t key_units,
                                         int64_t min_ctas) {

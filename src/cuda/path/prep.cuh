@@ -17,11 +17,6 @@
 #ifndef FATTN_PATH_KEEP_T0
 #define FATTN_PATH_KEEP_T0 1
 #endif
-// KPrep with two CTAs per SM at D 128 (its K tile reused, K~'s epilogue reading K from global
-// memory); 0: the layout of five tiles, for an A/B
-#ifndef FATTN_PATH_PREP_SLIM
-#define FATTN_PATH_PREP_SLIM 1
-#endif
 
 namespace fattn::pathk {
 
@@ -177,12 +172,12 @@ PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float 
     prep_dm<D, NW, RndDm>(sT, sWK, sDm);
 }
 
-#if FATTN_PATH_PREP_SLIM
 // Forward and backward: per (chunk, kv head) store U, W (walk type), K~ (input dtype) and Dm
 // (walk type) into the workspace. grid (total chunks, H). WK is formed first, so K's tile gives its
 // space to M and the solve's scratch, and K~'s epilogue reads K from global memory (the loads issued
 // before its product): two f32 tiles of 64 x D and two of 64 x 64, so two CTAs share an SM at D 128
-// (three at D 64).
+// (three at D 64). H100, T4096 H16 D128 (2026-12-06): 156 us against 195 with five tiles and one
+// CTA per SM (docs/PERF.md).
 template <typename Tin, int D> struct KPrep {
     using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = kThreads / 32, kMinBlocks = 2;
@@ -239,51 +234,5 @@ template <typename Tin, int D> struct KPrep {
         }
     }
 };
-
-#else
-// Forward and backward: per (chunk, kv head) store U (walk type, and f32 in the backward), W
-// (walk type), K~ (input dtype) and Dm (walk type) into the workspace. grid (total chunks, H).
-template <typename Tin, int D> struct KPrep {
-    using Tw = walk_t<Tin>;
-    static constexpr int kThreads = 256, NW = kThreads / 32;
-    using PT = F32Tiles<D>;
-    static constexpr size_t smem() { return 2 * PT::BIG + 3 * PT::SMALL + 256; }  // 2 CTAs / SM at D <= 64
-    PK_DEV static void run(const PathDev &p, char *smem) {
-        constexpr int SD = PT::SD, S64 = PT::S64;
-        const int64_t gc = bid_x();
-        const int h = bid_y();
-        const SeqInfo sq = seq_of_chunk(p, gc);
-        const int64_t c0 = (gc - sq.chunk0) * kC;
-        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
-        // sM holds M, then T = T0 diag(beta); sT0 holds T0, then WK
-        float *sW = reinterpret_cast<float *>(smem), *sK = sW + kC * SD, *sM = sK + kC * SD;
-        float *sT0 = sM + kC * S64, *sDm = sT0 + kC * S64, *sb = sDm + kC * S64;
-        prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sK, sb);
-        prep_t0<D, kThreads>(sW, sb, sM, sT0, sDm);  // sDm: scratch until Dm
-        Tw *gdm = static_cast<Tw *>(p.dmat) + (gc * p.h + h) * kC * kC;
-        if (p.keep_t0) keep_t0<Tw, kThreads>(sT0, gdm);
-        // T = T0 diag(beta) as tf32 values (read only as an operand); K is one for 16-bit inputs
-        for (int e = tid(); e < kC * kC; e += kThreads) sM[(e / kC) * S64 + e % kC] = tf32_round(sT0[(e / kC) * S64 + e % kC] * sb[e % kC]);
-        sync();
-        constexpr int kK = sizeof(Tin) == 2 ? kRB : 0;
-        const int64_t row = sq.row0 + c0;
-        auto at = [&](int a, int col) { return ((row + a) * p.h + h) * D + col; };
-        // U = T W; W in the walk type; then WK = SL(W K^T) into sT0 (T0 is no longer needed)
-        cta_gemm<float, false, true, D / 16, NW, kRA>(kC, D, kC, sM, S64, sW, SD, [&](int a, int col, float v) {
-            if (a < n) st<Tw>(p.uw, at(a, col), v);  // rows past the sequence belong to the next one
-        });
-        for (int e = tid(); e < n * D; e += kThreads) st<Tw>(p.ww, at(e / D, e % D), sW[(e / D) * SD + e % D]);
-        sync();
-        prep_wk_dm<D, NW, kK>(sW, sK, sM, sT0, sDm);  // Dm = T WK
-        for (int e = tid(); e < kC * kC; e += kThreads)
-            if (!p.keep_t0 || e / kC > e % kC) gdm[e] = from_f<Tw>(sDm[(e / kC) * S64 + e % kC]);
-        // K~ = K - Dm^T W
-        cta_gemm<float, true, true, D / 16, NW>(kC, D, kC, sDm, S64, sW, SD, [&](int b, int col, float v) {
-            if (b < n) st<Tin>(p.kt, at(b, col), sK[b * SD + col] - v);
-        });
-    }
-};
-
-#endif
 
 }  // namespace fattn::pathk

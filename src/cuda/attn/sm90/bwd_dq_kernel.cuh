@@ -193,18 +193,15 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         const int64_t n0 = int64_t(n) * kBN;
         const bool full = tile_full(p, r0, r0 + 64, n0, n0 + kBN, lq, lkv);  // uniform per warpgroup
         const bool use_bias = p.bias && kt.state(n) == kBiasRead;
-        // FATTN_SM90_TF32_DS (tiles.h): tf32's dS in an array of its own, else in s's registers
-        float ds_own[kBN / 2];
-        float(&ds)[kBN / 2] = kTf32 && FATTN_SM90_TF32_DS ? ds_own : s;
         if (full && !use_bias) {
             wgmma_wait<1>();
             reg_fence(s);
 #pragma unroll
-            for (int i = 0; i < kBN / 2; ++i) ds[i] = fast_exp2(s[i] * sl2 - lse2[(i >> 1) & 1]);
+            for (int i = 0; i < kBN / 2; ++i) s[i] = fast_exp2(s[i] * sl2 - lse2[(i >> 1) & 1]);
             wgmma_wait<0>();
             reg_fence(dp);
 #pragma unroll
-            for (int i = 0; i < kBN / 2; ++i) ds[i] = ds[i] * (dp[i] - dl[(i >> 1) & 1]);
+            for (int i = 0; i < kBN / 2; ++i) s[i] = s[i] * (dp[i] - dl[(i >> 1) & 1]);
         } else {
             wgmma_wait<0>();
             reg_fence(s);
@@ -240,7 +237,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
                                 const bool ok = (full && hi >= 0) || (kj < lkv && kj >= lo && kj <= hi);
                                 const float b = kB ? bias_from_bits(bv[jj][e], p.bias_dtype) : 0.f;
                                 const float x = s[i] * sl2 + (b - c) * kLog2e;
-                                ds[i] = ok ? fast_exp2(x - l2) * (dp[i] - dl[hf]) : 0.f;
+                                s[i] = ok ? fast_exp2(x - l2) * (dp[i] - dl[hf]) : 0.f;
                             }
                     }
                 }
@@ -251,7 +248,7 @@ __global__ void __launch_bounds__(sm90dq::kThreads, 1)
         // dS as A fragments (sm90_a_frag; tf32: in Kᵀ's key order).
         uint32_t sa[NK][4];
 #pragma unroll
-        for (int kk = 0; kk < NK; ++kk) sm90_a_frag<T>(ds, kk, sa[kk]);
+        for (int kk = 0; kk < NK; ++kk) sm90_a_frag<T>(s, kk, sa[kk]);
 
         // dQ += dS·K  [64 rows, D]. 16-bit: K read MN-major (keys = K); tf32: Kᵀ, K-major.
         wgmma_fence();

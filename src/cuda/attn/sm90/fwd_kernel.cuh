@@ -102,23 +102,11 @@ __device__ __forceinline__ float4 round4_tf32(float4 x) {
 // Warps 1-3 of a producer warpgroup (96 threads) round n floats of a landed ring stage in place
 // (element-wise: the swizzle is moot); the caller then fences (the consumers' wgmma read them
 // through the async proxy) and arrives on the stage's ready barrier (the dK/dV and dQ kernels).
-// FATTN_SM90_TF32_ROUND (tiles.h) chooses the loop: 1 one vector at a time, 2 four in flight, 0 none.
+// FATTN_SM90_TF32_ROUND=0 (tiles.h): no rounding, a measurement build.
 __device__ __forceinline__ void sm90_round_stage_tf32(float *x, int n) {
     float4 *v = reinterpret_cast<float4 *>(x);
-    if constexpr (FATTN_SM90_TF32_ROUND == 2) {
-        constexpr int kIn = 4;  // loads in flight per thread
-        for (int i0 = int(threadIdx.x) - 32; i0 < n / 4; i0 += kIn * 96) {
-            float4 r[kIn];
-#pragma unroll
-            for (int u = 0; u < kIn; ++u)
-                if (i0 + u * 96 < n / 4) r[u] = v[i0 + u * 96];
-#pragma unroll
-            for (int u = 0; u < kIn; ++u)
-                if (i0 + u * 96 < n / 4) v[i0 + u * 96] = round4_tf32(r[u]);
-        }
-    } else if constexpr (FATTN_SM90_TF32_ROUND == 1) {
+    if constexpr (FATTN_SM90_TF32_ROUND != 0)
         for (int i = int(threadIdx.x) - 32; i < n / 4; i += 96) v[i] = round4_tf32(v[i]);
-    }
 }
 // tf32 consumers: round warpgroup cw's 64 rows of a [BM, NP·32] f32 tile (NP panels of [BM, 32];
 // the rows are contiguous in each panel, and the swizzle only moves 16-byte chunks within a row).
