@@ -4,7 +4,8 @@
 # is split at spaces; a ^ inside an argument stands for a space, so one CMAKE_CUDA_FLAGS can carry
 # several definitions: "old=-DCMAKE_CUDA_FLAGS=-DFATTN_PATH_LOAD_OVERLAP=0^-DFATTN_PATH_FWD_SPLIT=0"
 # (commas pass through: nvcc and CMake use them). ab_build_all TARGETS VARIANT... builds every variant
-# at once (each build's long pole is one translation unit, so concurrent builds overlap; AB_SERIAL=1
+# at once (each build's long pole is one translation unit, so concurrent builds overlap: four
+# builds, one with fattn-test, in 94 s on the 16-core GPU machine, 2026-12-06, where one takes ~90; AB_SERIAL=1
 # builds one after another) and fills `names` in the order given.
 export PATH=/usr/local/cuda/bin:$PATH
 AB_GEN=()

@@ -13,7 +13,7 @@
 # fattn-test and runs the PaTH parity and determinism cases (`fattn-test test|determinism
 # --backend cuda -p path`) before timing it (the emulation's verdict on the variant is the
 # CPU's; this is the GPU's). Writes OUTDIR/ab.txt (the table), OUTDIR/ab-parity.txt (with AB_PARITY),
-# OUTDIR/ab-times.txt and OUTDIR/logs.tgz; each build takes ~50-70 s with 16 cores (fattn-test adds ~40 s).
+# OUTDIR/ab-times.txt and OUTDIR/logs.tgz; the variants build at once (ab-common.sh: ab_build_all), ~90-100 s for four with 16 cores.
 set -u
 OUT=${1:?usage: scripts/path-ab.sh OUTDIR NAME=CMAKE_ARGS ...}
 shift
