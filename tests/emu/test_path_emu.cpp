@@ -20,6 +20,7 @@
 #include "cpu/ref/path_ref.h"
 #include "cuda/path/bwd_dkv_sm90.cuh"
 #include "cuda/path/gpu_layout.h"
+#include "cuda/path/prep.cuh"
 #include "emu/path_emu.h"
 #include "../support/path_case.h"
 
@@ -389,6 +390,16 @@ TEST(PathEmuLayout, EveryKernelSetFitsAHopperBlock) {
     for (fattn_dtype dt : {FATTN_F32, FATTN_F16, FATTN_BF16})
         for (int D : {32, 64, 128})
             EXPECT_LE(fattn::emu::path_max_smem(dt, D), kHopperBlock) << "dtype " << int(dt) << " D " << D;
+}
+
+// The prep kernel's shared memory leaves room for two CTAs on a Hopper SM (228 KiB, 1 KiB of it
+// reserved per CTA) at every head dim, D 128 included (prep.cuh: 195 -> 156 us when it went from
+// one CTA per SM to two, H100, 2026-12-06).
+TEST(PathEmuLayout, PrepKernelTwoPerHopperSm) {
+    constexpr size_t kSm = 228 * 1024, kPerCta = 1024;
+    for (size_t s : {pathk::KPrep<float, 128>::smem(), pathk::KPrep<pathk::bf16_t, 128>::smem(), pathk::KPrep<pathk::f16_t, 128>::smem(),
+                     pathk::KPrep<float, 64>::smem(), pathk::KPrep<float, 32>::smem()})
+        EXPECT_LE(2 * (s + kPerCta), kSm) << s << " bytes";
 }
 
 // The wgmma dK/dV kernel (bwd_dkv_sm90.cuh, not runnable here) stores its tiles where TMA's

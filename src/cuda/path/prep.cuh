@@ -176,8 +176,8 @@ PK_DEV void prep_wk_dm(const float *sW, const float *sK, const float *sT, float 
 // (walk type) into the workspace. grid (total chunks, H). WK is formed first, so K's tile gives its
 // space to M and the solve's scratch, and K~'s epilogue reads K from global memory (the loads issued
 // before its product): two f32 tiles of 64 x D and two of 64 x 64, so two CTAs share an SM at D 128
-// (three at D 64). H100, T4096 H16 D128 (2026-12-06): 156 us against 195 with five tiles and one
-// CTA per SM (docs/PERF.md).
+// (at D 64 the registers, 126 of the 128 the cap allows, keep it at two). H100, T4096 H16 D128
+// (2026-12-06): 156 us against 195 with five tiles and one CTA per SM (docs/PERF.md).
 template <typename Tin, int D> struct KPrep {
     using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = kThreads / 32, kMinBlocks = 2;
