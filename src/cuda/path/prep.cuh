@@ -39,7 +39,9 @@ PK_DEV void prep_load(const PathDev &p, const SeqInfo &sq, int64_t c0, int n, in
 // from the top), then the blocks below the diagonal by distance d = 1, 2, 3 from it:
 //   Y_ij = sum_{k=j}^{i-1} M_ik X_kj,   X_ij = -X_ii Y_ij        (i - j = d)
 // every element of a stage in parallel. Rows past the sequence have beta = 0: their M rows are 0
-// and their X rows those of I. Needs sW, sb loaded (and synced); sY: 768 floats of scratch.
+// and their X rows those of I. Needs sW, sb loaded (and synced); sY: kT0Scratch floats (stage d = 1's
+// three blocks of 16 x 16).
+constexpr int kT0Scratch = 3 * 256;
 template <int D, int NT>
 PK_DEV void prep_t0(const float *sW, const float *sb, float *sM, float *sT0, float *sY) {
     constexpr int SD = F32Tiles<D>::SD, S64 = F32Tiles<D>::S64, NW = NT / 32;
@@ -183,7 +185,7 @@ template <typename Tin, int D> struct KPrep {
     static constexpr int kThreads = 256, NW = kThreads / 32, kMinBlocks = 2;
     using PT = F32Tiles<D>;
     static constexpr size_t XB = PT::BIG > PT::SMALL ? PT::BIG : PT::SMALL;  // K, then M (D 32: M is the larger)
-    static constexpr size_t smem() { return PT::BIG + XB + 2 * PT::SMALL + 768 * 4 + 256; }
+    static constexpr size_t smem() { return PT::BIG + XB + 2 * PT::SMALL + kT0Scratch * 4 + 256; }
     PK_DEV static void run(const PathDev &p, char *smem) {
         constexpr int SD = PT::SD, S64 = PT::S64, NB = D / 16;  // K~'s warp tiles: 16 x D/2
         const int64_t gc = bid_x();
@@ -194,7 +196,7 @@ template <typename Tin, int D> struct KPrep {
         // sX holds K, then M and T = T0 diag(beta); sT0 holds T0, then Dm
         float *sW = reinterpret_cast<float *>(smem), *sX = sW + kC * SD, *sWK = reinterpret_cast<float *>(smem + PT::BIG + XB);
         float *sT0 = sWK + kC * S64;
-        float *sY = sT0 + kC * S64, *sb = sY + 768, *sM = sX, *sDm = sT0;
+        float *sY = sT0 + kC * S64, *sb = sY + kT0Scratch, *sM = sX, *sDm = sT0;
         prep_load<Tin, D, kThreads>(p, sq, c0, n, h, sW, sX, sb);
         constexpr int kK = sizeof(Tin) == 2 ? kRB : 0;
         prep_wk<D, NW, kK>(sW, sX, sWK);  // WK = SL(W K^T); K's tile is free after it
