@@ -26,6 +26,10 @@
 #ifndef FATTN_PATH_SCORE16
 #define FATTN_PATH_SCORE16 1
 #endif
+// The own-chunk kernel's 16-bit tiles at D 128 for 16-bit inputs (KOwn::kNarrow): 1 = on.
+#ifndef FATTN_PATH_OWN16
+#define FATTN_PATH_OWN16 1
+#endif
 
 namespace fattn::pathk {
 
@@ -308,15 +312,151 @@ template <typename Tin, int D> struct KSegIntra {
 
 template <typename Tin, int D> struct KOwn {
     using Tw = walk_t<Tin>;
-    static constexpr int NW = 8, kThreads = 32 * NW, kMinBlocks = D <= 64 ? 2 : 1, CI = cvt_if<D>();
+    // kNarrow (16-bit inputs at D 128, FATTN_PATH_OWN16): Q, K, V, dO, U and Dm stay 16-bit tiles
+    // (an f32 tile times a 16-bit one runs on tf32 with the 16-bit fragments widened in registers,
+    // warp_gemm2; Q K^T and dO V^T on the 16-bit mma) and W is loaded twice: 102 KiB instead of
+    // 167, so two CTAs share an SM (run16)
+    static constexpr bool kNarrow = FATTN_PATH_OWN16 && sizeof(Tin) == 2 && D > 64;
+    static constexpr int NW = 8, kThreads = 32 * NW, kMinBlocks = D <= 64 || kNarrow ? 2 : 1, CI = cvt_if<D>();
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;
+    static constexpr int STi = tile_stride<Tin>(D), STw64 = tile_stride<Tw>(kC);
+    static constexpr size_t TI = tile_bytes<Tin>(kC, D);
     // B2 holds K, Dm, V, U, Dm, K in turn (Dm loaded twice rather than kept): six tiles, two CTAs
     // per SM at D <= 64
     static constexpr size_t UB = FT::BIG > FT::SMALL ? FT::BIG : FT::SMALL;
-    static constexpr size_t smem() { return 3 * FT::BIG + UB + 2 * FT::SMALL + 4 * kC * 4; }
+    static constexpr size_t smem() {
+        return kNarrow ? FT::BIG + 2 * TI + 2 * FT::SMALL + 3 * kC * 4 : 3 * FT::BIG + UB + 2 * FT::SMALL + 4 * kC * 4;
+    }
+    static_assert(!kNarrow || (TI == FT::SMALL && tile_bytes<Tw>(kC, kC) <= TI), "run16's tile places");
 
     PK_DEV static void run(const PathDev &p, char *smem) {
+        if constexpr (kNarrow) run16(p, smem);
+        else run32(p, smem);
+    }
+
+    // The same steps with 16-bit tiles. Places: F1 (an f32 64 x D tile) holds W (step 1), dO
+    // (step 3), then gamma, which becomes dq; T1 and T2 (16-bit 64 x D tiles) hold Q (steps 1-7)
+    // and K, Dm, V, U, Dm, K in turn; at step 8 W's two 64-column halves, as f32 64 x 64 tiles,
+    // take Q's place and then K's. M1, M2: f32 64 x 64 products as in run32.
+    PK_DEV static void run16(const PathDev &p, char *smem) {
+        const int64_t gc = bid_x();
+        const int hq = bid_y(), h = hq / p.grp;
+        const SeqInfo sq = seq_of_chunk(p, gc);
+        const int64_t ci = gc - sq.chunk0, c0 = ci * kC, t0 = sq.begin + c0, row = sq.row0 + c0;
+        const int n = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+        float *sW = reinterpret_cast<float *>(smem), *sG = sW;
+        Tin *dO16 = reinterpret_cast<Tin *>(smem), *Q16 = reinterpret_cast<Tin *>(smem + FT::BIG);
+        char *T2 = smem + FT::BIG + TI;
+        Tin *K16 = reinterpret_cast<Tin *>(T2), *V16 = K16;
+        Tw *U16 = reinterpret_cast<Tw *>(T2), *Dm16 = U16;
+        float *Wlo = reinterpret_cast<float *>(Q16), *Whi = reinterpret_cast<float *>(T2);
+        float *M1 = reinterpret_cast<float *>(smem + FT::BIG + 2 * TI), *M2 = M1 + kC * S64;
+        float *lse2 = M2 + kC * S64, *dl = lse2 + kC, *gq = dl + kC;
+        const int64_t hqd = int64_t(p.hq) * D;
+        const Tin *gk = static_cast<const Tin *>(p.k) + sq.b * p.k_sb + t0 * p.k_ss + h * p.k_sh;
+        const float *gw = p.w + sq.b * p.w_sb + t0 * p.w_ss + h * p.w_sh;
+        auto ldK = [&] { load_tile<Tin, kThreads>(K16, STi, gk, p.k_ss, kC, D, n, p.K, p.vec_k); };
+        auto ldDm = [&] { load_dm16<Tw, kThreads>(Dm16, STw64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC); };
+        // W's columns [64 half, 64 half + 64) as an f32 64 x 64 tile (cp.async where W's rows allow)
+        auto ldWhalf = [&](float *s, int half) {
+            const int cv = p.K - 64 * half;
+            load_tile<float, kThreads>(s, S64, gw + 64 * half, p.w_ss, kC, kC, n, cv > 0 ? cv : 0, p.vec_w);
+        };
+        // Operand flags (common.cuh): the 16-bit tiles are tf32 values; QW and dQW are stored as
+        // tf32 values; P, dA, gamma and W are read as they are.
+        // 1. QW = LT(Q W^T);  Q K^T
+        load_tile<Tin, kThreads>(Q16, STi, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh, p.q_ss, kC, D,
+                                 n, p.K, p.vec_q);
+        load_w_f32<kThreads>(sW, SD, p, sq, c0, h, D, n);
+        ldK();
+        for (int a = tid(); a < kC; a += kThreads) {
+            const bool ok = a < n;
+            lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+            dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
+            gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
+        }
+        cp_landed();
+        cta_gemm<Tin, false, false, NB64, NW>(kC, kC, D, Q16, STi, sW, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
+        cta_gemm<Tin, false, false, NB64, NW>(kC, kC, D, Q16, STi, K16, STi, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
+        sync();
+        ldDm();
+        sync();
+        // 2. A = Q K^T - QW Dm, then P (causal, keys < n, rows < n)
+        cta_gemm<float, false, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, Dm16, STw64, [&](int a, int b, float v) {
+            const float s = M2[a * S64 + b] - v;
+            M2[a * S64 + b] = (b <= a && a < n) ? exp2_fast(p.sl2 * (s + gq[a] - gq[b]) - lse2[a]) : 0.f;
+        });
+        sync();
+        // 3. dV += P^T dO;  dA = scale P (dO V^T - delta)
+        load_tile<Tin, kThreads>(dO16, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss,
+                                 kC, D, n, p.V, p.vec_do);
+        load_tile<Tin, kThreads>(V16, STi, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + t0 * p.v_ss + h * p.v_sh, p.v_ss, kC, D, n,
+                                 p.V, p.vec_v);
+        cp_landed();
+        cta_gemm_rmw<float, true, true, NB, NW>(kC, D, kC, M2, S64, dO16, STi, p.dvacc + (row * p.hq + hq) * D, hqd, 1.f, n);
+        sync();
+        cta_gemm<Tin, false, false, NB64, NW>(kC, kC, D, dO16, STi, V16, STi, [&](int a, int b, float v) {
+            M2[a * S64 + b] = p.scale * M2[a * S64 + b] * (v - dl[a]);
+        });
+        sync();
+        // 4. gamma (p.gam is the dK_own buffer: read the chunk's gamma before writing its dK_own) and U
+        load_ws_f32<D, kThreads>(sG, p.gam + (row * p.hq + hq) * D, hqd, n);
+        load_tile<Tw, kThreads>(U16, STi, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, int64_t(p.h) * D, kC, D, n, D, true);
+        cp_landed();
+        // 5. dK_own = dA^T Q;  dD = -QW^T dA;  dG
+        cta_gemm<float, true, true, NB, NW>(kC, D, kC, M2, S64, Q16, STi, [&](int b, int c, float v) {
+            if (b < n) p.dko[((row + b) * p.hq + hq) * D + c] = v;
+        });
+        cta_gemm<float, true, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
+            p.ddm[(gc * p.hq + hq) * kC * kC + c * kC + b] = -v;
+        });
+        if (tid() < n) {
+            const int x = tid();
+            float s = 0.f;
+            for (int b = 0; b < kC; ++b) s += M2[x * S64 + b];
+            for (int a = 0; a < kC; ++a) s -= M2[a * S64 + x];
+            p.dgs[(row + x) * p.hq + hq] += s;
+        }
+        sync();
+        // 6. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
+        cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, M1, S64, sG, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
+        sync();
+        cta_gemm<float, false, false, NB64, NW>(kC, kC, D, sG, SD, U16, STi, [&](int a, int c, float v) { M1[a * S64 + c] = -v; });
+        sync();
+        ldDm();
+        sync();
+        cta_gemm<float, false, false, NB64, NW>(kC, kC, kC, M2, S64, Dm16, STw64, [&](int a, int c, float v) {
+            M1[a * S64 + c] = c <= a ? tf32_round(M1[a * S64 + c] - v) : 0.f;
+        });
+        sync();
+        // 7. dW += dQW^T Q, with K in flight for step 8
+        ldK();
+        cp_commit();
+        cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, M1, S64, Q16, STi, p.dwacc + (row * p.hq + hq) * D, hqd, 1.f, n);
+        sync();  // Q read: W's first half takes its place
+        // 8. dq = gamma + dA K + dQW W
+        ldWhalf(Wlo, 0);
+        cp_commit();
+        cp_wait<1>();
+        sync();
+        cta_gemm<float, false, true, NB, NW>(kC, D, kC, M2, S64, K16, STi, [&](int a, int c, float v) { sG[a * SD + c] += v; });
+        cp_wait<0>();
+        sync();  // K read: W's second half takes its place
+        ldWhalf(Whi, 1);
+        cp_commit();
+        cta_gemm<float, false, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, Wlo, S64, [&](int a, int c, float v) { sG[a * SD + c] += v; });
+        cp_wait<0>();
+        sync();
+        cta_gemm<float, false, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, Whi, S64, [&](int a, int c, float v) { sG[a * SD + kC + c] += v; });
+        sync();
+        for (int e = tid(); e < n * D; e += kThreads) {
+            const int a = e / D, c = e % D;
+            if (c < p.K) st<Tin>(p.dq, sq.b * p.dq_sb + (t0 + a) * p.dq_ss + hq * p.dq_sh + c, sG[a * SD + c]);
+        }
+    }
+
+    PK_DEV static void run32(const PathDev &p, char *smem) {
         const int64_t gc = bid_x();
         const int hq = bid_y(), h = hq / p.grp;
         const SeqInfo sq = seq_of_chunk(p, gc);

@@ -520,16 +520,116 @@ PK_DEV void warp_gemm_acc(float (&acc)[N][4], const float (&c)[NC][4], float sc,
     }
 }
 
+// ---- tf32 products of an f32 tile with a 16-bit one ----
+// f16 and bf16 values are exact in tf32, so an f32 tile times a 16-bit tile runs on the tf32 mma
+// with no f32 copy of the 16-bit tile. ldmatrix hands lane (g, t) the k pair 2t, 2t + 1 of each
+// 8-wide k slice of the 16-bit tile; the pair fills the tf32 fragment's slots t and t + 4, and the
+// f32 operand reads its k indices in that same order: the same sum over k, in another order inside
+// each mma. A step covers 16 k (two tf32 mmas per output n-tile).
+
+// The f32 bits of element lo (hi = false) or hi of a packed 16-bit pair.
+template <typename E> PK_DEV uint32_t tf32_half(uint32_t pair, bool hi) {
+    const uint16_t b = uint16_t(hi ? pair >> 16 : pair & 0xffffu);
+    if constexpr (std::is_same<E, bf16_t>::value) {
+        return uint32_t(b) << 16;
+    } else {
+        E x;
+        std::memcpy(&x, &b, 2);
+        const float f = to_f(x);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        return u;
+    }
+}
+// A fragments of k-steps k0 (a[0]) and k0 + 8 (a[1]), rows m0 .. m0 + 16 of A; AT: A stored
+// transposed (tile rows = k). R: an f32 tile of tf32 values (no rounding).
+template <typename E, bool AT, bool R> PK_DEV void mix_a(uint32_t (&a)[2][4], const E *s, int ST, int m0, int k0) {
+    if constexpr (sizeof(E) == 2) {
+        uint32_t x[4];
+        if (AT) Frag<E>::a_cols(x, s, ST, k0, m0);
+        else Frag<E>::a_rows(x, s, ST, m0, k0);
+        for (int h = 0; h < 2; ++h) {
+            a[h][0] = tf32_half<E>(x[2 * h], false);
+            a[h][1] = tf32_half<E>(x[2 * h + 1], false);
+            a[h][2] = tf32_half<E>(x[2 * h], true);
+            a[h][3] = tf32_half<E>(x[2 * h + 1], true);
+        }
+    } else {
+        const int l = lane_id(), g = l >> 2, t = l & 3;
+        for (int h = 0; h < 2; ++h) {
+            const int kb = k0 + 8 * h;
+            if (AT) {
+                const float *p = s + (kb + 2 * t) * ST + m0 + g;
+                a[h][0] = tf32_op<R>(p[0]), a[h][1] = tf32_op<R>(p[8]), a[h][2] = tf32_op<R>(p[ST]), a[h][3] = tf32_op<R>(p[ST + 8]);
+            } else {
+                const F2 u = ld_f2(s + (m0 + g) * ST + kb + 2 * t), v = ld_f2(s + (m0 + g + 8) * ST + kb + 2 * t);
+                a[h][0] = tf32_op<R>(u.x), a[h][1] = tf32_op<R>(v.x), a[h][2] = tf32_op<R>(u.y), a[h][3] = tf32_op<R>(v.y);
+            }
+        }
+    }
+}
+// B fragments of k-steps k0 (b[0]) and k0 + 8 (b[1]) for n-tiles n0 (b[h][0..1]) and n0 + 8
+// (b[h][2..3]); BK: B stored with rows = k (else rows = n).
+template <typename E, bool BK, bool R> PK_DEV void mix_b(uint32_t (&b)[2][4], const E *s, int ST, int n0, int k0) {
+    if constexpr (sizeof(E) == 2) {
+        uint32_t x[4];
+        if (BK) Frag<E>::b_krows(x, s, ST, k0, n0);
+        else Frag<E>::b_rows(x, s, ST, n0, k0);
+        for (int h = 0; h < 2; ++h) {
+            b[h][0] = tf32_half<E>(x[h], false);
+            b[h][1] = tf32_half<E>(x[h], true);
+            b[h][2] = tf32_half<E>(x[2 + h], false);
+            b[h][3] = tf32_half<E>(x[2 + h], true);
+        }
+    } else {
+        const int l = lane_id(), g = l >> 2, t = l & 3;
+        for (int h = 0; h < 2; ++h) {
+            const int kb = k0 + 8 * h;
+            if (BK) {
+                const float *p = s + (kb + 2 * t) * ST + n0 + g;
+                b[h][0] = tf32_op<R>(p[0]), b[h][1] = tf32_op<R>(p[ST]), b[h][2] = tf32_op<R>(p[8]), b[h][3] = tf32_op<R>(p[ST + 8]);
+            } else {
+                const F2 u = ld_f2(s + (n0 + g) * ST + kb + 2 * t), v = ld_f2(s + (n0 + g + 8) * ST + kb + 2 * t);
+                b[h][0] = tf32_op<R>(u.x), b[h][1] = tf32_op<R>(u.y), b[h][2] = tf32_op<R>(v.x), b[h][3] = tf32_op<R>(v.y);
+            }
+        }
+    }
+}
+// warp_gemm for operand tiles of two element types (one f32, one 16-bit: tf32 mma), or of one
+// (warp_gemm itself). KD % 16 == 0 when the types differ.
+template <typename EA, typename EB, bool AT, bool BK, int N, int RND = 0>
+PK_DEV void warp_gemm2(float (&acc)[N][4], const EA *A, int lda, const EB *B, int ldb, int m0, int n0, int KD) {
+    if constexpr (std::is_same<EA, EB>::value) {
+        warp_gemm<EA, AT, BK, N, RND>(acc, A, lda, B, ldb, m0, n0, KD);
+    } else {
+        static_assert(sizeof(EA) + sizeof(EB) == 6, "one f32 operand and one 16-bit one");
+        static_assert(N % 2 == 0, "two n-tiles per B fragment");
+        for (int k0 = 0; k0 < KD; k0 += 16) {
+            uint32_t a[2][4];
+            mix_a<EA, AT, (RND & kRA) != 0>(a, A, lda, m0, k0);
+            for (int j = 0; j < N / 2; ++j) {
+                uint32_t b[2][4];
+                mix_b<EB, BK, (RND & kRB) != 0>(b, B, ldb, n0 + 16 * j, k0);
+                for (int h = 0; h < 2; ++h) {
+                    mma<float>(acc[2 * j], a[h], b[h][0], b[h][1]);
+                    mma<float>(acc[2 * j + 1], a[h], b[h][2], b[h][3]);
+                }
+            }
+        }
+    }
+}
+
 // Out (M x N) = op(A) op(B) over KD, tiles of 16 x (8 NB) dealt to the NW warps round robin;
-// epi(row, col, value) once per element. M % 16 == 0, N % (8 NB) == 0.
-template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0, class Epi>
-PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, Epi &&epi) {
+// epi(row, col, value) once per element. M % 16 == 0, N % (8 NB) == 0. B's element type EB may
+// differ from A's (one f32 tile, one 16-bit: warp_gemm2).
+template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0, class EB = E, class Epi>
+PK_DEV void cta_gemm(int M, int N, int KD, const E *A, int lda, const EB *B, int ldb, Epi &&epi) {
     const int tn = N / (8 * NB), tiles = (M / 16) * tn;
     for (int tile = warp_id(); tile < tiles; tile += NW) {
         const int m0 = (tile / tn) * 16, n0 = (tile % tn) * 8 * NB;
         float acc[NB][4];
         zero_acc(acc);
-        warp_gemm<E, AT, BK, NB, RND>(acc, A, lda, B, ldb, m0, n0, KD);
+        warp_gemm2<E, EB, AT, BK, NB, RND>(acc, A, lda, B, ldb, m0, n0, KD);
         for (int j = 0; j < NB; ++j)
             for (int i = 0; i < 4; ++i) epi(m0 + acc_row(i), n0 + acc_col(j, i), acc[j][i]);
     }
@@ -554,8 +654,8 @@ constexpr int wide_warps(int D) { return FATTN_PATH_WIDE128 && D >= 128 ? 16 : 8
 // Warp tiles of 16 x 8 NB: a caller short of registers passes half its usual NB, so the
 // prefetched G and the accumulators both stay in registers beside its state (chain-A; at the
 // other call sites the full width measured as fast or faster: docs/EXPERIMENTS.md).
-template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0>
-PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const E *B, int ldb, float *G, int64_t ldg,
+template <typename E, bool AT, bool BK, int NB, int NW, int RND = 0, class EB = E>
+PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const EB *B, int ldb, float *G, int64_t ldg,
                          float sign, int rows_valid) {
     const int tn = N / (8 * NB), tiles = (M / 16) * tn;
     for (int tile = warp_id(); tile < tiles; tile += NW) {
@@ -568,7 +668,7 @@ PK_DEV void cta_gemm_rmw(int M, int N, int KD, const E *A, int lda, const E *B, 
             }
         float acc[NB][4];
         zero_acc(acc);
-        warp_gemm<E, AT, BK, NB, RND>(acc, A, lda, B, ldb, m0, n0, KD);
+        warp_gemm2<E, EB, AT, BK, NB, RND>(acc, A, lda, B, ldb, m0, n0, KD);
         for (int j = 0; j < NB; ++j)
             for (int h = 0; h < 2; ++h) {
                 const int r = m0 + acc_row(2 * h), c = n0 + acc_col(j, 0);

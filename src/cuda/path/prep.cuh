@@ -151,6 +151,21 @@ template <typename Tw, int NT> PK_DEV void load_dm_f32(float *s, int ST, const T
     }
 }
 
+// The same into a 16-bit tile of the walk type (f16: the products take it exactly as tf32).
+template <typename Tw, int NT> PK_DEV void load_dm16(Tw *s, int ST, const Tw *g) {
+    static_assert(sizeof(Tw) == 2, "a 16-bit walk type");
+    constexpr int EPV = 8, PR = kC / EPV, N = kC * PR;
+    for (int e = tid(); e < N; e += NT) {
+        const int r = e / PR, c = (e % PR) * EPV;
+        const V16 v = c < r ? ld16(g + r * kC + c) : V16{};
+        for (int k = 0; k < EPV; ++k) {
+            uint16_t b = 0;
+            if (c + k < r) std::memcpy(&b, reinterpret_cast<const char *>(v.w) + 2 * k, 2);
+            std::memcpy(s + r * ST + c + k, &b, 2);
+        }
+    }
+}
+
 // sWK <- SL(W K^T) (stored as tf32 values: read only as an operand), then sDm <- T WK (T = T0
 // diag(beta), a tile of tf32 values). Needs sW, sK, sT; the prep kernel and the chain kernel both
 // compute Dm this one way, so the backward's recompute rounds as the prep. RND: the operand flags
