@@ -5,7 +5,7 @@
 // in ascending order, through the history:  at r' >= 1:  dE(r, r') += -Qh[t, r'+1]^T gamma,
 // gamma <- gamma (I - E_r')^T;  then for the keys of segment r':  S = Qh[t, r'+1] K^^T, P, dS,
 // gamma += dS K^, dG_t += rowsum(dS). gamma goes to p.gam; for r = 0 it is 0. The K x K steps
-// are tf32 (f32 tiles), the score products in the input dtype.
+// are tf32 (dE's Qh as loaded, in the input dtype: warp_gemm2), the score products in the input dtype.
 //
 // KSegIntra: for each query chunk ci = 8r + i (i >= 1), the earlier chunks cj of the same segment
 // ascending: the state X = Q~_ci walked back to chunk cj + 1 (recomputed from Q~), gamma stepped
@@ -14,6 +14,11 @@
 #pragma once
 
 #include "cuda/path/common.cuh"
+
+// 1: the dE product of 16-bit inputs reads an f32 copy of Qh (an A/B switch; 0 = Qh as loaded).
+#ifndef FATTN_PATH_SEG_QF
+#define FATTN_PATH_SEG_QF 0
+#endif
 
 namespace fattn::pathk {
 
@@ -33,14 +38,18 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     static constexpr size_t TI = kW ? TW : tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
     static constexpr size_t QI = kW ? (BM / kC) * TW : tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
     static constexpr bool kF32 = sizeof(Tin) == 4;
+    // kQf: the dE product reads an f32 copy of the 16-bit Qh (the swizzled kW tiles); else it reads
+    // Qh as loaded (f32 inputs, or 16-bit padded tiles on tf32 with warp_gemm2)
+    static constexpr bool kQf = !kF32 && (kW || FATTN_PATH_SEG_QF);
     static_assert(!kW || (sizeof(Tin) == 2 && (D == 64 || D == 128)), "wgmma: 16-bit inputs at D 64 or 128");
     // dO, Qh (input dtype), then the layout of the K x K step:
-    //  * D <= 64: Qh f32 copy (16-bit inputs), gamma f32 (BM rows each), then E or two stages of
-    //    (K^, V, G of the keys) in a union (E loads while Qh is converted);
-    //  * D 128 (kUnion): one region that holds, for 16-bit inputs, the Qh f32 copy and gamma for
-    //    the dE product, then gamma and half of E's rows at a time for gamma's step (EH = 2), or
-    //    the two key stages: 103 KiB instead of 169, so two CTAs share an SM; for f32 inputs gamma
-    //    and E, or the two key stages: 199 KiB instead of 232 (over the 227 KiB a CTA may have).
+    //  * D <= 64: the Qh f32 copy (kQf), gamma f32 (BM rows each), then E or two stages of
+    //    (K^, V, G of the keys) in a union (E loads while the dE product runs);
+    //  * D 128 (kUnion): one region that holds, for 16-bit inputs, gamma (and the Qh f32 copy, kQf)
+    //    for the dE product while E's first half lands beside it, then gamma and half of E's rows
+    //    at a time for gamma's step (EH = 2), or the two key stages: 103 KiB instead of 169, so two
+    //    CTAs share an SM; for f32 inputs gamma and E, or the two key stages: 199 KiB instead of 232
+    //    (over the 227 KiB a CTA may have).
     static constexpr size_t STG = kW ? (2 * TI + kC * 4 + 1023) / 1024 * 1024 : 2 * TI + kC * 4;
     static constexpr bool kUnion = D > 64;
     static constexpr int EH = kUnion && !kF32 ? 2 : 1;
@@ -49,7 +58,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     static constexpr size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
     static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EH, 2 * STG);
     static constexpr size_t smem() {
-        return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kF32 ? 0 : QF) + QF + U + 3 * BM * 4);
+        return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kQf ? QF : 0) + QF + U + 3 * BM * 4);
     }
     static constexpr int NB = D / 16;
 
@@ -100,8 +109,8 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
         char *c = smem;
         Tin *sdO = reinterpret_cast<Tin *>(c), *sQh = reinterpret_cast<Tin *>(c + QI);
         float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * QI);
-        char *u = kUnion ? c + 2 * QI : c + 2 * QI + (kF32 ? 0 : QF) + QF;
-        float *sG = reinterpret_cast<float *>(kUnion ? u + OFF_G : c + 2 * QI + (kF32 ? 0 : QF));
+        char *u = kUnion ? c + 2 * QI : c + 2 * QI + (kQf ? QF : 0) + QF;
+        float *sG = reinterpret_cast<float *>(kUnion ? u + OFF_G : c + 2 * QI + (kQf ? QF : 0));
         float *sE = reinterpret_cast<float *>(kUnion ? u + OFF_E : u);
         float *lse2 = reinterpret_cast<float *>(kUnion ? c + 2 * QI + R : u + U), *dl = lse2 + BM, *gq = dl + BM;
         const int64_t ws = int64_t(p.h) * D;
@@ -128,33 +137,43 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                 cp_wait<0>();
                 sync();
                 if (rp >= 1) {
-                    if (!kF32)
+                    if (kQf)
                         for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(at(sQh, e / D, e % D));
                     acc_to_tile(sG, SD, r0, gam);
+                    // E (or, EH = 2, its first half) lands while dE's product runs, unless its
+                    // place is still the Qh copy's (kQf at D 128)
                     const float *gE = p.emat + ((sq.seg0 + rp) * p.h + h) * D * D;
-                    if (EH == 1) {
-                        load_tile<float, kThreads>(sE, SD, gE, D, D, D, D, D, true);
+                    auto issue_e = [&](int pc) {
+                        load_tile<float, kThreads>(sE, SD, gE + pc * (D / EH) * D, D, D / EH, D, D / EH, D, true);
                         cp_commit();
-                        cp_wait<0>();
-                    }
+                    };
+                    constexpr bool kEarlyE = !kQf || EH == 1;
+                    if (kEarlyE) issue_e(0);
                     sync();
-                    // dE(r, rp) += -Qh^T gamma over this block's rows (the CTA's first block writes)
+                    // dE(r, rp) += -Qh^T gamma over this block's rows (the CTA's first block writes);
+                    // 16-bit Qh (kQf false) times the f32 gamma on tf32 (warp_gemm2)
                     float *dE = p.dep + (((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * kSplit + sp) * p.hq + hq) * D * D;
-                    if (ib == ib0)
-                        cta_gemm<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
-                    else
-                        cta_gemm_rmw<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, dE, D, -1.f, D);
-                    // gamma <- gamma - gamma E^T (EH = 2: E's rows in two halves, each after the
-                    // previous user of its place, the Qh copy or the first half, is done)
+                    if constexpr (kF32 || kQf) {
+                        if (ib == ib0)
+                            cta_gemm<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
+                        else
+                            cta_gemm_rmw<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, dE, D, -1.f, D);
+                    } else {
+                        if (ib == ib0)
+                            cta_gemm<Tin, true, true, NB, NW>(D, D, BM, sQh, STi, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
+                        else
+                            cta_gemm_rmw<Tin, true, true, NB, NW>(D, D, BM, sQh, STi, sG, SD, dE, D, -1.f, D);
+                    }
+                    // gamma <- gamma - gamma E^T (EH = 2: E's rows in two halves, the second after
+                    // the first is used; the first after the Qh copy where that shares its place)
                     constexpr int NXH = NX / EH;
                     for (int pc = 0; pc < EH; ++pc) {
-                        if (EH == 2) {
+                        if (pc > 0 || !kEarlyE) {
                             sync();
-                            load_tile<float, kThreads>(sE, SD, gE + pc * (D / EH) * D, D, D / EH, D, D / EH, D, true);
-                            cp_commit();
-                            cp_wait<0>();
-                            sync();
+                            issue_e(pc);
                         }
+                        cp_wait<0>();
+                        sync();
                         float t[NXH][4];
                         zero_acc(t);
                         warp_gemm<float, false, false, NXH>(t, sG, SD, sE, SD, r0, 0, D);
