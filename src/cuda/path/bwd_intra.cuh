@@ -26,10 +26,6 @@
 #ifndef FATTN_PATH_SCORE16
 #define FATTN_PATH_SCORE16 1
 #endif
-// Seg-intra's next-pair loads during the scores at D 128 for 16-bit inputs (KSegIntra::kPre): 1 = on.
-#ifndef FATTN_PATH_INTRA_PRE
-#define FATTN_PATH_INTRA_PRE 1
-#endif
 // The own-chunk kernel's 16-bit tiles at D 128 for 16-bit inputs (KOwn::kNarrow): 1 = on.
 #ifndef FATTN_PATH_OWN16
 #define FATTN_PATH_OWN16 1
@@ -66,10 +62,6 @@ template <typename Tin, int D> struct KSegIntra {
     // (one CTA per SM has the room), loaded while gamma's step runs
     static constexpr bool kPreKV = kS16 && FATTN_PATH_LOAD_OVERLAP && D > 64;
     static constexpr size_t OFF_KV = OFF_SMALL + 5 * kC * 4;
-    // kPre (kPreKV, FATTN_PATH_INTRA_PRE): the next pair's W (into its tile, which the scores leave
-    // alone) and its state and U (16-byte loads held in registers) are issued during this pair's
-    // scores, so a pair's gamma step starts with its operands at hand
-    static constexpr bool kPre = kPreKV && FATTN_PATH_INTRA_PRE;
     static constexpr size_t smem() { return OFF_KV + (kPreKV ? 2 * TI : 0); }
 
     // The pair's K~ and V into Tin tiles at k16 and k16 + TI (cp.async; the caller commits).
@@ -83,11 +75,8 @@ template <typename Tin, int D> struct KSegIntra {
     // then each warp its 16 x 32 block of S = X K~^T and dP = dO V^T in registers, P and dS into
     // Tin tiles and the f32 partial row / column sums of dS into rsum / csum (fixed order); then
     // gamma += dS K~, dK~ += dS^T X, dV += P^T dO and the dG sums.
-    // after(): called once K~ and V landed and every thread passed the barrier after them (kPre:
-    // the next pair's loads start there).
-    template <class After>
     PK_DEV static void scores16(const PathDev &p, const Tin *gkt, const Tin *gv, char *smem, int nq, int64_t krow, int hq,
-                                int64_t hqd, After &&after) {
+                                int64_t hqd) {
         const float *sX = reinterpret_cast<const float *>(smem + DOB + FT::BIG);
         float *sG = reinterpret_cast<float *>(smem + DOB);
         char *R = smem + OFF_R;
@@ -109,7 +98,6 @@ template <typename Tin, int D> struct KSegIntra {
         for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
         cp_wait<0>();
         sync();
-        after();
         {
             // this warp's 16 x 32 block in two 16 x 16 halves (fewer accumulators live at once)
             const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
@@ -260,7 +248,6 @@ template <typename Tin, int D> struct KSegIntra {
             // X(0) from here on is read only as an operand
             sync();
             for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = tf32_round(sX[(e / D) * SD + e % D]);
-            TileRegs<Tw, D, kThreads> rx, ru;  // a pair's state and U (16-bit inputs)
             for (int64_t j = 0; j < i; ++j) {
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 // the scores' K~ and V tiles load while the states and gamma's step run
@@ -274,8 +261,7 @@ template <typename Tin, int D> struct KSegIntra {
                 [[maybe_unused]] Tin *kv16 = reinterpret_cast<Tin *>(smem + OFF_KV);  // kPreKV
                 if (r >= 1 || j >= 1) {  // the state X(j) (j >= 1), then gamma back through chunk cj
                     sync();
-                    const bool pre = kPre && j >= 1;  // W, X(j) and U issued during pair j - 1's scores
-                    if (!pre) ldW(sA, cj);
+                    ldW(sA, cj);
                     if constexpr (kS16 && FATTN_PATH_LOAD_OVERLAP) {
                         // the state and U in flight together (16-byte loads in registers) beside W's
                         // cp.async (and kPreKV: the scores' K~ and V, a group of their own): one round trip
@@ -283,10 +269,9 @@ template <typename Tin, int D> struct KSegIntra {
                             cp_commit();
                             issue_kv(p, gkt, gv, kv16);
                         }
-                        if (!pre) {
-                            if (j > 0) rx.issue(qts + (j - 1) * kC * D, D, kC, D);
-                            ru.issue(static_cast<const Tw *>(p.uw) + (krow * p.h + h) * D, hd, rows_of(cj), D);
-                        }
+                        TileRegs<Tw, D, kThreads> rx, ru;
+                        if (j > 0) rx.issue(qts + (j - 1) * kC * D, D, kC, D);
+                        ru.issue(static_cast<const Tw *>(p.uw) + (krow * p.h + h) * D, hd, rows_of(cj), D);
                         if (j > 0) rx.template put<true>(sX, SD);
                         ru.template put<true>(sB, SD);
                     } else {
@@ -315,21 +300,8 @@ template <typename Tin, int D> struct KSegIntra {
                 }
                 // scores against chunk cj
                 sync();
-                if constexpr (kS16) {
-                    scores16(p, gkt, gv, smem, nq, krow, hq, hqd, [&] {
-                        if constexpr (kPre) {  // pair j + 1's W (cp.async, its own group), X(j + 1) and U
-                            if (j + 1 < i) {
-                                const int64_t cn = cj + 1;
-                                ldW(sA, cn);
-                                cp_commit();
-                                rx.issue(qts + j * kC * D, D, kC, D);
-                                ru.issue(static_cast<const Tw *>(p.uw) + ((sq.row0 + cn * kC) * p.h + h) * D, hd, rows_of(cn), D);
-                            }
-                        }
-                    });
-                } else {
-                    scores_tf32(p, rk, rv, gv, smem, nq, krow, hq, hqd);
-                }
+                if constexpr (kS16) scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
+                else scores_tf32(p, rk, rv, gv, smem, nq, krow, hq, hqd);
             }
             sync();
             for (int e = tid(); e < nq * D; e += kThreads) p.gam[((qrow + e / D) * p.hq + hq) * D + e % D] = sG[(e / D) * SD + e % D];

@@ -15,11 +15,6 @@
 
 #include "cuda/path/common.cuh"
 
-// 1: the dE product of 16-bit inputs reads an f32 copy of Qh (an A/B switch; 0 = Qh as loaded).
-#ifndef FATTN_PATH_SEG_QF
-#define FATTN_PATH_SEG_QF 0
-#endif
-
 namespace fattn::pathk {
 
 // The wgmma products of KSegInter's key loop (kW; bwd_seg_sm90.cuh, built where wgmma is).
@@ -40,7 +35,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     static constexpr bool kF32 = sizeof(Tin) == 4;
     // kQf: the dE product reads an f32 copy of the 16-bit Qh (the swizzled kW tiles); else it reads
     // Qh as loaded (f32 inputs, or 16-bit padded tiles on tf32 with warp_gemm2)
-    static constexpr bool kQf = !kF32 && (kW || FATTN_PATH_SEG_QF);
+    static constexpr bool kQf = !kF32 && kW;
     static_assert(!kW || (sizeof(Tin) == 2 && (D == 64 || D == 128)), "wgmma: 16-bit inputs at D 64 or 128");
     // dO, Qh (input dtype), then the layout of the K x K step:
     //  * D <= 64: the Qh f32 copy (kQf), gamma f32 (BM rows each), then E or two stages of
