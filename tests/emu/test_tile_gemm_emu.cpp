@@ -1,0 +1,88 @@
+// test_tile_gemm_emu.cpp — the PaTH kernels' tile products (src/cuda/path/common.cuh: cta_gemm over
+// shared-memory tiles) under the CPU emulation, against a float64 product: an f32 tile times a
+// 16-bit one and the reverse (tf32 mma with the 16-bit ldmatrix fragments widened in registers and
+// the f32 operand read in their k order, warp_gemm2), and tiles of one type (16-bit mma, tf32),
+// with every storage of the operands the kernels use: A by rows or transposed (AT), B by rows
+// (rows = n, as K in Q·Kᵀ) or by k rows (BK, as V in P·V). The values are exact in tf32, so a
+// product that pairs an A element with the wrong B element is off by O(1), not by rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#include "cuda/path/common.cuh"
+
+namespace {
+
+namespace pk = fattn::pathk;
+
+// A value exact in E (and so in tf32): 16-bit types round to their grid, f32 to tf32's.
+template <typename E> float exact_in(float x) {
+    if constexpr (sizeof(E) == 4) return pk::tf32_round(x);
+    else return pk::to_f(pk::from_f<E>(x));
+}
+
+// got[m][n] = op(A) op(B) over KD by cta_gemm on NW = 8 warps, M = 64, against the double product.
+template <typename EA, typename EB, bool AT, bool BK, int N, int KD> void run_case(unsigned seed) {
+    constexpr int M = 64, NW = 8, NB = N / 16;  // eight warp tiles of 16 x 8NB cover 64 x N once
+    const int lda = pk::tile_stride<EA>(AT ? M : KD), ldb = pk::tile_stride<EB>(BK ? N : KD);
+    const size_t bytes_a = size_t(AT ? KD : M) * size_t(lda) * sizeof(EA);
+    const size_t bytes_b = (size_t(BK ? KD : N) * size_t(ldb) * sizeof(EB) + 15) / 16 * 16;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    const size_t na = size_t(M) * KD, nb = size_t(KD) * N;
+    std::vector<float> a(na), b(nb);  // logical A[m][k], B[k][n]
+    for (auto &x : a) x = exact_in<EA>(u(rng));
+    for (auto &x : b) x = exact_in<EB>(u(rng));
+    std::vector<double> want(size_t(M) * N, 0.0);
+    for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+            double s = 0;
+            for (int k = 0; k < KD; ++k) s += double(a[size_t(m) * KD + k]) * double(b[size_t(k) * N + n]);
+            want[size_t(m) * N + n] = s;
+        }
+    std::vector<float> got(size_t(M) * N, std::nanf(""));
+    fattn::emu::launch({}, 32 * NW, bytes_a + bytes_b, [&](char *smem) {
+        EA *sA = reinterpret_cast<EA *>(smem);
+        EB *sB = reinterpret_cast<EB *>(smem + bytes_a);
+        if (pk::tid() == 0) {
+            std::memset(smem, 0, bytes_a + bytes_b);
+            for (int m = 0; m < M; ++m)
+                for (int k = 0; k < KD; ++k) sA[AT ? k * lda + m : m * lda + k] = pk::from_f<EA>(a[size_t(m) * KD + k]);
+            for (int k = 0; k < KD; ++k)
+                for (int n = 0; n < N; ++n) sB[BK ? k * ldb + n : n * ldb + k] = pk::from_f<EB>(b[size_t(k) * N + n]);
+        }
+        pk::sync();
+        pk::cta_gemm<EA, AT, BK, NB, NW>(M, N, KD, sA, lda, sB, ldb, [&](int r, int c, float v) { got[size_t(r) * N + c] = v; });
+    });
+    int bad = 0;
+    for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+            const double w = want[size_t(m) * N + n], g = got[size_t(m) * N + n];
+            if (!(std::fabs(g - w) <= 1e-4 * (1.0 + std::fabs(w))) && bad++ < 5)
+                ADD_FAILURE() << "row " << m << " col " << n << ": got " << g << ", want " << w;
+        }
+    EXPECT_EQ(bad, 0);
+}
+
+template <typename EA, typename EB> void all_layouts(unsigned seed) {
+    run_case<EA, EB, false, false, 64, 128>(seed);
+    run_case<EA, EB, false, true, 128, 64>(seed + 1);
+    run_case<EA, EB, true, false, 64, 64>(seed + 2);
+    run_case<EA, EB, true, true, 128, 64>(seed + 3);
+}
+
+TEST(PathTileGemm, F32TimesBf16) { all_layouts<float, pk::bf16_t>(11); }
+TEST(PathTileGemm, Bf16TimesF32) { all_layouts<pk::bf16_t, float>(21); }
+TEST(PathTileGemm, F32TimesF16) { all_layouts<float, pk::f16_t>(31); }
+TEST(PathTileGemm, F16TimesF32) { all_layouts<pk::f16_t, float>(41); }
+TEST(PathTileGemm, OneType) {
+    all_layouts<pk::bf16_t, pk::bf16_t>(51);
+    all_layouts<pk::f16_t, pk::f16_t>(61);
+    all_layouts<float, float>(71);
+}
+
+}  // namespace
