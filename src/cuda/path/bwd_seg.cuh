@@ -15,6 +15,10 @@
 
 #include "cuda/path/common.cuh"
 
+#ifndef FATTN_PATH_SEG_BM128
+#define FATTN_PATH_SEG_BM128 0
+#endif
+
 namespace fattn::pathk {
 
 // The wgmma products of KSegInter's key loop (kW; bwd_seg_sm90.cuh, built where wgmma is).
@@ -24,8 +28,10 @@ template <typename Tin, int D> struct SegInterW;
 // in 128-byte swizzled panels (sw128_elem) written by cp.async; else mma.sync on padded tiles.
 template <typename Tin, int D, bool kW = false> struct KSegInter {
     // Query blocks of BM rows (one warp per 16): 128 for D <= 64 (two chunks share every K^ / V
-    // load and the segment's critical path halves), 64 at D = 128 (shared memory).
-    static constexpr int BM = D <= 64 ? 2 * kC : kC;
+    // load and the segment's critical path halves), 64 at D = 128 (shared memory: two CTAs share an
+    // SM), or 128 there too with FATTN_PATH_SEG_BM128 (16-bit inputs, mma.sync: one CTA of eight
+    // warps per SM, each K^ / V and E load and dE partial shared by 128 rows; an A/B switch).
+    static constexpr int BM = D <= 64 || (FATTN_PATH_SEG_BM128 && sizeof(Tin) == 2 && !kW) ? 2 * kC : kC;
     static constexpr int kThreads = 2 * BM, NW = BM / 16, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
     // kW: a [64, D] tile is D / 64 panels of [64, 64] (8 KiB), every tile and stage 1024-aligned
