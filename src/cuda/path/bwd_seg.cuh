@@ -30,7 +30,8 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     // Query blocks of BM rows (one warp per 16): 128 for D <= 64 (two chunks share every K^ / V
     // load and the segment's critical path halves), 64 at D = 128 (shared memory: two CTAs share an
     // SM), or 128 there too with FATTN_PATH_SEG_BM128 (16-bit inputs, mma.sync: one CTA of eight
-    // warps per SM, each K^ / V and E load and dE partial shared by 128 rows; an A/B switch).
+    // warps per SM, each K^ / V and E load and dE partial shared by 128 rows, E loaded whole while
+    // the dE product runs; 201.5 KiB; an A/B switch).
     static constexpr int BM = D <= 64 || (FATTN_PATH_SEG_BM128 && sizeof(Tin) == 2 && !kW) ? 2 * kC : kC;
     static constexpr int kThreads = 2 * BM, NW = BM / 16, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
@@ -54,10 +55,13 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     static constexpr size_t STG = kW ? (2 * TI + kC * 4 + 1023) / 1024 * 1024 : 2 * TI + kC * 4;
     static constexpr bool kUnion = D > 64;
     static constexpr int EH = kUnion && !kF32 ? 2 : 1;
+    // E's loads: in its halves (EL = 2) where the region leaves room for half, else whole (EL = 1:
+    // with 128-query blocks at D 128 gamma's 128 rows leave room for all of E beside them)
+    static constexpr int EL = EH == 2 && !(BM == 2 * kC && !kQf) ? 2 : 1;
     static constexpr size_t OFF_G = kF32 ? 0 : QF, OFF_E = kF32 ? QF : 0;  // in the region (kUnion)
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
-    static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EH, 2 * STG);
+    static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EL, 2 * STG);
     static constexpr size_t smem() {
         return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kQf ? QF : 0) + QF + U + 3 * BM * 4);
     }
@@ -145,10 +149,10 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     // place is still the Qh copy's (kQf at D 128)
                     const float *gE = p.emat + ((sq.seg0 + rp) * p.h + h) * D * D;
                     auto issue_e = [&](int pc) {
-                        load_tile<float, kThreads>(sE, SD, gE + pc * (D / EH) * D, D, D / EH, D, D / EH, D, true);
+                        load_tile<float, kThreads>(sE, SD, gE + pc * (D / EL) * D, D, D / EL, D, D / EL, D, true);
                         cp_commit();
                     };
-                    constexpr bool kEarlyE = !kQf || EH == 1;
+                    constexpr bool kEarlyE = !kQf || EL == 1;
                     if (kEarlyE) issue_e(0);
                     sync();
                     // dE(r, rp) += -Qh^T gamma over this block's rows (the CTA's first block writes);
@@ -165,19 +169,21 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                         else
                             cta_gemm_rmw<Tin, true, true, NB, NW>(D, D, BM, sQh, STi, sG, SD, dE, D, -1.f, D);
                     }
-                    // gamma <- gamma - gamma E^T (EH = 2: E's rows in two halves, the second after
-                    // the first is used; the first after the Qh copy where that shares its place)
+                    // gamma <- gamma - gamma E^T (EH = 2: in two halves of E's rows; EL = 2: each
+                    // half loaded after the previous user of its place, the Qh copy or the first half)
                     constexpr int NXH = NX / EH;
                     for (int pc = 0; pc < EH; ++pc) {
-                        if (pc > 0 || !kEarlyE) {
+                        if (EL == 2 && (pc > 0 || !kEarlyE)) {
                             sync();
                             issue_e(pc);
                         }
-                        cp_wait<0>();
-                        sync();
+                        if (EL == 2 || pc == 0) {
+                            cp_wait<0>();
+                            sync();
+                        }
                         float t[NXH][4];
                         zero_acc(t);
-                        warp_gemm<float, false, false, NXH>(t, sG, SD, sE, SD, r0, 0, D);
+                        warp_gemm<float, false, false, NXH>(t, sG, SD, sE + (EL == 1 ? pc * (D / EH) * SD : 0), SD, r0, 0, D);
                         for (int j = 0; j < NXH; ++j)
                             for (int e = 0; e < 4; ++e) gam[pc * NXH + j][e] -= t[j][e];
                     }
