@@ -335,6 +335,35 @@ template <typename Tin, int D> struct KOwn {
         else run32(p, smem);
     }
 
+    // The pieces run16 and run32 share. The chunk's query rows' lse (log2 units), delta and gate
+    // sums, 0 past row n:
+    PK_DEV static void row_stats(const PathDev &p, const SeqInfo &sq, int hq, int64_t t0, int64_t row, int n, float *lse2,
+                                 float *dl, float *gq) {
+        for (int a = tid(); a < kC; a += kThreads) {
+            const bool ok = a < n;
+            lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+            dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
+            gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
+        }
+    }
+    // dG of the chunk's rows += dA's row sums - its column sums (dA: a synced 64 x 64 f32 tile)
+    PK_DEV static void add_dg(const PathDev &p, int hq, int64_t row, int n, const float *dA) {
+        if (tid() < n) {
+            const int x = tid();
+            float s = 0.f;
+            for (int b = 0; b < kC; ++b) s += dA[x * S64 + b];
+            for (int a = 0; a < kC; ++a) s -= dA[a * S64 + x];
+            p.dgs[(row + x) * p.hq + hq] += s;
+        }
+    }
+    // dq (the input dtype) from the f32 64 x D tile s
+    PK_DEV static void store_dq(const PathDev &p, const SeqInfo &sq, int hq, int64_t t0, int n, const float *s) {
+        for (int e = tid(); e < n * D; e += kThreads) {
+            const int a = e / D, c = e % D;
+            if (c < p.K) st<Tin>(p.dq, sq.b * p.dq_sb + (t0 + a) * p.dq_ss + hq * p.dq_sh + c, s[a * SD + c]);
+        }
+    }
+
     // The same steps with 16-bit tiles. Places: F1 (an f32 64 x D tile) holds W (step 1), dO
     // (step 3), then gamma, which becomes dq; T1 and T2 (16-bit 64 x D tiles) hold Q (steps 1-7)
     // and K, Dm, V, U, Dm, K in turn; at step 8 W's two 64-column halves, as f32 64 x 64 tiles,
@@ -370,12 +399,7 @@ template <typename Tin, int D> struct KOwn {
                                  n, p.K, p.vec_q);
         load_w_f32<kThreads>(sW, SD, p, sq, c0, h, D, n);
         ldK();
-        for (int a = tid(); a < kC; a += kThreads) {
-            const bool ok = a < n;
-            lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
-            dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
-            gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
-        }
+        row_stats(p, sq, hq, t0, row, n, lse2, dl, gq);
         cp_landed();
         cta_gemm<Tin, false, false, NB64, NW>(kC, kC, D, Q16, STi, sW, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
         cta_gemm<Tin, false, false, NB64, NW>(kC, kC, D, Q16, STi, K16, STi, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
@@ -411,13 +435,7 @@ template <typename Tin, int D> struct KOwn {
         cta_gemm<float, true, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
             p.ddm[(gc * p.hq + hq) * kC * kC + c * kC + b] = -v;
         });
-        if (tid() < n) {
-            const int x = tid();
-            float s = 0.f;
-            for (int b = 0; b < kC; ++b) s += M2[x * S64 + b];
-            for (int a = 0; a < kC; ++a) s -= M2[a * S64 + x];
-            p.dgs[(row + x) * p.hq + hq] += s;
-        }
+        add_dg(p, hq, row, n, M2);
         sync();
         // 6. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
         cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, M1, S64, sG, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
@@ -450,10 +468,7 @@ template <typename Tin, int D> struct KOwn {
         sync();
         cta_gemm<float, false, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, Whi, S64, [&](int a, int c, float v) { sG[a * SD + kC + c] += v; });
         sync();
-        for (int e = tid(); e < n * D; e += kThreads) {
-            const int a = e / D, c = e % D;
-            if (c < p.K) st<Tin>(p.dq, sq.b * p.dq_sb + (t0 + a) * p.dq_ss + hq * p.dq_sh + c, sG[a * SD + c]);
-        }
+        store_dq(p, sq, hq, t0, n, sG);
     }
 
     PK_DEV static void run32(const PathDev &p, char *smem) {
@@ -478,12 +493,7 @@ template <typename Tin, int D> struct KOwn {
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
         auto ldDm = [&] { load_dm_f32<Tw, kThreads>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC); };
-        for (int a = tid(); a < kC; a += kThreads) {
-            const bool ok = a < n;
-            lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
-            dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
-            gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
-        }
+        row_stats(p, sq, hq, t0, row, n, lse2, dl, gq);
         cp_landed();
         cta_gemm<float, false, false, NB64, NW, kRA>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
         cta_gemm<float, false, false, NB64, NW, kRA | kRB>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
@@ -519,13 +529,7 @@ template <typename Tin, int D> struct KOwn {
         cta_gemm<float, true, true, NB64, NW, kRA>(kC, kC, kC, M1, S64, M2, S64, [&](int c, int b, float v) {
             p.ddm[(gc * p.hq + hq) * kC * kC + c * kC + b] = -v;
         });
-        if (tid() < n) {
-            const int x = tid();
-            float s = 0.f;
-            for (int b = 0; b < kC; ++b) s += M2[x * S64 + b];
-            for (int a = 0; a < kC; ++a) s -= M2[a * S64 + x];
-            p.dgs[(row + x) * p.hq + hq] += s;
-        }
+        add_dg(p, hq, row, n, M2);
         sync();
         // 6. dU += -QW^T gamma;  dQW = LT(-dA Dm^T - gamma U^T)
         cta_gemm_rmw<float, true, true, NB, NW, kRA>(kC, D, kC, M1, S64, B3, SD, p.du + (row * p.hq + hq) * D, hqd, -1.f, n);
@@ -548,10 +552,7 @@ template <typename Tin, int D> struct KOwn {
         sync();
         cta_gemm<float, false, true, NB, NW, kRA>(kC, D, kC, M1, S64, B1, SD, [&](int a, int c, float v) { B3[a * SD + c] += v; });
         sync();
-        for (int e = tid(); e < n * D; e += kThreads) {
-            const int a = e / D, c = e % D;
-            if (c < p.K) st<Tin>(p.dq, sq.b * p.dq_sb + (t0 + a) * p.dq_ss + hq * p.dq_sh + c, B3[a * SD + c]);
-        }
+        store_dq(p, sq, hq, t0, n, B3);
     }
 };
 

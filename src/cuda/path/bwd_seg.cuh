@@ -158,17 +158,15 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     // dE(r, rp) += -Qh^T gamma over this block's rows (the CTA's first block writes);
                     // 16-bit Qh (kQf false) times the f32 gamma on tf32 (warp_gemm2)
                     float *dE = p.dep + (((sq.pair0 + (r - 1) * (r - 2) / 2 + (rp - 1)) * kSplit + sp) * p.hq + hq) * D * D;
-                    if constexpr (kF32 || kQf) {
+                    auto de_product = [&](const auto *qh, int ldq) {
+                        using Eq = std::remove_cv_t<std::remove_pointer_t<decltype(qh)>>;
                         if (ib == ib0)
-                            cta_gemm<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
+                            cta_gemm<Eq, true, true, NB, NW>(D, D, BM, qh, ldq, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
                         else
-                            cta_gemm_rmw<float, true, true, NB, NW>(D, D, BM, sQf, SD, sG, SD, dE, D, -1.f, D);
-                    } else {
-                        if (ib == ib0)
-                            cta_gemm<Tin, true, true, NB, NW>(D, D, BM, sQh, STi, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
-                        else
-                            cta_gemm_rmw<Tin, true, true, NB, NW>(D, D, BM, sQh, STi, sG, SD, dE, D, -1.f, D);
-                    }
+                            cta_gemm_rmw<Eq, true, true, NB, NW>(D, D, BM, qh, ldq, sG, SD, dE, D, -1.f, D);
+                    };
+                    if constexpr (kF32 || kQf) de_product(sQf, SD);
+                    else de_product(sQh, STi);
                     // gamma <- gamma - gamma E^T (EH = 2: in two halves of E's rows; EL = 2: each
                     // half loaded after the previous user of its place, the Qh copy or the first half)
                     constexpr int NXH = NX / EH;

@@ -140,30 +140,30 @@ template <typename Tw, int NT> PK_DEV bool load_kept_t0(float *s, const Tw *g) {
     sync();
     return true;
 }
-// Dm of a chunk (g: its 64 x 64 block) into an f32 tile as tf32 values, the diagonal and the half
-// above it 0 whatever the block holds there (keep_t0).
-template <typename Tw, int NT> PK_DEV void load_dm_f32(float *s, int ST, const Tw *g) {
+// The strictly lower part of a chunk's 64 x 64 Dm block g, read 16 bytes at a time: put(r, c, v, k,
+// ok) for element k of the vector v holding (r, c); ok: c < r (v is 0 where it holds none of those).
+template <typename Tw, int NT, class Put> PK_DEV void dm_lower(const Tw *g, Put &&put) {
     constexpr int EPV = 16 / int(sizeof(Tw)), PR = kC / EPV, N = kC * PR;
     for (int e = tid(); e < N; e += NT) {
         const int r = e / PR, c = (e % PR) * EPV;
         const V16 v = c < r ? ld16(g + r * kC + c) : V16{};
-        for (int k = 0; k < EPV; ++k) s[r * ST + c + k] = c + k < r ? rnd_if<sizeof(Tw) == 4>(v16_elem<Tw>(v, k)) : 0.f;
+        for (int k = 0; k < EPV; ++k) put(r, c + k, v, k, c + k < r);
     }
+}
+// Dm of a chunk (g: its 64 x 64 block) into an f32 tile as tf32 values, the diagonal and the half
+// above it 0 whatever the block holds there (keep_t0).
+template <typename Tw, int NT> PK_DEV void load_dm_f32(float *s, int ST, const Tw *g) {
+    dm_lower<Tw, NT>(g, [&](int r, int c, const V16 &v, int k, bool ok) { s[r * ST + c] = ok ? rnd_if<sizeof(Tw) == 4>(v16_elem<Tw>(v, k)) : 0.f; });
 }
 
 // The same into a 16-bit tile of the walk type (f16: the products take it exactly as tf32).
 template <typename Tw, int NT> PK_DEV void load_dm16(Tw *s, int ST, const Tw *g) {
     static_assert(sizeof(Tw) == 2, "a 16-bit walk type");
-    constexpr int EPV = 8, PR = kC / EPV, N = kC * PR;
-    for (int e = tid(); e < N; e += NT) {
-        const int r = e / PR, c = (e % PR) * EPV;
-        const V16 v = c < r ? ld16(g + r * kC + c) : V16{};
-        for (int k = 0; k < EPV; ++k) {
-            uint16_t b = 0;
-            if (c + k < r) std::memcpy(&b, reinterpret_cast<const char *>(v.w) + 2 * k, 2);
-            std::memcpy(s + r * ST + c + k, &b, 2);
-        }
-    }
+    dm_lower<Tw, NT>(g, [&](int r, int c, const V16 &v, int k, bool ok) {
+        uint16_t b = 0;
+        if (ok) std::memcpy(&b, reinterpret_cast<const char *>(v.w) + 2 * k, 2);
+        std::memcpy(s + r * ST + c, &b, 2);
+    });
 }
 
 // sWK <- SL(W K^T) (stored as tf32 values: read only as an operand), then sDm <- T WK (T = T0
