@@ -4,6 +4,7 @@
 # sampling), printing the warp-state breakdown and the SASS instructions with the most stall
 # samples (with their columns of stall reasons). E.g.
 #   BUILD_DIR=build-gpu scripts/ncu-stalls.sh KPrep path --backend cuda --reps 1 --check none --gate 0 --T 4096 --hq 32 --h 32
+# NCU_KEEP=FILE also keeps the whole source page (every SASS line with its samples, CSV) in FILE.
 FB=${BUILD_DIR:-build-gpu}/fattn-bench
 K=${1:?usage: scripts/ncu-stalls.sh KERNEL_REGEX [fattn-bench arguments]}
 shift
@@ -14,6 +15,7 @@ ncu --clock-control none --kernel-name-base demangled -k "regex:$K" --launch-cou
 ncu -i "$dir/r.ncu-rep" --page details --print-details all 2>&1 |
     grep -E 'Duration|Registers|Shared Memory Config|Dynamic Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit|Eligible Warps|Issued Warp|No Eligible|Active Warps|Warp Cycles Per|Stall|stall' | sed 's/^ *//' | head -n 60
 ncu -i "$dir/r.ncu-rep" --page source --print-source sass --csv >"$dir/src.csv" 2>"$dir/src.err" || { echo "no source page:"; head -n 5 "$dir/src.err"; exit 0; }
+[ -n "${NCU_KEEP:-}" ] && cp "$dir/src.csv" "$NCU_KEEP"
 python3 - "$dir/src.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))

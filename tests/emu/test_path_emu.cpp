@@ -379,8 +379,8 @@ TEST(PathEmuLayout, BuffersWrittenAfterSegInterReuseTheDeadSpan) {
 }
 
 // The varlen pack (cu_seqlens [0, 512, 2048, 4096, 8192], H = Hq = 32, D 64, bf16): the
-// span (W 32, K^ 32, E 8 and the history 74 MiB) holds dD (64), the states in f16 (24) and the
-// first 7424 rows of dK~ (58); the backward's workspace is 582.5 MiB, which with the outputs
+// span (W 32, K^ 32, E 4 (f16) and the history 74 MiB) holds dD (64), the states in f16 (24) and
+// the first 6912 rows of dK~ (54); the backward's workspace is 582.5 MiB, which with the outputs
 // keeps the peak under 75% of FLA's 1070.5 MiB.
 // Every kernel set fits the 227 KiB of shared memory a block may take on H100 / H200, which the
 // CUDA backend's selection checks: f32 inputs at D 128 needed 232 KiB (seg-inter) before its D128
@@ -425,7 +425,7 @@ TEST(PathEmuLayout, VarlenPackWorkspace) {
     p.cu_seqlens = cu.data(), p.num_seqs = 4, p.history = FATTN_PATH_HISTORY_PACKED;
     const PathLayout lay = path_layout(p, false);
     const pathk::GpuWs w = pathk::gpu_workspace(p, lay, FATTN_DIR_BWD);
-    EXPECT_EQ(w.dkt_split, 7424);
+    EXPECT_EQ(w.dkt_split, 6912);
     EXPECT_EQ(w.ddm, w.ww);
     const double MiB = 1024.0 * 1024.0;
     EXPECT_NEAR(double(w.total) / MiB, 582.5, 0.2);

@@ -2,7 +2,9 @@
 //
 // KSegPrep, per (segment r < N-1, kv head): scans the segment's chunks from last to first with
 // Ms = the product of the chunks after c (Ms starts at I): K^_c = K~_c Ms^T (keys walked forward
-// to the segment end), then Ms <- Ms (I - W_c^T U_c). At the end E_r = I - Ms. tf32, f32 tiles.
+// to the segment end), then Ms <- Ms (I - W_c^T U_c). At the end E_r = I - Ms, stored as emat_t
+// (f16 for 16-bit inputs, else f32 holding tf32 values: KSegInter reads it only as a tf32
+// operand). tf32, f32 tiles.
 //
 // KHist, per (query chunk ci >= 8, query head): Q~ (own chunk, UT form) walked back chunk by
 // chunk to token 512, stored at every segment start it crosses: Qh[t, r] = q_t^T H_t ... H_{rS},
@@ -47,8 +49,12 @@ template <typename Tin, int D> struct KSegPrep {
             cta_gemm<float, false, true, NB, NW>(D, D, kC, sT, S64, sU, SD, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
             sync();
         }
-        float *E = p.emat + ((sq.seg0 + r) * p.h + h) * D * D;
-        for (int e = tid(); e < D * D; e += kThreads) E[e] = ((e / D == e % D) ? 1.f : 0.f) - sMs[(e / D) * SD + e % D];
+        using Te = emat_t<Tin>;
+        const int64_t e0 = ((sq.seg0 + r) * p.h + h) * D * D;
+        for (int e = tid(); e < D * D; e += kThreads) {
+            const float x = ((e / D == e % D) ? 1.f : 0.f) - sMs[(e / D) * SD + e % D];
+            st<Te>(p.emat, e0 + e, sizeof(Te) == 4 ? tf32_round(x) : x);
+        }
     }
 };
 

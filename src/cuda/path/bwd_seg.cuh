@@ -5,7 +5,8 @@
 // in ascending order, through the history:  at r' >= 1:  dE(r, r') += -Qh[t, r'+1]^T gamma,
 // gamma <- gamma (I - E_r')^T;  then for the keys of segment r':  S = Qh[t, r'+1] K^^T, P, dS,
 // gamma += dS K^, dG_t += rowsum(dS). gamma goes to p.gam; for r = 0 it is 0. The K x K steps
-// are tf32 (dE's Qh as loaded, in the input dtype: warp_gemm2), the score products in the input dtype.
+// are tf32 (dE's Qh as loaded, in the input dtype: warp_gemm2; gamma's shared copy and E, which
+// KSegPrep stores, hold tf32 values), the score products in the input dtype.
 //
 // KSegIntra: for each query chunk ci = 8r + i (i >= 1), the earlier chunks cj of the same segment
 // ascending: the state X = Q~_ci walked back to chunk cj + 1 (recomputed from Q~), gamma stepped
@@ -16,7 +17,7 @@
 #include "cuda/path/common.cuh"
 
 #ifndef FATTN_PATH_SEG_BM128
-#define FATTN_PATH_SEG_BM128 0
+#define FATTN_PATH_SEG_BM128 1
 #endif
 
 namespace fattn::pathk {
@@ -27,17 +28,19 @@ template <typename Tin, int D> struct SegInterW;
 // kW: the key loop's products on wgmma (16-bit inputs, sm_90: bwd_seg_sm90.cuh), dO, Qh, K^ and V
 // in 128-byte swizzled panels (sw128_elem) written by cp.async; else mma.sync on padded tiles.
 template <typename Tin, int D, bool kW = false> struct KSegInter {
-    // Query blocks of BM rows (one warp per 16): 128 for D <= 64 (two chunks share every K^ / V
-    // load and the segment's critical path halves), 64 at D = 128 (shared memory: two CTAs share an
-    // SM), or 128 there too with FATTN_PATH_SEG_BM128 (16-bit inputs, mma.sync: one CTA of eight
-    // warps per SM, each K^ / V and E load and dE partial shared by 128 rows, E loaded whole while
-    // the dE product runs; 201.5 KiB; an A/B switch).
+    // Query blocks of BM rows (one warp per 16): 128 (two chunks share every K^ / V and E load and
+    // dE partial, and the segment's critical path halves); at D 128 for 16-bit inputs one CTA of
+    // eight warps per SM (FATTN_PATH_SEG_BM128, 1: H100, 2026-12-06, 594 -> 539 us at T4096 H16
+    // D128), else 64 there (f32 inputs, the wgmma form kW, or FATTN_PATH_SEG_BM128=0: two CTAs of
+    // four warps share an SM).
     static constexpr int BM = D <= 64 || (FATTN_PATH_SEG_BM128 && sizeof(Tin) == 2 && !kW) ? 2 * kC : kC;
     static constexpr int kThreads = 2 * BM, NW = BM / 16, NX = D / 8;
     static constexpr int STi = tile_stride<Tin>(D), SD = tile_stride<float>(D);
     // kW: a [64, D] tile is D / 64 panels of [64, 64] (8 KiB), every tile and stage 1024-aligned
     static constexpr size_t TW = size_t(D / 64) * kC * 128;
-    static constexpr size_t TI = kW ? TW : tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<float>(D, D);
+    using Te = emat_t<Tin>;  // E's element type (f16 for 16-bit inputs: an f32 gamma times it on tf32, warp_gemm2)
+    static constexpr int STe = tile_stride<Te>(D);
+    static constexpr size_t TI = kW ? TW : tile_bytes<Tin>(kC, D), TF = tile_bytes<float>(kC, D), TE = tile_bytes<Te>(D, D);
     static constexpr size_t QI = kW ? (BM / kC) * TW : tile_bytes<Tin>(BM, D), QF = tile_bytes<float>(BM, D);
     static constexpr bool kF32 = sizeof(Tin) == 4;
     // kQf: the dE product reads an f32 copy of the 16-bit Qh (the swizzled kW tiles); else it reads
@@ -47,18 +50,20 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     // dO, Qh (input dtype), then the layout of the K x K step:
     //  * D <= 64: the Qh f32 copy (kQf), gamma f32 (BM rows each), then E or two stages of
     //    (K^, V, G of the keys) in a union (E loads while the dE product runs);
-    //  * D 128 (kUnion): one region that holds, for 16-bit inputs, gamma (and the Qh f32 copy, kQf)
-    //    for the dE product while E's first half lands beside it, then gamma and half of E's rows
-    //    at a time for gamma's step (EH = 2), or the two key stages: 103 KiB instead of 169, so two
-    //    CTAs share an SM; for f32 inputs gamma and E, or the two key stages: 199 KiB instead of 232
-    //    (over the 227 KiB a CTA may have).
+    //  * D 128 (kUnion): one region that holds, for 16-bit inputs, gamma for the dE product while
+    //    E (f16) lands beside it (the wgmma form, kQf: the Qh f32 copy, then E's halves after it),
+    //    then gamma's step in two halves of E's rows (EH = 2), or the two key stages: 103 KiB
+    //    instead of 169, so two CTAs share an SM; for f32 inputs gamma and E, or the two key
+    //    stages: 199 KiB instead of 232 (over the 227 KiB a CTA may have).
     static constexpr size_t STG = kW ? (2 * TI + kC * 4 + 1023) / 1024 * 1024 : 2 * TI + kC * 4;
     static constexpr bool kUnion = D > 64;
     static constexpr int EH = kUnion && !kF32 ? 2 : 1;
-    // E's loads: in its halves (EL = 2) where the region leaves room for half, else whole (EL = 1:
-    // with 128-query blocks at D 128 gamma's 128 rows leave room for all of E beside them)
-    static constexpr int EL = EH == 2 && !(BM == 2 * kC && !kQf) ? 2 : 1;
-    static constexpr size_t OFF_G = kF32 ? 0 : QF, OFF_E = kF32 ? QF : 0;  // in the region (kUnion)
+    // E's loads: in its halves (EL = 2) where the region leaves room for half (the Qh f32 copy,
+    // kQf, or an f32 E beside 64 rows of gamma), else whole (EL = 1: E in f16, or 128 rows of gamma
+    // beside it), issued before the dE product
+    static constexpr int EL = EH == 2 && (kQf || (BM == kC && sizeof(Te) == 4)) ? 2 : 1;
+    static constexpr size_t max2(size_t a, size_t b) { return a > b ? a : b; }
+    static constexpr size_t OFF_G = kF32 ? 0 : max2(kQf ? QF : 0, TE / EL), OFF_E = kF32 ? QF : 0;  // in the region (kUnion)
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
     static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EL, 2 * STG);
@@ -116,7 +121,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
         float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * QI);
         char *u = kUnion ? c + 2 * QI : c + 2 * QI + (kQf ? QF : 0) + QF;
         float *sG = reinterpret_cast<float *>(kUnion ? u + OFF_G : c + 2 * QI + (kQf ? QF : 0));
-        float *sE = reinterpret_cast<float *>(kUnion ? u + OFF_E : u);
+        Te *sE = reinterpret_cast<Te *>(kUnion ? u + OFF_E : u);
         float *lse2 = reinterpret_cast<float *>(kUnion ? c + 2 * QI + R : u + U), *dl = lse2 + BM, *gq = dl + BM;
         const int64_t ws = int64_t(p.h) * D;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.hk;
@@ -144,12 +149,12 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                 if (rp >= 1) {
                     if (kQf)
                         for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(at(sQh, e / D, e % D));
-                    acc_to_tile(sG, SD, r0, gam);
+                    acc_to_tile_tf32(sG, SD, r0, gam);  // read only as an operand (dE, gamma E^T)
                     // E (or, EH = 2, its first half) lands while dE's product runs, unless its
                     // place is still the Qh copy's (kQf at D 128)
-                    const float *gE = p.emat + ((sq.seg0 + rp) * p.h + h) * D * D;
+                    const Te *gE = static_cast<const Te *>(p.emat) + ((sq.seg0 + rp) * p.h + h) * D * D;
                     auto issue_e = [&](int pc) {
-                        load_tile<float, kThreads>(sE, SD, gE + pc * (D / EL) * D, D, D / EL, D, D / EL, D, true);
+                        load_tile<Te, kThreads>(sE, STe, gE + pc * (D / EL) * D, D, D / EL, D, D / EL, D, true);
                         cp_commit();
                     };
                     constexpr bool kEarlyE = !kQf || EL == 1;
@@ -161,9 +166,9 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     auto de_product = [&](const auto *qh, int ldq) {
                         using Eq = std::remove_cv_t<std::remove_pointer_t<decltype(qh)>>;
                         if (ib == ib0)
-                            cta_gemm<Eq, true, true, NB, NW>(D, D, BM, qh, ldq, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
+                            cta_gemm<Eq, true, true, NB, NW, kRB>(D, D, BM, qh, ldq, sG, SD, [&](int d, int e, float v) { dE[d * D + e] = -v; });
                         else
-                            cta_gemm_rmw<Eq, true, true, NB, NW>(D, D, BM, qh, ldq, sG, SD, dE, D, -1.f, D);
+                            cta_gemm_rmw<Eq, true, true, NB, NW, kRB>(D, D, BM, qh, ldq, sG, SD, dE, D, -1.f, D);
                     };
                     if constexpr (kF32 || kQf) de_product(sQf, SD);
                     else de_product(sQh, STi);
@@ -181,7 +186,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                         }
                         float t[NXH][4];
                         zero_acc(t);
-                        warp_gemm<float, false, false, NXH>(t, sG, SD, sE + (EL == 1 ? pc * (D / EH) * SD : 0), SD, r0, 0, D);
+                        warp_gemm2<float, Te, false, false, NXH, kRA | kRB>(t, sG, SD, sE + (EL == 1 ? pc * (D / EH) * STe : 0), STe, r0, 0, D);
                         for (int j = 0; j < NXH; ++j)
                             for (int e = 0; e < 4; ++e) gam[pc * NXH + j][e] -= t[j][e];
                     }

@@ -45,6 +45,10 @@ namespace fattn::pathk {
 
 // Walk products (forward, history): f16 for 16-bit inputs (FLA's choice: |entries| <= 1), tf32 for f32.
 template <typename Tin> using walk_t = std::conditional_t<std::is_same<Tin, float>::value, float, f16_t>;
+// E_r, a segment's K x K product (KSegPrep writes it, KSegInter reads it as a tf32 operand only):
+// in the walk type (FATTN_PATH_SEG_E16, params.h: f16 has tf32's mantissa, |entries| <= 2 under
+// the w / beta check), else f32 holding tf32 values.
+template <typename Tin> using emat_t = std::conditional_t<FATTN_PATH_SEG_E16 != 0, walk_t<Tin>, float>;
 
 template <typename E> constexpr int tile_stride(int width) { return width + 16 / int(sizeof(E)); }
 template <typename E> constexpr size_t tile_bytes(int rows, int width) {
@@ -208,6 +212,10 @@ template <int W, int NT> PK_DEV void group_sum_tile_f32(float *g, int64_t ldg, i
 }
 
 // ---- global -> shared tile loads ----
+// load_tile's per-thread row step (1); 0 = the element loop, for an A/B of the instruction counts.
+#ifndef FATTN_PATH_LOAD_STEP
+#define FATTN_PATH_LOAD_STEP 1
+#endif
 template <bool R> PK_DEV float rnd_if(float x) { return R ? tf32_round(x) : x; }
 
 // rows x width tile (row stride ST) from g (row stride gstride elements): rows >= rows_valid and
@@ -217,7 +225,21 @@ template <typename E, int NT>
 PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int width, int rows_valid,
                       int cols_valid, bool vec) {
     constexpr int EPC = 16 / int(sizeof(E));
-    if (vec) {
+    if (vec && FATTN_PATH_LOAD_STEP && width >= EPC && NT % (width / EPC) == 0) {
+        // the same element order as below (thread t takes vectors t, t + NT, ...), written as a
+        // fixed column and a row step per thread, so a vector costs a pointer step, not the
+        // division and the 64-bit product of its index (seg-inter spent 40% as many instructions
+        // issuing its key tiles as on their products)
+        const int per_row = width / EPC, RS = NT / per_row, c = (tid() % per_row) * EPC;
+        const bool cok = c < cols_valid;
+        int r = tid() / per_row;
+        const E *gp = g + r * gstride + c;
+        E *sp = s + r * ST + c;
+        for (; r < rows; r += RS, gp += RS * gstride, sp += RS * ST) {
+            const bool ok = cok && r < rows_valid;
+            cp16(sp, ok ? static_cast<const void *>(gp) : static_cast<const void *>(g), ok ? 16 : 0);
+        }
+    } else if (vec) {
         const int per_row = width / EPC;
         for (int e = tid(); e < rows * per_row; e += NT) {
             const int r = e / per_row, c = (e % per_row) * EPC;
@@ -703,6 +725,12 @@ template <typename E, int N>
 PK_DEV void acc_to_tile(E *s, int ST, int r0, const float (&c)[N][4], float sc = 1.f) {
     for (int j = 0; j < N; ++j)
         for (int i = 0; i < 4; ++i) s[(r0 + acc_row(i)) * ST + acc_col(j, i)] = from_f<E>(sc * c[j][i]);
+}
+// The same into an f32 tile read only as a tf32 operand: the values rounded once here, so the
+// products that read the tile pass kRA / kRB (the bits of rounding at every fragment load).
+template <int N> PK_DEV void acc_to_tile_tf32(float *s, int ST, int r0, const float (&c)[N][4]) {
+    for (int j = 0; j < N; ++j)
+        for (int i = 0; i < 4; ++i) s[(r0 + acc_row(i)) * ST + acc_col(j, i)] = tf32_round(c[j][i]);
 }
 // Load this warp's register tile from a shared tile.
 template <typename E, int N>

@@ -106,7 +106,7 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
     w.ww = take(sat_prod({rows, H, D, wsz}));
     if (bwd) {
         w.kh = take(sat_prod({rows, H, D, es}));
-        w.emat = take(sat_prod({segs, H, D, D, f}));
+        w.emat = take(sat_prod({segs, H, D, D, FATTN_PATH_SEG_E16 ? wsz : f}));
         w.history_bytes = sat_prod({lay.hist_cells, HQ, hist_row(p.dk, es), es});
         w.hist = take(w.history_bytes);
         const size_t span_end = c;

@@ -11,6 +11,12 @@
 
 #include "core/path_params.h"
 
+// E_r (the segments' K x K products) in the walk type: 1 (f16 for 16-bit inputs), 0 = f32. Read by
+// the workspace layout and the kernels alike, so an A/B build defines it for every translation unit.
+#ifndef FATTN_PATH_SEG_E16
+#define FATTN_PATH_SEG_E16 1
+#endif
+
 namespace fattn::pathk {
 
 constexpr int kC = int(kPathChunk);               // chunk (UT transform)
@@ -64,7 +70,7 @@ struct PathDev {
     void *dmat;      // [chunks, H, 64, 64] D = T SL(W K^T), walk type (strictly lower; keep_t0: T0 above it)
     void *kh;        // [rows, H, D] K^ (keys walked to their segment end), input dtype
     float *msuf;     // [chunks, H, D, D] suffix products of each chunk's segment (backward)
-    float *emat;     // [segments, H, D, D] E_r = I - (product of segment r)
+    void *emat;      // [segments, H, D, D] E_r = I - (product of segment r), emat_t (common.cuh)
     void *hist;      // the history (input dtype, width K)
     float *delta;    // [rows, Hq]
     float *dkh, *dvacc, *du, *dwacc, *dko;  // [rows, Hq, D] per-query-head partials

@@ -82,7 +82,7 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     d.gsum = static_cast<float *>(at(w.gsum));
     d.uw = at(w.uw), d.ww = at(w.ww), d.kt = at(w.kt), d.dmat = at(w.dmat);
     d.kh = at(w.kh);
-    d.emat = static_cast<float *>(at(w.emat));
+    d.emat = at(w.emat);
     d.hist = at(w.hist);
     d.delta = static_cast<float *>(at(w.delta));
     d.dkh = static_cast<float *>(at(w.dkh)), d.dvacc = static_cast<float *>(at(w.dvacc));
