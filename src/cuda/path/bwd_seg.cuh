@@ -67,8 +67,11 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     static constexpr size_t U = TE > 2 * STG ? TE : 2 * STG;
     static constexpr size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
     static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EL, 2 * STG);
+    // kQpre (128-query blocks at D 128, one CTA per SM: the room is there): a second Qh tile, so the
+    // next earlier segment's Qh loads with this segment's first key stage instead of after its keys
+    static constexpr bool kQpre = kUnion && !kF32 && !kW && BM == 2 * kC;
     static constexpr size_t smem() {
-        return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 : QI + QI + (kQf ? QF : 0) + QF + U + 3 * BM * 4);
+        return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 + (kQpre ? QI : 0) : QI + QI + (kQf ? QF : 0) + QF + U + 3 * BM * 4);
     }
     static constexpr int NB = D / 16;
 
@@ -117,8 +120,10 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
             return;
         }
         char *c = smem;
-        Tin *sdO = reinterpret_cast<Tin *>(c), *sQh = reinterpret_cast<Tin *>(c + QI);
-        float *sQf = kF32 ? reinterpret_cast<float *>(sQh) : reinterpret_cast<float *>(c + 2 * QI);
+        Tin *sdO = reinterpret_cast<Tin *>(c), *sQh0 = reinterpret_cast<Tin *>(c + QI);
+        // kQpre: the Qh of even earlier segments rp in sQh0, of odd ones in sQh1
+        Tin *sQh1 = kQpre ? reinterpret_cast<Tin *>(c + 2 * QI + R + 3 * BM * 4) : sQh0;
+        float *sQf = kF32 ? reinterpret_cast<float *>(sQh0) : reinterpret_cast<float *>(c + 2 * QI);
         char *u = kUnion ? c + 2 * QI : c + 2 * QI + (kQf ? QF : 0) + QF;
         float *sG = reinterpret_cast<float *>(kUnion ? u + OFF_G : c + 2 * QI + (kQf ? QF : 0));
         Te *sE = reinterpret_cast<Te *>(kUnion ? u + OFF_E : u);
@@ -139,13 +144,19 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
             }
             float gam[NX][4], dgr[2] = {0.f, 0.f};
             zero_acc(gam);
-            for (int64_t rp = 0; rp < r; ++rp) {
-                sync();  // previous users of sQh / sE / the key stages are done
-                load_rows<BM>(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.hk, hstride, nq, p.hk,
+            auto load_qh = [&](Tin *s, int64_t rp) {  // Qh[t, rp + 1] of this block's rows
+                load_rows<BM>(s, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rp + 1) * p.hq + hq) * p.hk, hstride, nq, p.hk,
                           true);
-                cp_commit();
-                cp_wait<0>();
-                sync();
+            };
+            for (int64_t rp = 0; rp < r; ++rp) {
+                Tin *sQh = (rp & 1) ? sQh1 : sQh0;
+                sync();  // previous users of sQh / sE / the key stages are done
+                if (!kQpre || rp == 0) {  // else it landed with the previous segment's keys
+                    load_qh(sQh, rp);
+                    cp_commit();
+                    cp_wait<0>();
+                    sync();
+                }
                 if (rp >= 1) {
                     if (kQf)
                         for (int e = tid(); e < BM * D; e += kThreads) sQf[(e / D) * SD + e % D] = to_f(at(sQh, e / D, e % D));
@@ -203,6 +214,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
                     for (int b = tid(); b < kC; b += kThreads) g[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
                 };
                 issue(rp * kNcs, u);
+                if (kQpre && rp + 1 < r) load_qh((rp & 1) ? sQh0 : sQh1, rp + 1);  // the next segment's Qh, in this group
                 cp_commit();
                 for (int64_t j = 0; j < kNcs; ++j) {
                     char *cur = u + (j & 1) * STG;
