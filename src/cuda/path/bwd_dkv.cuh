@@ -74,8 +74,8 @@ template <typename Tin, int D> struct KDkv {
         const int64_t c0 = ci * kC, nq = sq.len - c0 < kC ? sq.len - c0 : kC, t0 = sq.begin + c0;
         const int64_t hstride = (p.hist_rect ? p.rect_cols : 1) * p.hq * p.hk;
         const Tin *gh = static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.hk;
-        load_tile<Tin, kThreads>(sQh, STi, gh, hstride, kC, D, int(nq), p.hk, true);
-        load_tile<Tin, kThreads>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+        load_tile<Tin, kThreads, false>(sQh, STi, gh, hstride, kC, D, int(nq), p.hk, true);
+        load_tile<Tin, kThreads, false>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
                                  p.do_ss, kC, D, int(nq), p.V, p.vec_do);
         dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TI));
     }
@@ -95,8 +95,8 @@ template <typename Tin, int D> struct KDkv {
         const int64_t krow = sq.row0 + k0;
         if (rp < ns - 1) {
             const int64_t ws = int64_t(p.h) * D;
-            load_tile<Tin, kThreads>(sKh, STi, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, ws, kC, D, kC, D, true);
-            load_tile<Tin, kThreads>(sV, STi,
+            load_tile<Tin, kThreads, false>(sKh, STi, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, ws, kC, D, kC, D, true);
+            load_tile<Tin, kThreads, false>(sV, STi,
                                      static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + k0) * p.v_ss + h * p.v_sh,
                                      p.v_ss, kC, D, kC, p.V, p.vec_v);
             for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;

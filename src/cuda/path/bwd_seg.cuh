@@ -16,6 +16,10 @@
 
 #include "cuda/path/common.cuh"
 
+// KSegInter::kQpre's second Qh tile: 1 = on, 0 = off (an A/B switch).
+#ifndef FATTN_PATH_SEG_QPRE
+#define FATTN_PATH_SEG_QPRE 1
+#endif
 #ifndef FATTN_PATH_SEG_BM128
 #define FATTN_PATH_SEG_BM128 1
 #endif
@@ -69,7 +73,7 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     static constexpr size_t R = max3(OFF_G + QF, OFF_E + TE / EL, 2 * STG);
     // kQpre (128-query blocks at D 128, one CTA per SM: the room is there): a second Qh tile, so the
     // next earlier segment's Qh loads with this segment's first key stage instead of after its keys
-    static constexpr bool kQpre = kUnion && !kF32 && !kW && BM == 2 * kC;
+    static constexpr bool kQpre = FATTN_PATH_SEG_QPRE && kUnion && !kF32 && !kW && BM == 2 * kC;
     static constexpr size_t smem() {
         return (kW ? 1024 : 0) + (kUnion ? QI + QI + R + 3 * BM * 4 + (kQpre ? QI : 0) : QI + QI + (kQf ? QF : 0) + QF + U + 3 * BM * 4);
     }

@@ -221,11 +221,14 @@ template <bool R> PK_DEV float rnd_if(float x) { return R ? tf32_round(x) : x; }
 // rows x width tile (row stride ST) from g (row stride gstride elements): rows >= rows_valid and
 // columns >= cols_valid are zero. vec: 16-byte cp.async (caller commits and waits; cols_valid a
 // multiple of 16 bytes); otherwise plain loads, done when the call returns.
-template <typename E, int NT>
+// kStep: the per-thread row step below (FATTN_PATH_LOAD_STEP); KDkv keeps the element loop, with
+// which ptxas gives its D64 main loop 248 registers, not 176 (H100, 2026-12-06: 706.6 against
+// 810.1 us at T4096 H32 D64).
+template <typename E, int NT, bool kStep = FATTN_PATH_LOAD_STEP != 0>
 PK_DEV void load_tile(E *s, int ST, const E *g, int64_t gstride, int rows, int width, int rows_valid,
                       int cols_valid, bool vec) {
     constexpr int EPC = 16 / int(sizeof(E));
-    if (vec && FATTN_PATH_LOAD_STEP && width >= EPC && NT % (width / EPC) == 0) {
+    if (vec && kStep && width >= EPC && NT % (width / EPC) == 0) {
         // the same element order as below (thread t takes vectors t, t + NT, ...), written as a
         // fixed column and a row step per thread, so a vector costs a pointer step, not the
         // division and the 64-bit product of its index (seg-inter spent 40% as many instructions
