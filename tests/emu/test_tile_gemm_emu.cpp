@@ -5,6 +5,7 @@
 // with every storage of the operands the kernels use: A by rows or transposed (AT), B by rows
 // (rows = n, as K in Q·Kᵀ) or by k rows (BK, as V in P·V). The values are exact in tf32, so a
 // product that pairs an A element with the wrong B element is off by O(1), not by rounding.
+// Also the tiles' global -> shared loads (load_tile), both of its loops.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +84,55 @@ TEST(PathTileGemm, OneType) {
     all_layouts<pk::bf16_t, pk::bf16_t>(51);
     all_layouts<pk::f16_t, pk::f16_t>(61);
     all_layouts<float, float>(71);
+}
+
+// load_tile (cp.async) of a rows x width tile from a strided global array, both loops (kStep: the
+// per-thread row step; else the element loop): every element below rows_valid / cols_valid is the
+// source's, every other one 0, at any thread count, including one the row width does not divide
+// (the row step then falls back to the element loop).
+template <typename E, int NT, bool kStep>
+void load_case(int rows, int width, int rows_valid, int cols_valid, int64_t gstride) {
+    const int ST = pk::tile_stride<E>(width);
+    std::vector<E> g(size_t(rows + 2) * size_t(gstride));
+    for (size_t i = 0; i < g.size(); ++i) g[i] = pk::from_f<E>(float(int(i % 1999) - 999));
+    std::vector<float> got(size_t(rows) * width, std::nanf(""));
+    fattn::emu::launch({}, NT, size_t(rows) * ST * sizeof(E), [&](char *smem) {
+        E *s = reinterpret_cast<E *>(smem);
+        pk::load_tile<E, NT, kStep>(s, ST, g.data(), gstride, rows, width, rows_valid, cols_valid, true);
+        pk::cp_commit();
+        pk::cp_wait<0>();
+        pk::sync();
+        if (pk::tid() == 0)
+            for (int r = 0; r < rows; ++r)
+                for (int c = 0; c < width; ++c) got[size_t(r) * width + c] = pk::to_f(s[r * ST + c]);
+    });
+    int bad = 0;
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < width; ++c) {
+            const float want = r < rows_valid && c < cols_valid ? pk::to_f(g[size_t(r) * gstride + c]) : 0.f;
+            if (!(got[size_t(r) * width + c] == want) && bad++ < 3)
+                ADD_FAILURE() << "NT " << NT << " step " << kStep << " rows " << rows << " width " << width << " valid " << rows_valid
+                              << " x " << cols_valid << ": (" << r << ", " << c << ") got " << got[size_t(r) * width + c] << ", want " << want;
+        }
+    EXPECT_EQ(bad, 0);
+}
+
+template <typename E, int NT> void load_cases() {
+    constexpr int EPC = 16 / int(sizeof(E));
+    for (int width : {8 * EPC, 16 * EPC, 3 * EPC})
+        for (int rows : {64, 128})
+            for (int rv : {rows, rows - 5, 1, 0})
+                for (int cv : {width, width - EPC}) {
+                    load_case<E, NT, true>(rows, width, rv, cv, width + 3 * EPC);
+                    load_case<E, NT, false>(rows, width, rv, cv, width + 3 * EPC);
+                }
+}
+
+TEST(PathTileLoad, BothLoopsEveryShape) {
+    load_cases<pk::bf16_t, 128>();
+    load_cases<pk::bf16_t, 256>();
+    load_cases<float, 128>();
+    load_cases<pk::f16_t, 256>();
 }
 
 }  // namespace
