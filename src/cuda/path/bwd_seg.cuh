@@ -56,9 +56,10 @@ template <typename Tin, int D, bool kW = false> struct KSegInter {
     //    (K^, V, G of the keys) in a union (E loads while the dE product runs);
     //  * D 128 (kUnion): one region that holds, for 16-bit inputs, gamma for the dE product while
     //    E (f16) lands beside it (the wgmma form, kQf: the Qh f32 copy, then E's halves after it),
-    //    then gamma's step in two halves of E's rows (EH = 2), or the two key stages: 103 KiB
-    //    instead of 169, so two CTAs share an SM; for f32 inputs gamma and E, or the two key
-    //    stages: 199 KiB instead of 232 (over the 227 KiB a CTA may have).
+    //    then gamma's step in two halves of E's rows (EH = 2), or the two key stages: with
+    //    64-query blocks 103 KiB instead of 169, so two CTAs share an SM; with 128-query blocks
+    //    (and the second Qh tile, kQpre) 203.5 KiB, one CTA; for f32 inputs gamma and E, or the two
+    //    key stages: 199 KiB instead of 232 (over the 227 KiB a CTA may have).
     static constexpr size_t STG = kW ? (2 * TI + kC * 4 + 1023) / 1024 * 1024 : 2 * TI + kC * 4;
     static constexpr bool kUnion = D > 64;
     static constexpr int EH = kUnion && !kF32 ? 2 : 1;

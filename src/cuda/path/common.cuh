@@ -723,14 +723,9 @@ PK_DEV void warp_gemm_3xtf32(float (&acc)[N][4], const float *A, int lda, const 
     }
 }
 
-// Store this warp's register tile (rows r0.., N n-tiles) into a shared tile of type E.
-template <typename E, int N>
-PK_DEV void acc_to_tile(E *s, int ST, int r0, const float (&c)[N][4], float sc = 1.f) {
-    for (int j = 0; j < N; ++j)
-        for (int i = 0; i < 4; ++i) s[(r0 + acc_row(i)) * ST + acc_col(j, i)] = from_f<E>(sc * c[j][i]);
-}
-// The same into an f32 tile read only as a tf32 operand: the values rounded once here, so the
-// products that read the tile pass kRA / kRB (the bits of rounding at every fragment load).
+// Store this warp's register tile (rows r0.., N n-tiles) into an f32 shared tile read only as a
+// tf32 operand: the values rounded once here, so the products that read the tile pass kRA / kRB
+// (the bits of rounding at every fragment load).
 template <int N> PK_DEV void acc_to_tile_tf32(float *s, int ST, int r0, const float (&c)[N][4]) {
     for (int j = 0; j < N; ++j)
         for (int i = 0; i < 4; ++i) s[(r0 + acc_row(i)) * ST + acc_col(j, i)] = tf32_round(c[j][i]);
