@@ -5,7 +5,7 @@
 // with every storage of the operands the kernels use: A by rows or transposed (AT), B by rows
 // (rows = n, as K in Q·Kᵀ) or by k rows (BK, as V in P·V). The values are exact in tf32, so a
 // product that pairs an A element with the wrong B element is off by O(1), not by rounding.
-// Also the tiles' global -> shared loads (load_tile), both of its loops.
+// Also the tiles' global -> shared loads (load_tile and the swizzled load_tile_sw), both loops of each.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -126,6 +126,49 @@ template <typename E, int NT> void load_cases() {
                     load_case<E, NT, true>(rows, width, rv, cv, width + 3 * EPC);
                     load_case<E, NT, false>(rows, width, rv, cv, width + 3 * EPC);
                 }
+}
+
+// load_tile_sw (cp.async) of a 64 x D tile into 128-byte swizzled panels, both loops: element
+// (r, c) lands at sw128_elem(r, c) and is the source's below rows_valid / cols_valid, else 0.
+template <typename E, int D, int NT, bool kStep> void load_sw_case(int rows_valid, int cols_valid, int64_t gstride) {
+    constexpr int R = pk::kC;
+    std::vector<E> g(size_t(R + 2) * size_t(gstride));
+    for (size_t i = 0; i < g.size(); ++i) g[i] = pk::from_f<E>(float(int(i % 1999) - 999));
+    std::vector<float> got(size_t(R) * D, std::nanf(""));
+    fattn::emu::launch({}, NT, size_t(R) * D * sizeof(E), [&](char *smem) {
+        E *s = reinterpret_cast<E *>(smem);
+        pk::load_tile_sw<E, D, NT, kStep>(s, g.data(), gstride, rows_valid, cols_valid, true);
+        pk::cp_commit();
+        pk::cp_wait<0>();
+        pk::sync();
+        if (pk::tid() == 0)
+            for (int r = 0; r < R; ++r)
+                for (int c = 0; c < D; ++c) got[size_t(r) * D + c] = pk::to_f(s[pk::sw128_elem(r, c)]);
+    });
+    int bad = 0;
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < D; ++c) {
+            const float want = r < rows_valid && c < cols_valid ? pk::to_f(g[size_t(r) * gstride + c]) : 0.f;
+            if (!(got[size_t(r) * D + c] == want) && bad++ < 3)
+                ADD_FAILURE() << "D " << D << " NT " << NT << " step " << kStep << " valid " << rows_valid << " x " << cols_valid
+                              << ": (" << r << ", " << c << ") got " << got[size_t(r) * D + c] << ", want " << want;
+        }
+    EXPECT_EQ(bad, 0);
+}
+
+template <typename E, int D, int NT> void load_sw_cases() {
+    for (int rv : {64, 59, 1, 0})
+        for (int cv : {D, D - 8, 8}) {
+            load_sw_case<E, D, NT, true>(rv, cv, D + 24);
+            load_sw_case<E, D, NT, false>(rv, cv, D + 24);
+        }
+}
+
+TEST(PathTileLoad, SwizzledBothLoops) {
+    load_sw_cases<pk::bf16_t, 128, 128>();
+    load_sw_cases<pk::f16_t, 64, 128>();
+    load_sw_cases<pk::bf16_t, 64, 256>();
+    load_sw_cases<pk::bf16_t, 128, 96>();  // 16 chunks a row do not divide 96 threads: the element loop
 }
 
 TEST(PathTileLoad, BothLoopsEveryShape) {

@@ -785,9 +785,31 @@ constexpr int sw128_elem(int r, int c) { return (c / 64) * kC * 64 + r * 64 + ((
 // 64 x D tile of g (row stride gstride) into the swizzled panels at s (sw128_elem), NT threads. Rows
 // >= rows_valid and columns >= cols_valid are 0. vec: cp.async (the caller commits and waits), as
 // load_tile's; else plain stores.
-template <typename Tin, int D, int NT>
+// kStep (FATTN_PATH_LOAD_STEP_SW; cp.async only): thread t takes the same chunks as the loop below,
+// written as a fixed column and a row step (a pointer step per copy instead of the 64-bit product
+// of its row and the source stride).
+#ifndef FATTN_PATH_LOAD_STEP_SW
+#define FATTN_PATH_LOAD_STEP_SW 1
+#endif
+template <typename Tin, int D, int NT, bool kStep = FATTN_PATH_LOAD_STEP_SW != 0>
 PK_DEV void load_tile_sw(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
     constexpr int CPR = D / 8;  // 16-byte chunks per row
+    if constexpr (kStep && NT % CPR == 0) {
+        if (vec) {
+            constexpr int RS = NT / CPR;  // rows per step
+            const int c8 = tid() % CPR, c = 8 * c8;
+            const bool cok = c < cols_valid;
+            int r = tid() / CPR;
+            const Tin *gp = g + r * gstride + c;
+            Tin *pan = s + (c / 64) * kC * 64 + c % 8;  // this column's panel
+            for (; r < kC; r += RS, gp += RS * gstride) {
+                const bool ok = cok && r < rows_valid;
+                cp16(pan + r * 64 + (((c % 64) / 8) ^ (r & 7)) * 8, ok ? static_cast<const void *>(gp) : static_cast<const void *>(g),
+                     ok ? 16 : 0);
+            }
+            return;
+        }
+    }
     for (int e = tid(); e < kC * CPR; e += NT) {
         const int r = e / CPR, c8 = e % CPR, c = 8 * c8;
         Tin *dst = s + sw128_elem(r, c);
