@@ -25,6 +25,14 @@
 #ifndef FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90 2
 #endif
+// Warpgroups per CTA (1: 64 keys; 2: 128 keys, two chunks sharing each query stage, as FLA's
+// dK/dV kernel at D 128 takes 128 keys in 8 warps) and, with 2, the stages of the query ring.
+#ifndef FATTN_PATH_DKV_WG
+#define FATTN_PATH_DKV_WG 1
+#endif
+#ifndef FATTN_PATH_DKV_NS
+#define FATTN_PATH_DKV_NS 3
+#endif
 // Also built by the CPU emulation, which emulates wgmma (ptx.cuh).
 #if FATTN_PATH_WGMMA_BUILD && FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90_BUILT 1
@@ -47,12 +55,16 @@ namespace fattn::pathk {
 
 template <typename Tin, int D> struct KDkvSm90 {
     static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
-    static constexpr int kThreads = 128, NP = D / 64, NQ = kC / 8, NK = kC / 16;
+    static_assert(kNcs % FATTN_PATH_DKV_WG == 0, "an item's chunks lie in one segment");
+    // NWG warpgroups, each with its own 64 keys (chunks ci, ci + 1 of the CTA's item), share each
+    // query chunk's stage; NS stages in the ring (FATTN_PATH_DKV_WG / FATTN_PATH_DKV_NS)
+    static constexpr int NWG = FATTN_PATH_DKV_WG, NS = NWG > 1 ? FATTN_PATH_DKV_NS : 2;
+    static constexpr int kThreads = 128 * NWG, NP = D / 64, NQ = kC / 8, NK = kC / 16;
     static constexpr size_t PANEL = size_t(kC) * 128, TILE = NP * PANEL;  // bytes
     static constexpr size_t ROWS = 4 * kC * 4;                            // lse2, delta, G (+1 spare)
     static constexpr size_t STAGE = 2 * TILE + ROWS;                      // Qh, dO, rows: 1024-aligned
     // 1024 bytes of slack to align the base (the swizzle repeats per 1024-byte 8-row group)
-    static constexpr size_t smem() { return 1024 + 2 * TILE + 2 * STAGE + kC * 4; }
+    static constexpr size_t smem() { return 1024 + NWG * 2 * TILE + NS * STAGE + NWG * kC * 4; }
 
     PK_DEV static void load_sw(Tin *s, const Tin *g, int64_t gstride, int rows_valid, int cols_valid, bool vec) {
         load_tile_sw<Tin, D, kThreads>(s, g, gstride, rows_valid, cols_valid, vec);
@@ -68,62 +80,101 @@ template <typename Tin, int D> struct KDkvSm90 {
         dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE));
     }
 
+#if FATTN_PATH_WGMMA_PASS
+    // One query chunk (ci, its stage at cur) for this warpgroup's keys (K^ and V panels at k_base,
+    // v_base; gate sums gk; warp rows r0 of its 64).
+    PK_DEV static void chunk(const PathDev &p, const SeqInfo &sq, int64_t ci, const char *cur, uint32_t k_base,
+                             uint32_t v_base, int r0, const float *gk, float (&dKh)[D / 8][4], float (&dV)[D / 8][4],
+                             float (&dg)[2]) {
+        using namespace fattn::cuda;
+        const uint32_t q_base = sm90::saddr(cur), do_base = sm90::saddr(cur + TILE);
+        const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TILE);
+        const int nq = int(sq.len - ci * kC < kC ? sq.len - ci * kC : kC);
+        float St[NQ][4], dPt[NQ][4];
+        sm90::wgmma_fence();
+        attn::sm90_ss_product<Tin, D, kC>(wg_acc(St), k_base, uint32_t(PANEL), q_base, uint32_t(PANEL));
+        attn::sm90_ss_product<Tin, D, kC>(wg_acc(dPt), v_base, uint32_t(PANEL), do_base, uint32_t(PANEL));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(wg_acc(St));
+        sm90::reg_fence(wg_acc(dPt));
+        dkv_p_ds(p, r0, nq, lse2, gk, St, dPt, dg);
+        // Pᵀ and dSᵀ as A fragments: k-step kk (16 queries) = n-blocks 2kk, 2kk + 1
+        uint32_t pa[NK][4], sa[NK][4];
+        for (int kk = 0; kk < NK; ++kk) {
+            Frag<Tin>::a_acc(pa[kk], St, kk, 1.f);
+            Frag<Tin>::a_acc(sa[kk], dPt, kk, 1.f);
+        }
+        sm90::wgmma_fence();
+        attn::sm90_rs_product<Tin, D, NK>(wg_acc(dV), pa, 0u, do_base, uint32_t(PANEL));
+        attn::sm90_rs_product<Tin, D, NK>(wg_acc(dKh), sa, 0u, q_base, uint32_t(PANEL));
+        sm90::wgmma_commit();
+        sm90::wgmma_wait<0>();
+        sm90::reg_fence(wg_acc(dV));
+        sm90::reg_fence(wg_acc(dKh));
+    }
+#endif
+
     PK_DEV static void run(const PathDev &p, char *smem_raw) {
 #if FATTN_PATH_WGMMA_PASS
         using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
         const ChunkItem ck = chunk_item(p, false);
+        if (NWG > 1 && ck.ci % NWG) return;  // chunk ci - 1's CTA takes it
         const SeqInfo &sq = ck.sq;
-        const int64_t k0 = ck.c0, rp = ck.ci / kNcs, nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
-        const int hq = ck.hq, h = ck.h, nk = ck.n;
-        const int r0 = 16 * warp_id();
-        Tin *sKh = reinterpret_cast<Tin *>(smem), *sV = reinterpret_cast<Tin *>(smem + TILE);
-        char *stg0 = smem + 2 * TILE;  // stage k at stg0 + k * STAGE (no array: it would live in local memory)
-        float *gk = reinterpret_cast<float *>(smem + 2 * TILE + 2 * STAGE);
+        const int64_t rp = ck.ci / kNcs, nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
+        const int hq = ck.hq, h = ck.h, wg = warp_id() / 4;
+        const int r0 = 16 * (warp_id() % 4);
+        // this warpgroup's chunk: its first key and key count (0 past the sequence's end)
+        const int64_t k0 = ck.c0 + int64_t(kC) * wg, krow = sq.row0 + k0;
+        const int nk = int(sq.len - k0 < kC ? (sq.len > k0 ? sq.len - k0 : 0) : kC);
+        char *kv = smem + size_t(wg) * 2 * TILE;
+        char *stg0 = smem + NWG * 2 * TILE;  // stage k at stg0 + k * STAGE (no array: it would live in local memory)
+        float *gk = reinterpret_cast<float *>(smem + NWG * 2 * TILE + NS * STAGE);
         float dKh[D / 8][4], dV[D / 8][4], dg[2] = {0.f, 0.f};
         zero_acc(dKh);
         zero_acc(dV);
-        const int64_t krow = sq.row0 + k0;
-        if (rp < ns - 1) {
-            load_sw(sKh, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, int64_t(p.h) * D, kC, D, true);
-            load_sw(sV, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + k0) * p.v_ss + h * p.v_sh, p.v_ss, kC, p.V,
-                    p.vec_v);
-            for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+        if (rp < ns - 1) {  // keys of a segment before the last: every chunk of the item is whole
+            const int64_t krow0 = sq.row0 + ck.c0;
+            for (int w = 0; w < NWG; ++w) {
+                Tin *sK = reinterpret_cast<Tin *>(smem + size_t(w) * 2 * TILE), *sV = sK + TILE / sizeof(Tin);
+                load_sw(sK, static_cast<const Tin *>(p.kh) + ((krow0 + w * kC) * p.h + h) * D, int64_t(p.h) * D, kC, D, true);
+                load_sw(sV, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + ck.c0 + w * kC) * p.v_ss + h * p.v_sh,
+                        p.v_ss, kC, p.V, p.vec_v);
+            }
+            for (int b = tid(); b < NWG * kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow0 + b) * p.hq + hq] : 0.f;
             const int64_t cfirst = (rp + 1) * kNcs;
             issue(p, sq, hq, cfirst, rp + 1, stg0);
             cp_commit();
-            const uint32_t k_base = sm90::saddr(sKh), v_base = sm90::saddr(sV);
-            for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
-                char *cur = stg0 + (s & 1) * STAGE;
-                ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg0 + ((s + 1) & 1) * STAGE); });
-                sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
-                sync();
-                const uint32_t q_base = sm90::saddr(cur), do_base = sm90::saddr(cur + TILE);
-                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TILE);
-                const int nq = int(sq.len - ci * kC < kC ? sq.len - ci * kC : kC);
-                float St[NQ][4], dPt[NQ][4];
-                sm90::wgmma_fence();
-                attn::sm90_ss_product<Tin, D, kC>(wg_acc(St), k_base, uint32_t(PANEL), q_base, uint32_t(PANEL));
-                attn::sm90_ss_product<Tin, D, kC>(wg_acc(dPt), v_base, uint32_t(PANEL), do_base, uint32_t(PANEL));
-                sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(St));
-                sm90::reg_fence(wg_acc(dPt));
-                dkv_p_ds(p, r0, nq, lse2, gk, St, dPt, dg);
-                // Pᵀ and dSᵀ as A fragments: k-step kk (16 queries) = n-blocks 2kk, 2kk + 1
-                uint32_t pa[NK][4], sa[NK][4];
-                for (int kk = 0; kk < NK; ++kk) {
-                    Frag<Tin>::a_acc(pa[kk], St, kk, 1.f);
-                    Frag<Tin>::a_acc(sa[kk], dPt, kk, 1.f);
+            const uint32_t k_base = sm90::saddr(kv), v_base = sm90::saddr(kv + TILE);
+            if constexpr (NWG == 1) {
+                for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
+                    char *cur = stg0 + (s & 1) * STAGE;
+                    ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg0 + ((s + 1) & 1) * STAGE); });
+                    sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
+                    sync();
+                    chunk(p, sq, ci, cur, k_base, v_base, r0, gk, dKh, dV, dg);
+                    sync();  // every wgmma of this stage done before the next issue overwrites it
                 }
-                sm90::wgmma_fence();
-                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dV), pa, 0u, do_base, uint32_t(PANEL));
-                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dKh), sa, 0u, q_base, uint32_t(PANEL));
-                sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(dV));
-                sm90::reg_fence(wg_acc(dKh));
-                sync();  // every wgmma of this stage done before the next issue overwrites it
+            } else {
+                // NS - 1 stages in flight; at chunk s the stage of chunk s + NS - 1 is issued into the
+                // slot chunk s - 1 used, once every thread has passed this chunk's barrier (so is done
+                // with it: each warpgroup waits for its wgmmas before leaving a chunk)
+                for (int k = 1; k < NS - 1; ++k) {
+                    if (cfirst + k < nc) issue(p, sq, hq, cfirst + k, rp + 1, stg0 + k * STAGE);
+                    cp_commit();
+                }
+                int slot = 0;
+                for (int64_t ci = cfirst; ci < nc; ++ci) {
+                    cp_wait<NS - 2>();
+                    sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
+                    sync();
+                    const int fill = slot == 0 ? NS - 1 : slot - 1;
+                    if (ci + NS - 1 < nc) issue(p, sq, hq, ci + NS - 1, rp + 1, stg0 + fill * STAGE);
+                    cp_commit();
+                    chunk(p, sq, ci, stg0 + slot * STAGE, k_base, v_base, r0, gk + kC * wg, dKh, dV, dg);
+                    slot = slot == NS - 1 ? 0 : slot + 1;
+                }
             }
         }
         dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, dV, dKh);
