@@ -115,12 +115,74 @@ template <typename Tin, int D> struct KDkvSm90 {
     }
 #endif
 
-    PK_DEV static void run(const PathDev &p, char *smem_raw) {
 #if FATTN_PATH_WGMMA_PASS
+    // One warpgroup, 64 keys, two stages.
+    PK_DEV static void run1(const PathDev &p, char *smem_raw) {
         using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
         const ChunkItem ck = chunk_item(p, false);
-        if (NWG > 1 && ck.ci % NWG) return;  // chunk ci - 1's CTA takes it
+        const SeqInfo &sq = ck.sq;
+        const int64_t k0 = ck.c0, rp = ck.ci / kNcs, nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
+        const int hq = ck.hq, h = ck.h, nk = ck.n;
+        const int r0 = 16 * warp_id();
+        Tin *sKh = reinterpret_cast<Tin *>(smem), *sV = reinterpret_cast<Tin *>(smem + TILE);
+        char *stg0 = smem + 2 * TILE;  // stage k at stg0 + k * STAGE (no array: it would live in local memory)
+        float *gk = reinterpret_cast<float *>(smem + 2 * TILE + 2 * STAGE);
+        float dKh[D / 8][4], dV[D / 8][4], dg[2] = {0.f, 0.f};
+        zero_acc(dKh);
+        zero_acc(dV);
+        const int64_t krow = sq.row0 + k0;
+        if (rp < ns - 1) {
+            load_sw(sKh, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, int64_t(p.h) * D, kC, D, true);
+            load_sw(sV, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + k0) * p.v_ss + h * p.v_sh, p.v_ss, kC, p.V,
+                    p.vec_v);
+            for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+            const int64_t cfirst = (rp + 1) * kNcs;
+            issue(p, sq, hq, cfirst, rp + 1, stg0);
+            cp_commit();
+            const uint32_t k_base = sm90::saddr(sKh), v_base = sm90::saddr(sV);
+            for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
+                char *cur = stg0 + (s & 1) * STAGE;
+                ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg0 + ((s + 1) & 1) * STAGE); });
+                sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
+                sync();
+                const uint32_t q_base = sm90::saddr(cur), do_base = sm90::saddr(cur + TILE);
+                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TILE);
+                const int nq = int(sq.len - ci * kC < kC ? sq.len - ci * kC : kC);
+                float St[NQ][4], dPt[NQ][4];
+                sm90::wgmma_fence();
+                attn::sm90_ss_product<Tin, D, kC>(wg_acc(St), k_base, uint32_t(PANEL), q_base, uint32_t(PANEL));
+                attn::sm90_ss_product<Tin, D, kC>(wg_acc(dPt), v_base, uint32_t(PANEL), do_base, uint32_t(PANEL));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(wg_acc(St));
+                sm90::reg_fence(wg_acc(dPt));
+                dkv_p_ds(p, r0, nq, lse2, gk, St, dPt, dg);
+                // Pᵀ and dSᵀ as A fragments: k-step kk (16 queries) = n-blocks 2kk, 2kk + 1
+                uint32_t pa[NK][4], sa[NK][4];
+                for (int kk = 0; kk < NK; ++kk) {
+                    Frag<Tin>::a_acc(pa[kk], St, kk, 1.f);
+                    Frag<Tin>::a_acc(sa[kk], dPt, kk, 1.f);
+                }
+                sm90::wgmma_fence();
+                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dV), pa, 0u, do_base, uint32_t(PANEL));
+                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dKh), sa, 0u, q_base, uint32_t(PANEL));
+                sm90::wgmma_commit();
+                sm90::wgmma_wait<0>();
+                sm90::reg_fence(wg_acc(dV));
+                sm90::reg_fence(wg_acc(dKh));
+                sync();  // every wgmma of this stage done before the next issue overwrites it
+            }
+        }
+        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, dV, dKh);
+    }
+
+    // NWG warpgroups (128 keys at NWG 2), NS stages.
+    PK_DEV static void run2(const PathDev &p, char *smem_raw) {
+        using namespace fattn::cuda;
+        char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+        const ChunkItem ck = chunk_item(p, false);
+        if (ck.ci % NWG) return;  // chunk ci - 1's CTA takes it
         const SeqInfo &sq = ck.sq;
         const int64_t rp = ck.ci / kNcs, nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
         const int hq = ck.hq, h = ck.h, wg = warp_id() / 4;
@@ -147,37 +209,33 @@ template <typename Tin, int D> struct KDkvSm90 {
             issue(p, sq, hq, cfirst, rp + 1, stg0);
             cp_commit();
             const uint32_t k_base = sm90::saddr(kv), v_base = sm90::saddr(kv + TILE);
-            if constexpr (NWG == 1) {
-                for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
-                    char *cur = stg0 + (s & 1) * STAGE;
-                    ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg0 + ((s + 1) & 1) * STAGE); });
-                    sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
-                    sync();
-                    chunk(p, sq, ci, cur, k_base, v_base, r0, gk, dKh, dV, dg);
-                    sync();  // every wgmma of this stage done before the next issue overwrites it
-                }
-            } else {
-                // NS - 1 stages in flight; at chunk s the stage of chunk s + NS - 1 is issued into the
-                // slot chunk s - 1 used, once every thread has passed this chunk's barrier (so is done
-                // with it: each warpgroup waits for its wgmmas before leaving a chunk)
-                for (int k = 1; k < NS - 1; ++k) {
-                    if (cfirst + k < nc) issue(p, sq, hq, cfirst + k, rp + 1, stg0 + k * STAGE);
-                    cp_commit();
-                }
-                int slot = 0;
-                for (int64_t ci = cfirst; ci < nc; ++ci) {
-                    cp_wait<NS - 2>();
-                    sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
-                    sync();
-                    const int fill = slot == 0 ? NS - 1 : slot - 1;
-                    if (ci + NS - 1 < nc) issue(p, sq, hq, ci + NS - 1, rp + 1, stg0 + fill * STAGE);
-                    cp_commit();
-                    chunk(p, sq, ci, stg0 + slot * STAGE, k_base, v_base, r0, gk + kC * wg, dKh, dV, dg);
-                    slot = slot == NS - 1 ? 0 : slot + 1;
-                }
+            // NS - 1 stages in flight; at chunk s the stage of chunk s + NS - 1 is issued into the
+            // slot chunk s - 1 used, once every thread has passed this chunk's barrier (so is done
+            // with it: each warpgroup waits for its wgmmas before leaving a chunk)
+            for (int k = 1; k < NS - 1; ++k) {
+                if (cfirst + k < nc) issue(p, sq, hq, cfirst + k, rp + 1, stg0 + k * STAGE);
+                cp_commit();
+            }
+            int slot = 0;
+            for (int64_t ci = cfirst; ci < nc; ++ci) {
+                cp_wait<NS - 2>();
+                sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
+                sync();
+                const int fill = slot == 0 ? NS - 1 : slot - 1;
+                if (ci + NS - 1 < nc) issue(p, sq, hq, ci + NS - 1, rp + 1, stg0 + fill * STAGE);
+                cp_commit();
+                chunk(p, sq, ci, stg0 + slot * STAGE, k_base, v_base, r0, gk + kC * wg, dKh, dV, dg);
+                slot = slot == NS - 1 ? 0 : slot + 1;
             }
         }
         dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, dV, dKh);
+    }
+#endif
+
+    PK_DEV static void run(const PathDev &p, char *smem_raw) {
+#if FATTN_PATH_WGMMA_PASS
+        if constexpr (NWG == 1) run1(p, smem_raw);
+        else run2(p, smem_raw);
 #else
         (void)p, (void)smem_raw;
 #if defined(__CUDA_ARCH__)
