@@ -13,11 +13,13 @@
 namespace fattn::pathk {
 
 // The query rows' lse (log2 domain), delta and gate sums of query chunk ci (nq rows) into
-// lse2, lse2 + kC, lse2 + 2 kC (0 past nq).
-template <int NT> PK_DEV void dkv_rows(const PathDev &p, const SeqInfo &sq, int hq, int64_t c0, int64_t nq, float *lse2) {
+// lse2, lse2 + kC, lse2 + 2 kC (0 past nq), by NT threads numbered t (plain loads: those of
+// t < kC wait a round trip).
+template <int NT>
+PK_DEV void dkv_rows(const PathDev &p, const SeqInfo &sq, int hq, int64_t c0, int64_t nq, float *lse2, int t) {
     float *dl = lse2 + kC, *gq = dl + kC;
     const int64_t t0 = sq.begin + c0;
-    for (int a = tid(); a < kC; a += NT) {
+    for (int a = t; a < kC; a += NT) {
         const bool ok = a < nq;
         lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
         dl[a] = ok ? p.delta[(sq.row0 + c0 + a) * p.hq + hq] : 0.f;
@@ -77,7 +79,7 @@ template <typename Tin, int D> struct KDkv {
         load_tile<Tin, kThreads, false>(sQh, STi, gh, hstride, kC, D, int(nq), p.hk, true);
         load_tile<Tin, kThreads, false>(sdO, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
                                  p.do_ss, kC, D, int(nq), p.V, p.vec_do);
-        dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TI));
+        dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TI), tid());
     }
 
     PK_DEV static void run(const PathDev &p, char *smem) {

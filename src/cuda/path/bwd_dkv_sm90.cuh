@@ -1,13 +1,14 @@
 // bwd_dkv_sm90.cuh — KDkv (bwd_dkv.cuh) on Hopper's wgmma: the same products in the same order,
 // the same outputs, for 16-bit inputs at D 64 / 128 on an sm_90 device. One warpgroup per CTA
-// (64 keys), per query chunk:
+// (64 keys; with FATTN_PATH_DKV_WG=2 two, each with its own 64 keys, below), per query chunk:
 //   Sᵀ = K^·Qhᵀ, dPᵀ = V·dOᵀ       m64n64k16 wgmmas, both operands K-major in shared memory
 //   Pᵀ, dSᵀ (and dG) on the accumulators, exactly as KDkv's loop (same fragment map)
 //   dV += Pᵀ·dO, dK^ += dSᵀ·Qh     m64nDk16 wgmmas, Pᵀ / dSᵀ as register A fragments, dO and Qh
 //                                  read MN-major
 // Tiles are stored as the sm90 softmax kernels store theirs (ptx.cuh: [64, D] as D/64 panels of
 // [64, 64] with the 128-byte swizzle), written by cp.async rather than TMA: the history's rows
-// are cells of a packed layout, not a tensor a map describes. Two query stages, as KDkv.
+// are cells of a packed layout, not a tensor a map describes. Two query stages, as KDkv (two
+// warpgroups: FATTN_PATH_DKV_NS).
 //
 // Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code); bwd.cuh then launches
 // it on sm_90 devices (CudaLauncher::sm90) at the kernel head dims FATTN_PATH_DKV_SM90 names:
@@ -56,6 +57,8 @@ namespace fattn::pathk {
 template <typename Tin, int D> struct KDkvSm90 {
     static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
     static_assert(kNcs % FATTN_PATH_DKV_WG == 0, "an item's chunks lie in one segment");
+    static_assert(FATTN_PATH_DKV_WG == 1 || FATTN_PATH_DKV_WG == 2, "one or two warpgroups");
+    static_assert(FATTN_PATH_DKV_WG == 1 || FATTN_PATH_DKV_NS >= 2, "a ring of two stages or more");
     // NWG warpgroups, each with its own 64 keys (chunks ci, ci + 1 of the CTA's item), share each
     // query chunk's stage; NS stages in the ring (FATTN_PATH_DKV_WG / FATTN_PATH_DKV_NS)
     static constexpr int NWG = FATTN_PATH_DKV_WG, NS = NWG > 1 ? FATTN_PATH_DKV_NS : 2;
@@ -77,7 +80,10 @@ template <typename Tin, int D> struct KDkvSm90 {
         load_sw(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.hk, hstride, int(nq), p.hk, true);
         load_sw(sdO, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, int(nq), p.V,
                 p.vec_do);
-        dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE));
+        // two warpgroups: the rows by the second one's threads, so the first one's wgmmas do not
+        // wait for their loads (issued after the chunk's barrier)
+        if constexpr (NWG == 1) dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE), tid());
+        else if (warp_id() >= 4) dkv_rows<128>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE), tid() - 128);
     }
 
 #if FATTN_PATH_WGMMA_PASS
@@ -179,6 +185,7 @@ template <typename Tin, int D> struct KDkvSm90 {
 
     // NWG warpgroups (128 keys at NWG 2), NS stages.
     PK_DEV static void run2(const PathDev &p, char *smem_raw) {
+        static_assert(smem() <= 227 * 1024, "an H100 / H200 CTA's shared memory");
         using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
         const ChunkItem ck = chunk_item(p, false);
