@@ -122,7 +122,8 @@ template <typename Tin, int D> struct KDkvSm90 {
 #endif
 
 #if FATTN_PATH_WGMMA_PASS
-    // One warpgroup, 64 keys, two stages.
+    // One warpgroup, 64 keys, two stages. Its loop body is `chunk` written out: calling `chunk`
+    // here gives ptxas 48 bytes of spill stores inside the loop at D128 (4 written out).
     PK_DEV static void run1(const PathDev &p, char *smem_raw) {
         using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));

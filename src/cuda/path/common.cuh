@@ -798,14 +798,14 @@ PK_DEV void load_tile_sw(Tin *s, const Tin *g, int64_t gstride, int rows_valid, 
     if constexpr (kStep && NT % CPR == 0) {
         if (vec) {
             constexpr int RS = NT / CPR;  // rows per step
-            const int c8 = tid() % CPR, c = 8 * c8;
-            const bool cok = c < cols_valid;
+            const int c8 = tid() % CPR;  // this thread's 16-byte chunk of a row: column 8 c8
+            const bool cok = 8 * c8 < cols_valid;
             int r = tid() / CPR;
-            const Tin *gp = g + r * gstride + c;
-            Tin *pan = s + (c / 64) * kC * 64 + c % 8;  // this column's panel
+            const Tin *gp = g + r * gstride + 8 * c8;
+            Tin *pan = s + (c8 / 8) * kC * 64;  // its panel (sw128_elem with c % 8 = 0)
             for (; r < kC; r += RS, gp += RS * gstride) {
                 const bool ok = cok && r < rows_valid;
-                cp16(pan + r * 64 + (((c % 64) / 8) ^ (r & 7)) * 8, ok ? static_cast<const void *>(gp) : static_cast<const void *>(g),
+                cp16(pan + r * 64 + ((c8 % 8) ^ (r & 7)) * 8, ok ? static_cast<const void *>(gp) : static_cast<const void *>(g),
                      ok ? 16 : 0);
             }
             return;
