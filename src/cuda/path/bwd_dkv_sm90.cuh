@@ -1,6 +1,6 @@
 // bwd_dkv_sm90.cuh — KDkv (bwd_dkv.cuh) on Hopper's wgmma: the same products in the same order,
 // the same outputs, for 16-bit inputs at D 64 / 128 on an sm_90 device. One warpgroup per CTA
-// (64 keys; with FATTN_PATH_DKV_WG=2 two, each with its own 64 keys, below), per query chunk:
+// (64 keys; by default two, each with its own 64 keys: FATTN_PATH_DKV_WG, below), per query chunk:
 //   Sᵀ = K^·Qhᵀ, dPᵀ = V·dOᵀ       m64n64k16 wgmmas, both operands K-major in shared memory
 //   Pᵀ, dSᵀ (and dG) on the accumulators, exactly as KDkv's loop (same fragment map)
 //   dV += Pᵀ·dO, dK^ += dSᵀ·Qh     m64nDk16 wgmmas, Pᵀ / dSᵀ as register A fragments, dO and Qh
@@ -26,10 +26,12 @@
 #ifndef FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90 2
 #endif
-// Warpgroups per CTA (1: 64 keys; 2: 128 keys, two chunks sharing each query stage, as FLA's
-// dK/dV kernel at D 128 takes 128 keys in 8 warps) and, with 2, the stages of the query ring.
+// Warpgroups per CTA (1: 64 keys; 2, the default: 128 keys, two chunks sharing each query stage, as
+// FLA's dK/dV kernel at D 128 takes 128 keys in 8 warps) and, with 2, the stages of the query ring.
+// H100, 2026-12-07, tree 4cdd74b, T4096 H16 D128: this kernel 475 -> 416 us (ncu), fwd+bwd 4.257 /
+// 4.264 -> 4.177 / 4.197 ms (fattn-bench, two rounds; docs/PERF.md).
 #ifndef FATTN_PATH_DKV_WG
-#define FATTN_PATH_DKV_WG 1
+#define FATTN_PATH_DKV_WG 2
 #endif
 #ifndef FATTN_PATH_DKV_NS
 #define FATTN_PATH_DKV_NS 3
