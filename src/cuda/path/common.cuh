@@ -787,8 +787,8 @@ constexpr int sw128_elem(int r, int c) { return (c / 64) * kC * 64 + r * 64 + ((
 // load_tile's; else plain stores.
 // kStep (FATTN_PATH_LOAD_STEP_SW; cp.async only): thread t takes the same chunks as the loop below,
 // written as a fixed column and a row step (a pointer step per copy instead of the 64-bit product
-// of its row and the source stride). Off by default until timed on a GPU: with it ptxas gives the
-// wgmma dK/dV kernel at D128 12 bytes of spill stores instead of 4.
+// of its row and the source stride). Off by default: on an H100 (2026-12-07, docs/PERF.md) the
+// D128 fwd+bwd with it was within the rounds' spread of the default's.
 #ifndef FATTN_PATH_LOAD_STEP_SW
 #define FATTN_PATH_LOAD_STEP_SW 0
 #endif
