@@ -1,14 +1,14 @@
 // bwd_dkv_sm90.cuh — KDkv (bwd_dkv.cuh) on Hopper's wgmma: the same products in the same order,
-// the same outputs, for 16-bit inputs at D 64 / 128 on an sm_90 device. One warpgroup per CTA
-// (64 keys; by default two, each with its own 64 keys: FATTN_PATH_DKV_WG, below), per query chunk:
+// the same outputs, for 16-bit inputs at D 64 / 128 on an sm_90 device. Two warpgroups per CTA,
+// each with its own 64 keys (chunks ci and ci + 1 of a segment), per query chunk:
 //   Sᵀ = K^·Qhᵀ, dPᵀ = V·dOᵀ       m64n64k16 wgmmas, both operands K-major in shared memory
 //   Pᵀ, dSᵀ (and dG) on the accumulators, exactly as KDkv's loop (same fragment map)
 //   dV += Pᵀ·dO, dK^ += dSᵀ·Qh     m64nDk16 wgmmas, Pᵀ / dSᵀ as register A fragments, dO and Qh
 //                                  read MN-major
 // Tiles are stored as the sm90 softmax kernels store theirs (ptx.cuh: [64, D] as D/64 panels of
 // [64, 64] with the 128-byte swizzle), written by cp.async rather than TMA: the history's rows
-// are cells of a packed layout, not a tensor a map describes. Two query stages, as KDkv (two
-// warpgroups: FATTN_PATH_DKV_NS).
+// are cells of a packed layout, not a tensor a map describes. The query stages form a ring
+// (FATTN_PATH_DKV_NS stages, below) that both warpgroups read.
 //
 // Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code); bwd.cuh then launches
 // it on sm_90 devices (CudaLauncher::sm90) at the kernel head dims FATTN_PATH_DKV_SM90 names:
@@ -26,13 +26,10 @@
 #ifndef FATTN_PATH_DKV_SM90
 #define FATTN_PATH_DKV_SM90 2
 #endif
-// Warpgroups per CTA (1: 64 keys; 2, the default: 128 keys, two chunks sharing each query stage, as
-// FLA's dK/dV kernel at D 128 takes 128 keys in 8 warps) and, with 2, the stages of the query ring.
-// H100, 2026-12-07, tree 4cdd74b, T4096 H16 D128: this kernel 475 -> 416 us (ncu), fwd+bwd 4.257 /
-// 4.264 -> 4.177 / 4.197 ms (fattn-bench, two rounds; docs/PERF.md).
-#ifndef FATTN_PATH_DKV_WG
-#define FATTN_PATH_DKV_WG 2
-#endif
+// Two warpgroups, 128 keys, sharing each query stage (FLA's dK/dV kernel at D 128 takes 128 keys in
+// 8 warps): on an H100 (2026-12-07, tree 4cdd74b, T4096 H16 D128) this kernel took 416 us against
+// 475 with one warpgroup of 64 keys and two stages, fwd+bwd 4.177 / 4.197 ms against 4.257 / 4.264
+// (docs/PERF.md; the one-warpgroup form is in git history, tree 4e94606). The query ring's stages:
 #ifndef FATTN_PATH_DKV_NS
 #define FATTN_PATH_DKV_NS 3
 #endif
@@ -58,12 +55,11 @@ namespace fattn::pathk {
 
 template <typename Tin, int D> struct KDkvSm90 {
     static_assert(sizeof(Tin) == 2 && (D == 64 || D == 128), "16-bit inputs at D 64 or 128");
-    static_assert(kNcs % FATTN_PATH_DKV_WG == 0, "an item's chunks lie in one segment");
-    static_assert(FATTN_PATH_DKV_WG == 1 || FATTN_PATH_DKV_WG == 2, "one or two warpgroups");
-    static_assert(FATTN_PATH_DKV_WG == 1 || FATTN_PATH_DKV_NS >= 2, "a ring of two stages or more");
     // NWG warpgroups, each with its own 64 keys (chunks ci, ci + 1 of the CTA's item), share each
-    // query chunk's stage; NS stages in the ring (FATTN_PATH_DKV_WG / FATTN_PATH_DKV_NS)
-    static constexpr int NWG = FATTN_PATH_DKV_WG, NS = NWG > 1 ? FATTN_PATH_DKV_NS : 2;
+    // query chunk's stage; NS stages in the ring (FATTN_PATH_DKV_NS)
+    static constexpr int NWG = 2, NS = FATTN_PATH_DKV_NS;
+    static_assert(kNcs % NWG == 0, "an item's chunks lie in one segment");
+    static_assert(NS >= 2, "a ring of two stages or more");
     static constexpr int kThreads = 128 * NWG, NP = D / 64, NQ = kC / 8, NK = kC / 16;
     static constexpr size_t PANEL = size_t(kC) * 128, TILE = NP * PANEL;  // bytes
     static constexpr size_t ROWS = 4 * kC * 4;                            // lse2, delta, G (+1 spare)
@@ -82,10 +78,9 @@ template <typename Tin, int D> struct KDkvSm90 {
         load_sw(sQh, static_cast<const Tin *>(p.hist) + (hist_cell(p, sq, c0, rcol) * p.hq + hq) * p.hk, hstride, int(nq), p.hk, true);
         load_sw(sdO, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, int(nq), p.V,
                 p.vec_do);
-        // two warpgroups: the rows by the second one's threads, so the first one's wgmmas do not
-        // wait for their loads (issued after the chunk's barrier)
-        if constexpr (NWG == 1) dkv_rows<kThreads>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE), tid());
-        else if (warp_id() >= 4) dkv_rows<128>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE), tid() - 128);
+        // the rows by the second warpgroup's threads, so the first one's wgmmas do not wait for
+        // their loads (issued after the chunk's barrier)
+        if (warp_id() >= 4) dkv_rows<128>(p, sq, hq, c0, nq, reinterpret_cast<float *>(buf + 2 * TILE), tid() - 128);
     }
 
 #if FATTN_PATH_WGMMA_PASS
@@ -124,70 +119,8 @@ template <typename Tin, int D> struct KDkvSm90 {
 #endif
 
 #if FATTN_PATH_WGMMA_PASS
-    // One warpgroup, 64 keys, two stages. Its loop body is `chunk` written out: calling `chunk`
-    // here gives ptxas 48 bytes of spill stores inside the loop at D128 (4 written out).
-    PK_DEV static void run1(const PathDev &p, char *smem_raw) {
-        using namespace fattn::cuda;
-        char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-        const ChunkItem ck = chunk_item(p, false);
-        const SeqInfo &sq = ck.sq;
-        const int64_t k0 = ck.c0, rp = ck.ci / kNcs, nc = ceil_div(sq.len, kC), ns = ceil_div(sq.len, kS);
-        const int hq = ck.hq, h = ck.h, nk = ck.n;
-        const int r0 = 16 * warp_id();
-        Tin *sKh = reinterpret_cast<Tin *>(smem), *sV = reinterpret_cast<Tin *>(smem + TILE);
-        char *stg0 = smem + 2 * TILE;  // stage k at stg0 + k * STAGE (no array: it would live in local memory)
-        float *gk = reinterpret_cast<float *>(smem + 2 * TILE + 2 * STAGE);
-        float dKh[D / 8][4], dV[D / 8][4], dg[2] = {0.f, 0.f};
-        zero_acc(dKh);
-        zero_acc(dV);
-        const int64_t krow = sq.row0 + k0;
-        if (rp < ns - 1) {
-            load_sw(sKh, static_cast<const Tin *>(p.kh) + (krow * p.h + h) * D, int64_t(p.h) * D, kC, D, true);
-            load_sw(sV, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + k0) * p.v_ss + h * p.v_sh, p.v_ss, kC, p.V,
-                    p.vec_v);
-            for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
-            const int64_t cfirst = (rp + 1) * kNcs;
-            issue(p, sq, hq, cfirst, rp + 1, stg0);
-            cp_commit();
-            const uint32_t k_base = sm90::saddr(sKh), v_base = sm90::saddr(sV);
-            for (int64_t ci = cfirst, s = 0; ci < nc; ++ci, ++s) {
-                char *cur = stg0 + (s & 1) * STAGE;
-                ring_step(ci + 1 < nc, [&] { issue(p, sq, hq, ci + 1, rp + 1, stg0 + ((s + 1) & 1) * STAGE); });
-                sm90::fence_proxy_async_smem();  // this thread's cp.async data, before wgmma reads it
-                sync();
-                const uint32_t q_base = sm90::saddr(cur), do_base = sm90::saddr(cur + TILE);
-                const float *lse2 = reinterpret_cast<const float *>(cur + 2 * TILE);
-                const int nq = int(sq.len - ci * kC < kC ? sq.len - ci * kC : kC);
-                float St[NQ][4], dPt[NQ][4];
-                sm90::wgmma_fence();
-                attn::sm90_ss_product<Tin, D, kC>(wg_acc(St), k_base, uint32_t(PANEL), q_base, uint32_t(PANEL));
-                attn::sm90_ss_product<Tin, D, kC>(wg_acc(dPt), v_base, uint32_t(PANEL), do_base, uint32_t(PANEL));
-                sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(St));
-                sm90::reg_fence(wg_acc(dPt));
-                dkv_p_ds(p, r0, nq, lse2, gk, St, dPt, dg);
-                // Pᵀ and dSᵀ as A fragments: k-step kk (16 queries) = n-blocks 2kk, 2kk + 1
-                uint32_t pa[NK][4], sa[NK][4];
-                for (int kk = 0; kk < NK; ++kk) {
-                    Frag<Tin>::a_acc(pa[kk], St, kk, 1.f);
-                    Frag<Tin>::a_acc(sa[kk], dPt, kk, 1.f);
-                }
-                sm90::wgmma_fence();
-                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dV), pa, 0u, do_base, uint32_t(PANEL));
-                attn::sm90_rs_product<Tin, D, NK>(wg_acc(dKh), sa, 0u, q_base, uint32_t(PANEL));
-                sm90::wgmma_commit();
-                sm90::wgmma_wait<0>();
-                sm90::reg_fence(wg_acc(dV));
-                sm90::reg_fence(wg_acc(dKh));
-                sync();  // every wgmma of this stage done before the next issue overwrites it
-            }
-        }
-        dkv_store<D>(p, krow, hq, r0, nk, rp < ns - 1, dg, dV, dKh);
-    }
-
-    // NWG warpgroups (128 keys at NWG 2), NS stages.
-    PK_DEV static void run2(const PathDev &p, char *smem_raw) {
+    // Two warpgroups (128 keys), NS stages.
+    PK_DEV static void run_wgmma(const PathDev &p, char *smem_raw) {
         static_assert(smem() <= 227 * 1024, "an H100 / H200 CTA's shared memory");
         using namespace fattn::cuda;
         char *smem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -244,8 +177,7 @@ template <typename Tin, int D> struct KDkvSm90 {
 
     PK_DEV static void run(const PathDev &p, char *smem_raw) {
 #if FATTN_PATH_WGMMA_PASS
-        if constexpr (NWG == 1) run1(p, smem_raw);
-        else run2(p, smem_raw);
+        run_wgmma(p, smem_raw);
 #else
         (void)p, (void)smem_raw;
 #if defined(__CUDA_ARCH__)

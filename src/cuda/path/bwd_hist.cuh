@@ -17,12 +17,33 @@
 
 namespace fattn::pathk {
 
+// FATTN_PATH_SEGPREP_RING (16-bit inputs): U and K~ kept in their 16-bit types in a two-stage
+// ring, so chunk c - 1's U and K~ load while chunk c's three products run (and its W, f32, once
+// T = Ms W^T has read chunk c's); the products take them as 16-bit B / A operands (f16 and bf16
+// values are exact in tf32). 201 KiB at D128 (199 without), 87 at D64 (85). 0 (default): every load waits
+// before its chunk's products, over f32 tiles.
+#ifndef FATTN_PATH_SEGPREP_RING
+#define FATTN_PATH_SEGPREP_RING 0
+#endif
+
 template <typename Tin, int D> struct KSegPrep {
+    using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = 8;
-    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC);
+    static constexpr bool kRing = FATTN_PATH_SEGPREP_RING && sizeof(Tin) == 2;
+    static constexpr int SD = tile_stride<float>(D), S64 = tile_stride<float>(kC), STi = tile_stride<Tin>(D);
     static constexpr size_t MS = tile_bytes<float>(D, D), BIG = tile_bytes<float>(kC, D), TMP = tile_bytes<float>(D, kC);
-    static constexpr size_t smem() { return MS + 3 * BIG + TMP; }
+    static constexpr size_t T16 = tile_bytes<Tin>(kC, D), STAGE = 2 * T16;  // kRing: U, K~ (Tw and Tin: both 16-bit)
+    static constexpr size_t smem() { return kRing ? MS + TMP + BIG + 2 * STAGE : MS + 3 * BIG + TMP; }
     static constexpr int NB = D / 16;
+
+    // kRing: chunk lc's U and K~ into the stage at buf (cp.async; the caller commits).
+    PK_DEV static void issue_uk(const PathDev &p, int64_t row, int h, char *buf) {
+        const int64_t ws = int64_t(p.h) * D;
+        load_tile<Tw, kThreads>(reinterpret_cast<Tw *>(buf), STi, static_cast<const Tw *>(p.uw) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+        load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(buf + T16), STi, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D,
+                                 kC, D, true);
+    }
+
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
         const int h = bid_y();
@@ -30,24 +51,52 @@ template <typename Tin, int D> struct KSegPrep {
         const int64_t r = gs - sq.seg0, ns = ceil_div(sq.len, kS);
         if (r >= ns - 1) return;  // the last segment's K^ and E are never read
         float *sMs = reinterpret_cast<float *>(smem), *sW = reinterpret_cast<float *>(smem + MS);
-        float *sU = sW + kC * SD, *sK = sU + kC * SD, *sT = sK + kC * SD;
         for (int e = tid(); e < D * D; e += kThreads) sMs[(e / D) * SD + e % D] = (e / D == e % D) ? 1.f : 0.f;
         const int64_t ws = int64_t(p.h) * D;
-        for (int c = kNcs - 1; c >= 0; --c) {
-            const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC;
-            load_w_f32<kThreads>(sW, SD, p, sq, lc * kC, h, D, kC);
-            load_u_f32<Tin, kThreads>(sU, SD, p, row, h, D, kC);
+        if constexpr (kRing) {
+            // sMs | sW | sT | stage 0 | stage 1 (U, then K~)
+            float *sT = reinterpret_cast<float *>(smem + MS + BIG);
+            char *stg = smem + MS + BIG + TMP;
+            const int64_t last = r * kNcs + kNcs - 1;
+            load_w_f32<kThreads>(sW, SD, p, sq, last * kC, h, D, kC);
+            issue_uk(p, sq.row0 + last * kC, h, stg);
             cp_commit();
-            load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
-            cp_wait<0>();
+            for (int c = kNcs - 1, s = 0; c >= 0; --c, s ^= 1) {
+                const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC;
+                const Tw *sU = reinterpret_cast<const Tw *>(stg + s * STAGE);
+                const Tin *sK = reinterpret_cast<const Tin *>(stg + s * STAGE + T16);
+                cp_wait<0>();
+                sync();  // chunk c's W, U, K~ landed; chunk c + 1's products done with the other stage
+                if (c > 0) issue_uk(p, row - kC, h, stg + (s ^ 1) * STAGE);
+                cp_commit();
+                cta_gemm<Tin, false, false, NB, NW, 0, float>(kC, D, D, sK, STi, sMs, SD, [&](int b, int col, float v) {
+                    st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
+                });
+                cta_gemm<float, false, false, 4, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
+                sync();  // W read: chunk c - 1's takes its place
+                if (c > 0) load_w_f32<kThreads>(sW, SD, p, sq, (lc - 1) * kC, h, D, kC);
+                cp_commit();
+                cta_gemm<float, false, true, NB, NW, 0, Tw>(D, D, kC, sT, S64, sU, STi, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
+            }
             sync();
-            cta_gemm<float, false, false, NB, NW>(kC, D, D, sK, SD, sMs, SD, [&](int b, int col, float v) {
-                st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
-            });
-            cta_gemm<float, false, false, 4, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
-            sync();
-            cta_gemm<float, false, true, NB, NW>(D, D, kC, sT, S64, sU, SD, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
-            sync();
+        } else {
+            float *sU = sW + kC * SD, *sK = sU + kC * SD, *sT = sK + kC * SD;
+            for (int c = kNcs - 1; c >= 0; --c) {
+                const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC;
+                load_w_f32<kThreads>(sW, SD, p, sq, lc * kC, h, D, kC);
+                load_u_f32<Tin, kThreads>(sU, SD, p, row, h, D, kC);
+                cp_commit();
+                load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
+                cp_wait<0>();
+                sync();
+                cta_gemm<float, false, false, NB, NW>(kC, D, D, sK, SD, sMs, SD, [&](int b, int col, float v) {
+                    st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
+                });
+                cta_gemm<float, false, false, 4, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
+                sync();
+                cta_gemm<float, false, true, NB, NW>(D, D, kC, sT, S64, sU, SD, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
+                sync();
+            }
         }
         using Te = emat_t<Tin>;
         const int64_t e0 = ((sq.seg0 + r) * p.h + h) * D * D;
