@@ -13,10 +13,12 @@
 // Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code); bwd.cuh then launches
 // it on sm_90 devices (CudaLauncher::sm90) at the kernel head dims FATTN_PATH_DKV_SM90 names:
 //   2 (default): D 128 only — on the H200 (2026-12-05, scripts/path-ab.sh, both builds in one run)
-//                fwd+bwd at T4096 H16 D128 took 4.829 / 4.832 ms against KDkv's 4.974 / 4.977, and
-//                at D 64 4.891 / 4.870 against 4.777 / 4.807 (T4096 H32), 8.137 / 8.107 against
-//                7.942 / 7.962 (the varlen pack);
-//   1: D 64 and 128 (the A/B build);  0: never.
+//                its one-warpgroup form took fwd+bwd at T4096 H16 D128 to 4.829 / 4.832 ms from
+//                KDkv's 4.974 / 4.977, but at D 64 4.891 / 4.870 against 4.777 / 4.807 (T4096
+//                H32), 8.137 / 8.107 against 7.942 / 7.962 (the varlen pack);
+//   1: D 64 and 128 (the A/B build: in two warpgroups, T4096 H32 D64 4.394 / 4.378 ms against
+//      4.491 / 4.533 on an H100, 2026-12-07; its determinism, sanitizers and pack unmeasured);
+//   0: never.
 // The CPU emulation runs it too (emu.h's wgmma: both emulation libraries, tests/emu); on the GPU
 // the parity cases (fattn-test -p path: path/dense_T640_K128_gate_bf16, path/dense_T1100_K128_bf16).
 #pragma once
