@@ -44,6 +44,21 @@ template <typename Tin, int D> struct KSegPrep {
                                  kC, D, true);
     }
 
+    // Chunk row's three products, its tiles loaded: K^ = K~ Ms^T (stored), T = Ms W^T, then
+    // between() after the barrier that ends W's reads, then Ms -= T U (no barrier after it). K~ and
+    // U are f32 tiles or 16-bit ones (kRing).
+    template <class EK, class EU, class Between>
+    PK_DEV static void products(const PathDev &p, int64_t row, int h, const EK *sK, int ldk, const EU *sU, int ldu, float *sMs,
+                                const float *sW, float *sT, Between &&between) {
+        cta_gemm<EK, false, false, NB, NW, 0, float>(kC, D, D, sK, ldk, sMs, SD, [&](int b, int col, float v) {
+            st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
+        });
+        cta_gemm<float, false, false, 4, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
+        sync();
+        between();
+        cta_gemm<float, false, true, NB, NW, 0, EU>(D, D, kC, sT, S64, sU, ldu, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
+    }
+
     PK_DEV static void run(const PathDev &p, char *smem) {
         const int64_t gs = bid_x();
         const int h = bid_y();
@@ -52,7 +67,6 @@ template <typename Tin, int D> struct KSegPrep {
         if (r >= ns - 1) return;  // the last segment's K^ and E are never read
         float *sMs = reinterpret_cast<float *>(smem), *sW = reinterpret_cast<float *>(smem + MS);
         for (int e = tid(); e < D * D; e += kThreads) sMs[(e / D) * SD + e % D] = (e / D == e % D) ? 1.f : 0.f;
-        const int64_t ws = int64_t(p.h) * D;
         if constexpr (kRing) {
             // sMs | sW | sT | stage 0 | stage 1 (U, then K~)
             float *sT = reinterpret_cast<float *>(smem + MS + BIG);
@@ -69,18 +83,15 @@ template <typename Tin, int D> struct KSegPrep {
                 sync();  // chunk c's W, U, K~ landed; chunk c + 1's products done with the other stage
                 if (c > 0) issue_uk(p, row - kC, h, stg + (s ^ 1) * STAGE);
                 cp_commit();
-                cta_gemm<Tin, false, false, NB, NW, 0, float>(kC, D, D, sK, STi, sMs, SD, [&](int b, int col, float v) {
-                    st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
+                products(p, row, h, sK, STi, sU, STi, sMs, sW, sT, [&] {  // W read: chunk c - 1's takes its place
+                    if (c > 0) load_w_f32<kThreads>(sW, SD, p, sq, (lc - 1) * kC, h, D, kC);
+                    cp_commit();
                 });
-                cta_gemm<float, false, false, 4, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
-                sync();  // W read: chunk c - 1's takes its place
-                if (c > 0) load_w_f32<kThreads>(sW, SD, p, sq, (lc - 1) * kC, h, D, kC);
-                cp_commit();
-                cta_gemm<float, false, true, NB, NW, 0, Tw>(D, D, kC, sT, S64, sU, STi, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
             }
             sync();
         } else {
             float *sU = sW + kC * SD, *sK = sU + kC * SD, *sT = sK + kC * SD;
+            const int64_t ws = int64_t(p.h) * D;
             for (int c = kNcs - 1; c >= 0; --c) {
                 const int64_t lc = r * kNcs + c, row = sq.row0 + lc * kC;
                 load_w_f32<kThreads>(sW, SD, p, sq, lc * kC, h, D, kC);
@@ -89,12 +100,7 @@ template <typename Tin, int D> struct KSegPrep {
                 load_tile_cvt<float, Tin, kThreads>(sK, SD, static_cast<const Tin *>(p.kt) + (row * p.h + h) * D, ws, kC, D, kC, D, true);
                 cp_wait<0>();
                 sync();
-                cta_gemm<float, false, false, NB, NW>(kC, D, D, sK, SD, sMs, SD, [&](int b, int col, float v) {
-                    st<Tin>(p.kh, ((row + b) * p.h + h) * D + col, v);
-                });
-                cta_gemm<float, false, false, 4, NW>(D, kC, D, sMs, SD, sW, SD, [&](int d, int b, float v) { sT[d * S64 + b] = v; });
-                sync();
-                cta_gemm<float, false, true, NB, NW>(D, D, kC, sT, S64, sU, SD, [&](int d, int e, float v) { sMs[d * SD + e] -= v; });
+                products(p, row, h, sK, SD, sU, SD, sMs, sW, sT, [] {});
                 sync();
             }
         }
