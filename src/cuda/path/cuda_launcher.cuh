@@ -13,14 +13,14 @@
 
 namespace fattn::pathk {
 
-// Programmatic dependent launch (FATTN_PATH_PDL, default 0; sm_90 devices, builds with sm_90a):
+// Programmatic dependent launch (FATTN_PATH_PDL, default 1; sm_90 devices, builds with sm_90a):
 // every kernel of the sequence is launched with programmatic stream serialization and begins by
 // waiting for the kernel before it (griddepcontrol.wait: that grid complete, its writes visible),
 // so what it computes is what a plain stream order gives; it then lets the next kernel's CTAs
 // start (launch_dependents), which take the SMs the tail of this grid leaves idle and wait there,
 // rather than being launched once this grid has drained. 0: plain launches.
 #ifndef FATTN_PATH_PDL
-#define FATTN_PATH_PDL 0
+#define FATTN_PATH_PDL 1
 #endif
 __device__ __forceinline__ void pdl_enter() {
 #if FATTN_PATH_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
