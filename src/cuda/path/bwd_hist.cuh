@@ -156,7 +156,7 @@ template <typename Tin, int D> struct KHist {
     // The chunks a CTA walks through, ci - 1 down to walk_lo: the last segment start of a history
     // column (chunk 8), or in segment 0 (intra_states_at(D): its states only) chunk 1. Whether the
     // CTA has anything to do: a history (segments >= 1) or states (chunks 1 .. 7 of segment 0).
-    PK_DEV static int64_t walk_lo(int64_t ci) { return ci >= kNcs ? kNcs : 1; }
+    PK_DEV static int64_t walk_lo(int64_t ci) { return intra_states_at(D) && ci < kNcs ? 1 : kNcs; }
     PK_DEV static bool has_work(int64_t ci) { return ci >= kNcs || (intra_states_at(D) && ci >= 1); }
     // Before the walk through chunk cj (X = Q~ walked through ci - 1 .. cj + 1): X is the state
     // X_i(j) of the own segment's pair (i, j = cj - 8r) where cj >= 8r; in segment 0 the state

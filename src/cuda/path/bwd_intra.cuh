@@ -258,8 +258,10 @@ template <typename Tin, int D> struct KSegIntra {
                 for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = tf32_round(sX[(e / D) * SD + e % D]);
             }
             for (int64_t j = 0; j < i; ++j) {
-                // the pair's state: from KHist (kSt), else X(j >= 1) from this kernel's walk, X(0) in sX
-                const Tw *xs = kSt ? qts + intra_slot(i, j) * kC * D : j > 0 ? qts + (j - 1) * kC * D : nullptr;
+                // the pair's state to load: from KHist (kSt), else X(j >= 1) from this kernel's walk
+                // (X(0) is in sX)
+                const bool ldx = kSt || j > 0;
+                auto xs = [&] { return kSt ? qts + intra_slot(i, j) * kC * D : qts + (j - 1) * kC * D; };
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 // the scores' K~ and V tiles load while the states and gamma's step run
                 const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
@@ -281,12 +283,12 @@ template <typename Tin, int D> struct KSegIntra {
                             issue_kv(p, gkt, gv, kv16);
                         }
                         TileRegs<Tw, D, kThreads> rx, ru;
-                        if (xs) rx.issue(xs, D, kC, D);
+                        if (ldx) rx.issue(xs(), D, kC, D);
                         ru.issue(static_cast<const Tw *>(p.uw) + (krow * p.h + h) * D, hd, rows_of(cj), D);
-                        if (xs) rx.template put<true>(sX, SD);
+                        if (ldx) rx.template put<true>(sX, SD);
                         ru.template put<true>(sB, SD);
                     } else {
-                        if (xs) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs, D, kC, D, kC, D, true);
+                        if (ldx) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs(), D, kC, D, kC, D, true);
                         ldU(sB, cj);
                     }
                     if constexpr (kPreKV) {  // W landed, K~ and V may still be in flight
@@ -310,7 +312,7 @@ template <typename Tin, int D> struct KSegIntra {
                         issue_kv(p, gkt, gv, kv16);
                         cp_commit();
                     }
-                    if constexpr (kSt) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs, D, kC, D, kC, D, true);
+                    if constexpr (kSt) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs(), D, kC, D, kC, D, true);
                 }
                 // scores against chunk cj
                 sync();
