@@ -328,7 +328,9 @@ std::vector<Region> bwd_regions(const PathBwdParams &p, const pathk::GpuWs &w, c
         {"dwacc", w.dwacc, rows * rb, false}, {"dko", w.dko, rows * rb, false}, {"dgs", w.dgs, rows * HQ * 4, false},
         {"dep", w.dep, size_t(w.pairs) * size_t(w.seg_split) * HQ * D * D * 4, false},
         {"ddm", w.ddm, chunks * HQ * 64 * 64 * 4, true},
-        {"qts", w.qts, std::max(segs * HQ * 6 * 64 * D, segs * H * 6 * D * D) * wsz, true},
+        // the seg-intra states: KHist's (written before seg-inter: out of the span), or seg-intra's own
+        pathk::intra_states_at(int(D)) ? Region{"qts", w.qts, segs * HQ * pathk::kIntraPairs * 64 * D * wsz, false}
+                                       : Region{"qts", w.qts, std::max(segs * HQ * 6 * 64 * D, segs * H * 6 * D * D) * wsz, true},
         {"dkt", w.dkt, size_t(w.dkt_split) * rb, true}, {"dkt_hi", w.dkt_hi, (rows - size_t(w.dkt_split)) * rb, true},
     };
     if (p.g) r.push_back({"gsum", w.gsum, rows * HQ * 4, false});

@@ -10,7 +10,10 @@
 // chunk to token 512, stored at every segment start it crosses: Qh[t, r] = q_t^T H_t ... H_{rS},
 // 1 <= r <= t / 512, into the packed (or rectangular) history in the input dtype. Every cell is
 // written exactly once (by the chunk that owns the token, in a strictly descending loop over r).
-// Walk products as in the forward (f16 for 16-bit inputs, tf32 for f32).
+// Walk products as in the forward (f16 for 16-bit inputs, tf32 for f32). With intra_states_at(D)
+// (params.h) it also stores, in the walk type, the states of the own segment's chunk pairs that
+// KSegIntra reads (X before each step through a chunk of the own segment), and its CTAs of chunks
+// 1 .. 7 walk segment 0 for them.
 #pragma once
 
 #include "cuda/path/common.cuh"
@@ -141,6 +144,29 @@ template <typename Tin, int D> struct KHist {
             }
         }
     }
+    // intra_states_at(D): X of this warp's 16 rows as seg-intra's state of pair (i, j) of segment gs
+    // (every row of the 64: past the chunk's rows X is 0)
+    PK_DEV static void store_state(const PathDev &p, int64_t gs, int hq, int64_t i, int64_t j, int r0, const float (&X)[NX][4]) {
+        Tw *g = static_cast<Tw *>(p.qts) + ((gs * p.hq + hq) * kIntraPairs + intra_slot(i, j)) * kC * D;
+        for (int hh = 0; hh < 2; ++hh) {
+            const int a = r0 + acc_row(2 * hh);
+            for (int jj = 0; jj < NX; ++jj) st_pair<Tw>(g, int64_t(a) * D + acc_col(jj, 0), X[jj][2 * hh], X[jj][2 * hh + 1]);
+        }
+    }
+    // The chunks a CTA walks through, ci - 1 down to walk_lo: the last segment start of a history
+    // column (chunk 8), or in segment 0 (intra_states_at(D): its states only) chunk 1. Whether the
+    // CTA has anything to do: a history (segments >= 1) or states (chunks 1 .. 7 of segment 0).
+    PK_DEV static int64_t walk_lo(int64_t ci) { return intra_states_at(D) && ci < kNcs ? 1 : kNcs; }
+    PK_DEV static bool has_work(int64_t ci) { return ci >= kNcs || (intra_states_at(D) && ci >= 1); }
+    // Before the walk through chunk cj (X = Q~ walked through ci - 1 .. cj + 1): X is the state
+    // X_i(j) of the own segment's pair (i, j = cj - 8r) where cj >= 8r; in segment 0 the state
+    // X_i(0) is the one after the last step (call with cj = 0 then).
+    PK_DEV static void state_at(const PathDev &p, const SeqInfo &sq, int hq, int64_t ci, int64_t cj, int r0, const float (&X)[NX][4]) {
+        if constexpr (intra_states_at(D)) {
+            const int64_t r = ci / kNcs, i = ci % kNcs;
+            if (i >= 1 && cj >= kNcs * r) store_state(p, sq.seg0 + r, hq, i, cj - kNcs * r, r0, X);
+        }
+    }
     // The own chunk's Q~ (UT form) of this warp's 16 rows into X: Q, W, U into `own`, issue_more()
     // after they are committed (it issues the first stage, if any, and waits for the own tiles),
     // and the segment-start store when the chunk starts a segment. Ends with a sync: the own tiles
@@ -174,21 +200,24 @@ template <typename Tin, int D> struct KHist {
         const SeqInfo &sq = ck.sq;
         const int64_t ci = ck.ci, c0 = ck.c0;
         const int hq = ck.hq, h = ck.h, n = ck.n;
-        if (ci < kNcs) return;  // segment 0 has no history
+        if (!has_work(ci)) return;  // segment 0 has no history
+        const int64_t lo = walk_lo(ci);
         const int r0 = 16 * warp_id();
         char *st0 = smem, *own = smem + STAGE;
         float X[NX][4];
-        own_chunk(p, ck, own, [&] { ring_step(ci - 1 >= kNcs, [&] { issue(p, sq, h, ci - 1, st0); }); }, X);
+        own_chunk(p, ck, own, [&] { ring_step(ci - 1 >= lo, [&] { issue(p, sq, h, ci - 1, st0); }); }, X);
         char *st1 = own;  // own tiles are stage 1 from here on
-        for (int64_t cj = ci - 1, s = 0; cj >= kNcs; --cj, ++s) {
+        for (int64_t cj = ci - 1, s = 0; cj >= lo; --cj, ++s) {
+            state_at(p, sq, hq, ci, cj, r0, X);
             char *cur = (s & 1) ? st1 : st0;
-            ring_step(cj - 1 >= kNcs, [&] { issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });
+            ring_step(cj - 1 >= lo, [&] { issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });
             sync();
             const Tw *cW = reinterpret_cast<const Tw *>(cur), *cU = reinterpret_cast<const Tw *>(cur + TW);
             walk_back<Tw>(X, cW, cU, STw);
             if (cj % kNcs == 0) store(p, sq, hq, c0, n, r0, cj / kNcs, X);
             sync();
         }
+        if (ci < kNcs) state_at(p, sq, hq, ci, 0, r0, X);
     }
 };
 

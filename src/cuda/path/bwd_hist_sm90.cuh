@@ -55,19 +55,22 @@ template <typename Tin, int D> struct KHistSm90 {
         const SeqInfo &sq = ck.sq;
         const int64_t ci = ck.ci, c0 = ck.c0;
         const int hq = ck.hq, h = ck.h, n = ck.n;
-        if (ci < kNcs) return;  // segment 0 has no history
+        if (!Base::has_work(ci)) return;  // segment 0 has no history
+        const int64_t lo = Base::walk_lo(ci);
         const int r0 = 16 * warp_id();
         char *st0 = smem, *st1 = smem + STAGE;
         float X[NX][4];
-        Base::own_chunk(p, ck, st1, [&] { ring_step(ci - 1 >= kNcs, [&] { Walk::issue(p, sq, h, ci - 1, st0); }); }, X);
-        for (int64_t cj = ci - 1, s = 0; cj >= kNcs; --cj, ++s) {
+        Base::own_chunk(p, ck, st1, [&] { ring_step(ci - 1 >= lo, [&] { Walk::issue(p, sq, h, ci - 1, st0); }); }, X);
+        for (int64_t cj = ci - 1, s = 0; cj >= lo; --cj, ++s) {
+            Base::state_at(p, sq, hq, ci, cj, r0, X);
             char *cur = (s & 1) ? st1 : st0;
-            ring_step(cj - 1 >= kNcs, [&] { Walk::issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });
+            ring_step(cj - 1 >= lo, [&] { Walk::issue(p, sq, h, cj - 1, (s & 1) ? st0 : st1); });
             Walk::landed();
             Walk::step(X, cur);
             if (cj % kNcs == 0) Base::store(p, sq, hq, c0, n, r0, cj / kNcs, X);
             sync();  // every wgmma of this stage done before the next issue overwrites it
         }
+        if (ci < kNcs) Base::state_at(p, sq, hq, ci, 0, r0, X);
 #else
         (void)p, (void)smem_raw;
 #if defined(__CUDA_ARCH__)

@@ -4,8 +4,10 @@
 //
 // KSegIntra, per (segment r, query head), query chunks ci = 8r + i (i >= 1) in order; for each,
 // the earlier chunks cj = 8r + j of the segment, j ascending (gamma enters as dLoss/dQh[t, r]):
-//   X  = Q~_ci walked back through chunks ci-1 .. cj+1 (walked once, newest first, before the
-//        j loop: the states X for j = i-1 .. 1 are kept in p.qts, X for j = 0 stays in shared)
+//   X  = Q~_ci walked back through chunks ci-1 .. cj+1: with intra_states_at(D) (params.h: D 128
+//        by default) stored by the history producer as it walks (p.qts, every pair's), else
+//        walked here once, newest first, before the j loop (the states X for j = i-1 .. 1 kept in
+//        p.qts, X for j = 0 in shared)
 //   if r >= 1 or j >= 1 (gamma != 0):  XW = X W_cj^T, GU = gamma U_cj^T,
 //       dU_cj -= XW^T gamma,  dW_cj -= GU^T X,  gamma -= GU W_cj
 //   P = exp(scale (X K~_cj^T + G_t - G_j) - lse),  dS = scale P (dO V_cj^T - delta)
@@ -196,7 +198,10 @@ template <typename Tin, int D> struct KSegIntra {
         float *sA = reinterpret_cast<float *>(R), *sB = sA + kC * SD, *M1 = sB, *M2 = reinterpret_cast<float *>(R + FT::BIG + UB);
         float *lse2 = reinterpret_cast<float *>(smem + OFF_SMALL), *dl = lse2 + kC, *gq = dl + kC, *dgr = gq + 2 * kC;
         Tin *dO16 = reinterpret_cast<Tin *>(smem);  // kS16: dO in sDO's place (the score functions have the other tiles)
-        Tw *qts = static_cast<Tw *>(p.qts) + (gs * p.hq + hq) * (kNcs - 2) * kC * D;
+        // kSt (intra_states_at): every pair's state X(j) comes from KHist (kIntraPairs slots); else
+        // the states X(1 .. 6) of the query chunk in work, walked here
+        constexpr bool kSt = intra_states_at(D);
+        Tw *qts = static_cast<Tw *>(p.qts) + (gs * p.hq + hq) * (kSt ? kIntraPairs : kNcs - 2) * kC * D;
         const int64_t hd = int64_t(p.h) * D, hqd = int64_t(p.hq) * D;
         // chunk lc's W / U rows (the last chunk of a sequence may be partial: rows past it are 0)
         auto rows_of = [&](int64_t lc) { return int(sq.len - lc * kC < kC ? sq.len - lc * kC : kC); };
@@ -204,7 +209,6 @@ template <typename Tin, int D> struct KSegIntra {
         auto ldU = [&](float *s, int64_t lc) { load_u_f32<Tin, kThreads, true, CI>(s, SD, p, sq.row0 + lc * kC, h, D, rows_of(lc)); };
         // Operand flags (common.cuh): U, dO, K~, V, the states X of the pair loop and the products
         // read only as operands are stored as tf32 values; Q (16-bit inputs) is one already.
-        constexpr int kQ = sizeof(Tin) == 2 ? kRA : 0;
         for (int64_t i = 1; i < kNcs; ++i) {
             const int64_t ci = r * kNcs + i;
             if (ci >= nc) break;
@@ -215,10 +219,12 @@ template <typename Tin, int D> struct KSegIntra {
             if constexpr (kS16) load_tile<Tin, kThreads>(dO16, STi, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
             else load_tile_cvt<float, Tin, kThreads, true, CI>(sDO, SD, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
             load_ws_f32<D, kThreads>(sG, p.gam + (qrow * p.hq + hq) * D, hqd, nq);
-            load_tile_cvt<float, Tin, kThreads, false, CI>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
-                                                p.q_ss, kC, D, nq, p.K, p.vec_q);
-            ldW(sA, ci);
-            ldU(sB, ci);
+            if constexpr (!kSt) {
+                load_tile_cvt<float, Tin, kThreads, false, CI>(sX, SD, static_cast<const Tin *>(p.q) + sq.b * p.q_sb + t0 * p.q_ss + hq * p.q_sh,
+                                                    p.q_ss, kC, D, nq, p.K, p.vec_q);
+                ldW(sA, ci);
+                ldU(sB, ci);
+            }
             for (int a = tid(); a < kC; a += kThreads) {
                 const bool ok = a < nq;
                 lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
@@ -227,28 +233,35 @@ template <typename Tin, int D> struct KSegIntra {
                 dgr[a] = 0.f;
             }
             cp_landed();
-            // Q~ = Q - LT(Q W^T) U
-            cta_gemm<float, false, false, NB64, NW, kQ>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
-            sync();
-            cta_gemm<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
-            sync();
-            // the states newest first: X(j) for j = i-1 .. 1 into p.qts, then X(0) stays in sX
-            for (int64_t j = i - 1; j >= 1; --j) {
-                Tw *xs = qts + (j - 1) * kC * D;
-                const int64_t c2 = r * kNcs + j;  // X(j-1) = X(j) - (X(j) W^T) U through chunk cj
-                sync();
-                for (int e = tid(); e < kC * D; e += kThreads) xs[e] = from_f<Tw>(sX[(e / D) * SD + e % D]);
-                ldW(sA, c2);
-                ldU(sB, c2);
-                cp_landed();
-                cta_gemm<float, false, false, NB64, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = tf32_round(v); });
+            if constexpr (!kSt) {  // the states of this query chunk, walked here
+                // Q~ = Q - LT(Q W^T) U
+                constexpr int kQ = sizeof(Tin) == 2 ? kRA : 0;
+                cta_gemm<float, false, false, NB64, NW, kQ>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
                 sync();
                 cta_gemm<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+                sync();
+                // the states newest first: X(j) for j = i-1 .. 1 into p.qts, then X(0) stays in sX
+                for (int64_t j = i - 1; j >= 1; --j) {
+                    Tw *xs = qts + (j - 1) * kC * D;
+                    const int64_t c2 = r * kNcs + j;  // X(j-1) = X(j) - (X(j) W^T) U through chunk cj
+                    sync();
+                    for (int e = tid(); e < kC * D; e += kThreads) xs[e] = from_f<Tw>(sX[(e / D) * SD + e % D]);
+                    ldW(sA, c2);
+                    ldU(sB, c2);
+                    cp_landed();
+                    cta_gemm<float, false, false, NB64, NW>(kC, kC, D, sX, SD, sA, SD, [&](int a, int b, float v) { M2[a * S64 + b] = tf32_round(v); });
+                    sync();
+                    cta_gemm<float, false, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sB, SD, [&](int a, int c, float v) { sX[a * SD + c] -= v; });
+                }
+                // X(0) from here on is read only as an operand
+                sync();
+                for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = tf32_round(sX[(e / D) * SD + e % D]);
             }
-            // X(0) from here on is read only as an operand
-            sync();
-            for (int e = tid(); e < kC * D; e += kThreads) sX[(e / D) * SD + e % D] = tf32_round(sX[(e / D) * SD + e % D]);
             for (int64_t j = 0; j < i; ++j) {
+                // the pair's state to load: from KHist (kSt), else X(j >= 1) from this kernel's walk
+                // (X(0) is in sX)
+                const bool ldx = kSt || j > 0;
+                auto xs = [&] { return kSt ? qts + intra_slot(i, j) * kC * D : qts + (j - 1) * kC * D; };
                 const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC;
                 // the scores' K~ and V tiles load while the states and gamma's step run
                 const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
@@ -270,12 +283,12 @@ template <typename Tin, int D> struct KSegIntra {
                             issue_kv(p, gkt, gv, kv16);
                         }
                         TileRegs<Tw, D, kThreads> rx, ru;
-                        if (j > 0) rx.issue(qts + (j - 1) * kC * D, D, kC, D);
+                        if (ldx) rx.issue(xs(), D, kC, D);
                         ru.issue(static_cast<const Tw *>(p.uw) + (krow * p.h + h) * D, hd, rows_of(cj), D);
-                        if (j > 0) rx.template put<true>(sX, SD);
+                        if (ldx) rx.template put<true>(sX, SD);
                         ru.template put<true>(sB, SD);
                     } else {
-                        if (j > 0) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, qts + (j - 1) * kC * D, D, kC, D, kC, D, true);
+                        if (ldx) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs(), D, kC, D, kC, D, true);
                         ldU(sB, cj);
                     }
                     if constexpr (kPreKV) {  // W landed, K~ and V may still be in flight
@@ -293,10 +306,13 @@ template <typename Tin, int D> struct KSegIntra {
                     cta_gemm_rmw<float, true, true, NB, NW, kRA | kRB>(kC, D, kC, M2, S64, sX, SD, p.dwacc + (krow * p.hq + hq) * D, hqd, -1.f, kC);
                     sync();
                     cta_gemm<float, false, true, NB, NW, kRA>(kC, D, kC, M2, S64, sA, SD, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
-                } else if constexpr (kPreKV) {  // no gamma step (r = 0, j = 0)
-                    sync();
-                    issue_kv(p, gkt, gv, kv16);
-                    cp_commit();
+                } else {  // no gamma step (r = 0, j = 0)
+                    if constexpr (kPreKV || kSt) sync();
+                    if constexpr (kPreKV) {
+                        issue_kv(p, gkt, gv, kv16);
+                        cp_commit();
+                    }
+                    if constexpr (kSt) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs(), D, kC, D, kC, D, true);
                 }
                 // scores against chunk cj
                 sync();

@@ -13,14 +13,32 @@
 
 namespace fattn::pathk {
 
+// Programmatic dependent launch (FATTN_PATH_PDL, default 1; sm_90 devices, builds with sm_90a):
+// every kernel of the sequence is launched with programmatic stream serialization and begins by
+// waiting for the kernel before it (griddepcontrol.wait: that grid complete, its writes visible),
+// so what it computes is what a plain stream order gives; it then lets the next kernel's CTAs
+// start (launch_dependents), which take the SMs the tail of this grid leaves idle and wait there,
+// rather than being launched once this grid has drained. 0: plain launches.
+#ifndef FATTN_PATH_PDL
+#define FATTN_PATH_PDL 1
+#endif
+__device__ __forceinline__ void pdl_enter() {
+#if FATTN_PATH_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <class K> __global__ void __launch_bounds__(K::kThreads) path_kernel(const PathDev p) {
     extern __shared__ __align__(128) char smem[];
+    pdl_enter();
     K::run(p, smem);
 }
 // A kernel that sets K::kMinBlocks > 1 (CTAs per SM it is sized for) gets the register cap that
 // keeps them resident; the others keep ptxas's own choice (an explicit 1 is not the same choice).
 template <class K> __global__ void __launch_bounds__(K::kThreads, K::kMinBlocks) path_kernel_mb(const PathDev p) {
     extern __shared__ __align__(128) char smem[];
+    pdl_enter();
     K::run(p, smem);
 }
 // A host-to-device copy of up to kBytes as a kernel's by-value argument: stream-ordered like a
@@ -43,6 +61,7 @@ struct CudaLauncher {
     cudaStream_t stream;
     bool sm90 = false;  // the current device is sm_90 (bwd.cuh: launch_dkv, launch_hist, launch_seg_inter; sequence.h: the forward)
     bool keep_t0 = FATTN_PATH_KEEP_T0 != 0;  // PathDev::keep_t0 in the backward (prep.cuh)
+    bool pdl = false;  // programmatic dependent launches (FATTN_PATH_PDL: an sm_90 device, kernels built for it)
     cudaError_t err = cudaSuccess;
     const char *where = "";
     template <class K> void launch(int64_t gx, int gy, const PathDev &d) {
@@ -56,8 +75,23 @@ struct CudaLauncher {
             err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sm));
             if (err != cudaSuccess) return void(where = "cudaFuncSetAttribute");
         }
-        fn<<<dim3(unsigned(gx), unsigned(gy)), K::kThreads, sm, stream>>>(d);
-        err = cudaGetLastError();
+        if (pdl) {
+            cudaLaunchConfig_t cfg{};
+            cfg.gridDim = dim3(unsigned(gx), unsigned(gy));
+            cfg.blockDim = dim3(unsigned(K::kThreads));
+            cfg.dynamicSmemBytes = sm;
+            cfg.stream = stream;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            err = cudaLaunchKernelEx(&cfg, fn, d);
+            if (err == cudaSuccess) err = cudaGetLastError();
+        } else {
+            fn<<<dim3(unsigned(gx), unsigned(gy)), K::kThreads, sm, stream>>>(d);
+            err = cudaGetLastError();
+        }
         if (err != cudaSuccess) where = "kernel launch";
     }
     // Up to 16 ParamCopy launches; a larger upload (thousands of sequences) is one cudaMemcpyAsync.
@@ -117,8 +151,10 @@ template <> size_t cuda_max_smem<bf16_t>(int);
     template <> fattn_status cuda_run<T>(const PathBwdParams &p, void *stream, void *ws, bool bwd,       \
                                          std::string *err) {                                             \
         CudaLauncher l{static_cast<cudaStream_t>(stream)};                                                \
+        const bool is90 = FATTN_PATH_WGMMA_BUILD && device_is_sm90();                                     \
         if (bwd && (FATTN_PATH_DKV_SM90_BUILT || FATTN_PATH_SEG_SM90_BUILT || FATTN_PATH_HIST_SM90_BUILT)) \
-            l.sm90 = device_is_sm90();                                                                    \
+            l.sm90 = is90;                                                                                \
+        l.pdl = FATTN_PATH_PDL && is90;                                                                   \
         return gpu_run_t<CudaLauncher, T>(l, p, ws, bwd, err);                                            \
     }                                                                                                     \
     template <> size_t cuda_max_smem<T>(int D) { return max_smem<T>(D); }

@@ -116,6 +116,9 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         w.gam = w.dko;  // gamma (read last by KOwn) and dK_own (first written by KOwn, after it read gamma)
         w.dgs = take(sat_prod({rows, HQ, f}));
         w.dep = take(sat_prod({w.pairs, int64_t(w.seg_split), HQ, D, D, f}));
+        // intra_states_at(D): the seg-intra states, written by KHist (before KSegInter), in space
+        // of their own; chain-A's suffix products take it once seg-intra is done
+        if (intra_states_at(w.D)) w.qts = w.pch = take(sat_prod({segs, HQ, kIntraPairs, kC, D, wsz}));
         // Written only after KSegInter, so they take the dead span [ww, span_end) where they fit,
         // in this order, else space of their own: the own-chunk partials dD (first written by
         // KOwn), the seg-intra states (KSegIntra) and, in their place once seg-intra is done,
@@ -130,8 +133,10 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
             return o;
         };
         w.ddm = place(sat_prod({chunks, HQ, kC, kC, f}));
-        w.qts = place(std::max(sat_prod({segs, HQ, kNcs - 2, kC, D, wsz}), sat_prod({segs, H, kNcs - 2, D, D, wsz})));
-        w.pch = w.qts;
+        if (!intra_states_at(w.D)) {
+            w.qts = place(std::max(sat_prod({segs, HQ, kNcs - 2, kC, D, wsz}), sat_prod({segs, H, kNcs - 2, D, D, wsz})));
+            w.pch = w.qts;
+        }
         w.dkt_split = chunk_start_at_most(p, rows, int64_t((span_end - at) / row_bytes));
         if (w.dkt_split > 0) w.dkt = place(sat_mul(size_t(w.dkt_split), row_bytes));
         if (w.dkt_split < rows) w.dkt_hi = take(sat_mul(size_t(rows - w.dkt_split), row_bytes));

@@ -82,10 +82,25 @@ struct PathDev {
     int keep_t0;     // the backward's prep keeps T0 beside Dm in p.dmat for KChainB (prep.cuh: FATTN_PATH_KEEP_T0)
     int seg_split;   // KSegInter's CTAs per (segment, query head) (gpu_layout.h)
     float *gam;      // [rows, Hq, D] dLoss/dQ~ (query side), read last by KOwn: the same buffer as dko
-    void *qts;       // [segments, Hq, 6, 64, D] walk type: seg_intra's walked states X(1 .. 6) of the chunk in work
+    void *qts;       // walk type: seg-intra's walked states, [segments, Hq, 6, 64, D] X(1 .. 6) of the chunk in
+                     // work, or with intra_states_at(D) [segments, Hq, 28, 64, D] every pair's X(j), from KHist
     void *pch;       // [segments, H, 6, D, D] walk type: chain-A's suffix products (the space of qts, after seg-intra)
     unsigned long long *bad;  // w/beta check: first offending (row * H + h), or ~0
 };
+
+// FATTN_PATH_INTRA_STATES: the history producer (KHist, KHistSm90) stores the states seg-intra's
+// pairs read, X_i(j) = Q~ of chunk 8r + i walked back through chunks 8r + i - 1 .. 8r + j + 1
+// (1 <= i < 8, 0 <= j < i: 28 per segment and query head, kIntraPairs), as it walks through them,
+// so seg-intra walks nothing: 0 = never (seg-intra walks each query chunk's states itself, into
+// 6 slots); 1 (default) = at D 128; 2 = at every head dim. The states take space of their own, live from
+// KHist to seg-intra (chain-A's suffix products take it after): 56 MiB at T4096 H16 D128 16-bit.
+#ifndef FATTN_PATH_INTRA_STATES
+#define FATTN_PATH_INTRA_STATES 1
+#endif
+constexpr bool intra_states_at(int D) { return FATTN_PATH_INTRA_STATES == 2 || (FATTN_PATH_INTRA_STATES == 1 && D >= 128); }
+constexpr int kIntraPairs = 28;
+// The slot of pair (i, j) among a (segment, query head)'s kIntraPairs states.
+constexpr int intra_slot(int64_t i, int64_t j) { return int(i * (i - 1) / 2 + j); }
 
 // One sequence as a kernel sees it.
 struct SeqInfo {
