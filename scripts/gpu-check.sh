@@ -23,7 +23,7 @@
 #   GPU_CHECK_BUDGET=420 scripts/gpu-check.sh build parity determinism bench
 #   GPU_CHECK_BUDGET=330 scripts/gpu-check.sh nobuild sanitize
 #   scripts/gpu-check.sh nobuild torch
-#   GPU_CHECK_BUDGET=420 scripts/gpu-check.sh nobuild path
+#   GPU_CHECK_BUDGET=580 scripts/gpu-check.sh nobuild path
 #
 # Never hangs: every step runs under `timeout`, capped by a global budget (GPU_CHECK_BUDGET
 # seconds, default 580, so one 10-minute run on the GPU machine holds it), and the summary is printed
@@ -269,7 +269,7 @@ fi
 if want path; then
     if [ -f scripts/gpu-check-path.sh ]; then
         mkdir -p "$OUT/path"
-        run_step path 400 "$OUT/path.log" env GPU_CHECK_PATH_BUDGET=$(( $(slice 400) - 10 )) \
+        run_step path 560 "$OUT/path.log" env GPU_CHECK_PATH_BUDGET=$(( $(slice 560) - 10 )) \
             bash scripts/gpu-check-path.sh "$OUT/path"
         record path "$(status_of $STEP_RC)" "$STEP_S" "$(grep '^gpu-check-path:' "$OUT/path.log" | tail -n1 | cut -c17-)"
         [ "$STEP_RC" -ne 0 ] && [ "$STEP_RC" -ne 125 ] && FAILED=1

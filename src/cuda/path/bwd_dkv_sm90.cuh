@@ -12,12 +12,13 @@
 //
 // Built when nvcc compiles with FATTN_HAVE_SM90 (the build has sm_90a code); bwd.cuh then launches
 // it on sm_90 devices (CudaLauncher::sm90) at the kernel head dims FATTN_PATH_DKV_SM90 names:
-//   2 (default): D 128 only — on the H200 (2026-12-05, scripts/path-ab.sh, both builds in one run)
-//                its one-warpgroup form took fwd+bwd at T4096 H16 D128 to 4.829 / 4.832 ms from
-//                KDkv's 4.974 / 4.977, but at D 64 4.891 / 4.870 against 4.777 / 4.807 (T4096
-//                H32), 8.137 / 8.107 against 7.942 / 7.962 (the varlen pack);
-//   1: D 64 and 128 (the A/B build: in two warpgroups, T4096 H32 D64 4.394 / 4.378 ms against
-//      4.491 / 4.533 on an H100, 2026-12-07; its determinism, sanitizers and pack unmeasured);
+//   1 (default): D 64 and 128 (in two warpgroups: on an H100, 2026-12-07, A/B of
+//      fattn-bench path --gate 0 --reps 10, two rounds, both builds in one run: T4096 H32 D64
+//      4.446 / 4.398 ms against 4.496 / 4.508, T8192 12.670 / 12.752 against 13.044 / 13.087,
+//      T4096 H8 HQ32 3.922 / 3.918 against 4.047 / 4.040, the varlen pack 7.680 / 7.653 against
+//      7.841 / 7.825);
+//   2: D 128 only (its one-warpgroup form on the H200, 2026-12-05, lost at D 64: 4.891 / 4.870
+//      against KDkv's 4.777 / 4.807 at T4096 H32);
 //   0: never.
 // The CPU emulation runs it too (emu.h's wgmma: both emulation libraries, tests/emu); on the GPU
 // the parity cases (fattn-test -p path: path/dense_T640_K128_gate_bf16, path/dense_T1100_K128_bf16).
@@ -26,7 +27,7 @@
 #include "cuda/path/bwd_dkv.cuh"
 
 #ifndef FATTN_PATH_DKV_SM90
-#define FATTN_PATH_DKV_SM90 2
+#define FATTN_PATH_DKV_SM90 1
 #endif
 // Two warpgroups, 128 keys, sharing each query stage (FLA's dK/dV kernel at D 128 takes 128 keys in
 // 8 warps): on an H100 (2026-12-07, tree 4cdd74b, T4096 H16 D128) this kernel took 416 us against
