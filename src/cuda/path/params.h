@@ -94,6 +94,10 @@ struct PathDev {
 // so seg-intra walks nothing: 0 = never (seg-intra walks each query chunk's states itself, into
 // 6 slots); 1 (default) = at D 128; 2 = at every head dim. The states take space of their own, live from
 // KHist to seg-intra (chain-A's suffix products take it after): 56 MiB at T4096 H16 D128 16-bit.
+// On an H100 (2026-12-07, tree ff07487, with FATTN_PATH_PDL; docs/PERF.md): seg-intra 990 -> 792 us
+// and the history 191 -> 225 us at T4096 H16 D128 (ncu), fwd+bwd 4.219 / 4.231 -> 4.058 / 4.081 ms.
+// 2 took 1.3-2.5% off fwd+bwd at D64 (T8192 H32 13.044 / 13.087 -> 12.875 / 12.900 ms) for
+// 112 MiB more workspace there (28 x 64 x 64 x 2 B per segment and query head): not the default.
 #ifndef FATTN_PATH_INTRA_STATES
 #define FATTN_PATH_INTRA_STATES 1
 #endif
