@@ -81,6 +81,7 @@ struct alignas(16) float4 {
     float x, y, z, w;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float2 make_float2(float x, float y) { return {x, y}; }
 
 // 16-bit storage types: the bits, converted with round to nearest even as the CUDA intrinsics do.
 struct __half {

@@ -203,18 +203,35 @@ constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 6
 // tile in a fixed order (a counter per tile; bwd_dkdv_kernel.cuh); a small kernel then scales and
 // converts. Off: 1.6-2.2x slower fwd+bwd on an H100 (2026-12-06, docs/EXPERIMENTS.md); the
 // emulation checks it (the fattn_emu_alt library). Extra shared memory: dS of the item in two buffers (two 64-key panels of
-// [bm, 64] each) and the f32 dQ tile (rows padded by 8 floats: the consumers' stores fall in
-// distinct banks) in one buffer at D128 (two do not fit beside K and V), two at D64.
+// [bm, 64] each) and the f32 dQ tile, [bm, d] in the wgmma accumulators' order (sm90_dqf_index:
+// each thread's values of 8 columns as one float4, the warpgroup's 128 threads side by side, so
+// the consumers' 16-byte stores fill whole bank rows and the writer adds the tile with one bulk
+// copy to a tile of the same order in the workspace), in one buffer at D128 (two are 128 bytes
+// too many beside K, V and the dS buffers), two at D64.
 // -DFATTN_SM90_DQ_FUSED=2: the same with the adds in whatever order the CTAs come, into a zeroed
 // accumulator (a measurement build only, never a library: its dq is not bitwise repeatable), so
 // that an A/B prices the order.
 #ifndef FATTN_SM90_DQ_FUSED
 #define FATTN_SM90_DQ_FUSED 0
 #endif
+// FATTN_SM90_DQF_LAG: 1 (default): the dQ writer releases a tile's counter once it has issued
+// the next tile's add (its own add is then done: it waits for all but the newest bulk group), so it
+// never waits on the add it has just issued; 0: it waits for each add before the next tile.
+#ifndef FATTN_SM90_DQF_LAG
+#define FATTN_SM90_DQF_LAG 1
+#endif
 constexpr int sm90_dqf_bufs(int d) { return d > 64 ? 1 : 2; }
-constexpr int sm90_dqf_stride(int d) { return d + 8; }
 constexpr size_t sm90_dqf_smem(int d) {
-    return size_t(2 * 2 * sm90_dkdv_bm()) * 128 + size_t(sm90_dqf_bufs(d)) * sm90_dkdv_bm() * sm90_dqf_stride(d) * 4;
+    return size_t(2 * 2 * sm90_dkdv_bm()) * 128 + size_t(sm90_dqf_bufs(d)) * sm90_dkdv_bm() * d * 4;
+}
+// Where element (r, c) of a fused-dQ tile [64 rows, d] lives, in floats from the tile's start:
+// column block c / 64 (the consumer warpgroup that owns it at D128), then the accumulator
+// register group j = (c % 64) / 8, then the thread of the warpgroup that holds it (m64nNk16's
+// layout: warp r / 16, lane 4·(r % 8) + (c % 8) / 2), then its place k = 2·((r % 16) / 8) + c % 2
+// among that thread's four values of the group.
+constexpr int64_t sm90_dqf_index(int r, int c) {
+    const int t = 32 * (r / 16) + 4 * (r % 8) + (c % 8) / 2;
+    return ((int64_t(c / 64) * 8 + (c % 64) / 8) * 128 + t) * 4 + 2 * ((r % 16) / 8) + c % 2;
 }
 constexpr size_t sm90_dkdv_smem(int d, size_t es = 2, bool fused_dq = false) {
     return (size_t(2 * sm90_dkdv_bn(d)) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *

@@ -23,9 +23,12 @@
 //                    The backward stages and runs in passes of kv heads (tf32_bwd_pass_kv_heads):
 //                    its regions hold one pass's heads (Hkv and Hq above read the pass's counts).
 //   [dqf_acc] [dqf_cnt]  bwd on SM90_NATIVE with the fused dQ (Choice::dq_fused): dQ's f32
-//                    accumulator [B_view, Hq, total_q, d_bucket] (delta's rows × d_bucket) and one
-//                    int counter per (sequence, query head, 64-row query tile of the longest
-//                    sequence): sm90/bwd_dkdv_kernel.cuh.
+//                    accumulator [B_view, Hq, dqf_rows, d_bucket], one tile of 64 rows per query
+//                    tile in the order of sm90_dqf_index (tiles.h), sequence s's tile at m0 from
+//                    row q_begin + 64·s + m0 in varlen mode (dqf_rows = total_q + 64·B), from m0
+//                    in dense mode (dqf_rows = total_q rounded up to 64), so no tile overlaps
+//                    another sequence's; and one int counter per (sequence, query head, 64-row
+//                    query tile of the longest sequence): sm90/bwd_dkdv_kernel.cuh.
 // Every region starts 256-byte aligned.
 #pragma once
 
@@ -117,6 +120,7 @@ struct Workspace {
     int64_t pass_kv_heads = 0;        // SM90_TF32 bwd: kv heads per pass (their regions' Hkv)
     size_t dqf_acc_off = 0, dqf_acc_bytes = 0, dqf_cnt_off = 0, dqf_cnt_bytes = 0;
     int64_t dqf_mtiles = 0;  // query tiles per (sequence, head) of the counters
+    int64_t dqf_rows = 0;    // the accumulator's rows per (batch view, head)
     size_t total = 0;
 
     static size_t align(size_t x) { return (x + 255) & ~size_t(255); }
@@ -182,7 +186,9 @@ struct Workspace {
         if (!fwd && c.family == Family::SM90_NATIVE && c.dq_fused) {
             w.dqf_mtiles = (p.seqlen_q + sm90_dkdv_bm() - 1) / sm90_dkdv_bm();
             w.dqf_acc_off = off;
-            w.dqf_acc_bytes = sat_prod({bview, p.hq, p.total_q, int64_t(c.d_bucket), int64_t(sizeof(float))});
+            const int64_t bm = sm90_dkdv_bm();
+            w.dqf_rows = p.cu_seqlens_q ? p.total_q + bm * p.batch : (p.total_q + bm - 1) / bm * bm;
+            w.dqf_acc_bytes = sat_prod({bview, p.hq, w.dqf_rows, int64_t(c.d_bucket), int64_t(sizeof(float))});
             off = sat_add(off, sat_round(w.dqf_acc_bytes, 256));
             w.dqf_cnt_off = off;
             w.dqf_cnt_bytes = sat_prod({p.batch, p.hq, w.dqf_mtiles, int64_t(sizeof(int))});

@@ -51,7 +51,7 @@ cudaError_t launch(const AttnBwdParams &p, const KArgs &a, const Workspace &w, v
         if (w.dqf_acc_bytes > 0) {
             char *ws = static_cast<char *>(workspace);
             const Sm90DqAcc fd{reinterpret_cast<float *>(ws + w.dqf_acc_off), reinterpret_cast<int *>(ws + w.dqf_cnt_off),
-                               w.dqf_mtiles};
+                               w.dqf_mtiles, w.dqf_rows};
             const int64_t ncnt = p.batch * p.hq * w.dqf_mtiles, nacc = int64_t(w.dqf_acc_bytes / 4);
             auto zero = [&](void *x, int64_t n) {
                 return launch_kernel(sm90_zero_words_kernel, dim3(ceil_div_u(n, kDqfThreads)), kDqfThreads, 0, st,

@@ -31,11 +31,13 @@
 // dSᵀ transposed into a shared dS tile [64 queries, 128 keys], and the item's dQ = dS·K (m64n64,
 // dS K-major, K read MN-major) lands in f32 in a shared staging tile: at D128 each warpgroup owns
 // 64 of the columns over all 128 keys; at D64 each sums its own 64 keys and the second adds its
-// part to the first's. Warp 1 of the producer warpgroup (the dQ writer) then adds the tile to the
-// workspace's f32 accumulator with bulk reductions, the CTAs of one query tile one after another
-// in descending key-tile order (a counter per tile: a CTA waits until it reads the number of
-// later key tiles that also add to that tile, adds, then increments it), so the sums are bitwise
-// repeatable. Grid x runs the key tiles in reverse (CtaTile::keys_reversed): a CTA waits only on
+// part to the first's; the tile is kept in the accumulators' order (tiles.h: sm90_dqf_index), so
+// each thread stores whole float4s and the tile is one contiguous block. Warp 1 of the producer
+// warpgroup (the dQ writer) then adds the tile to the workspace's f32 accumulator (a tile of the
+// same order: one bulk reduction per item), the CTAs of one query tile one after another in
+// descending key-tile order (a counter per tile: a CTA waits until it reads the number of later
+// key tiles that also add to that tile, adds, then increments it once the add is done), so the
+// sums are bitwise repeatable; the convert kernel (dq_fused.cuh) reads the tiles back in that order. Grid x runs the key tiles in reverse (CtaTile::keys_reversed): a CTA waits only on
 // CTAs launched before it, which are resident or done, so the waits always end; under a causal
 // or banded mask a later key tile reaches a query tile first, so in the steady state no CTA waits.
 #pragma once
@@ -64,12 +66,18 @@ constexpr size_t dkdv_smem(int d, size_t es = 2, bool fused_dq = false) { return
 }  // namespace sm90bwd
 
 // The fused dQ's workspace (workspace.h; unused by the other instances): acc, f32 [B_view, Hq,
-// total_q, D] (delta's rows × D); cnt, one counter per (sequence, query head, 64-row query tile)
-// at [sequence · Hq + head] · mtiles + tile, zero before the kernel.
+// rows, D] in tiles of 64 rows in the order of sm90_dqf_index (tiles.h); cnt, one counter per
+// (sequence, query head, 64-row query tile) at [sequence · Hq + head] · mtiles + tile, zero
+// before the kernel.
 struct Sm90DqAcc {
     float *acc;
     int *cnt;
-    int64_t mtiles;
+    int64_t mtiles, rows;
+    // The accumulator tile of sequence s (range sr), query head h, rows from m0: varlen sequences
+    // are 64 rows apart, so the last tile of one ends before the next one's first (workspace.h).
+    FATTN_HD float *tile(const AttnBwdParams &p, const SeqRange &sr, int64_t s, int64_t h, int64_t m0, int d) const {
+        return acc + ((sr.batch_index * p.hq + h) * rows + sr.q_begin + (p.cu_seqlens_q ? 64 * s : 0) + m0) * d;
+    }
 };
 
 // tm_qt, tm_dot: the Qᵀ and dOᵀ copies' tensor maps (tf32 only; unused by the 16-bit instances).
@@ -91,7 +99,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     constexpr int NP = D / PC, NO = DO / 8, NQ = kBM / 8, NK = kBM / KS;
     static_assert(!kFused || (!kTf32 && kBM == 64 && kBN == 128 && NC == 2), "fused dQ: 16-bit, 64-query items, 128 keys");
     static_assert(!kSplit || (!kTf32 && !kFused && kBN == 64 && DO == 128), "D 256: 16-bit, unfused, 64 keys");
-    constexpr int kDqBufs = kFused ? sm90_dqf_bufs(D) : 1, kDqS = sm90_dqf_stride(D);
+    constexpr int kDqBufs = kFused ? sm90_dqf_bufs(D) : 1;
     FATTN_DYN_SMEM(smem_raw);
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     T *sK = reinterpret_cast<T *>(base);                           // NP × [kBN, PC]
@@ -101,10 +109,11 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     // tf32: TS × kBM/32 × [D, 32 queries] each (Qᵀ, dOᵀ)
     T *sQt = reinterpret_cast<T *>(base + (2 * panel(kBN) + 2 * kStages * panel(kBM)) * NP);
     T *sdOt = reinterpret_cast<T *>(base + (2 * panel(kBN) + (2 * kStages + TS) * panel(kBM)) * NP);
-    // kFused: two dS buffers of two 64-key panels [kBM, 64], then the f32 dQ tiles [kBM, kDqS]
+    // kFused: two dS buffers of two 64-key panels [kBM, 64], then the f32 dQ tiles [kBM, D]
+    // (sm90_dqf_index's order)
     T *sDs = reinterpret_cast<T *>(base + (2 * panel(kBN) + 2 * (kStages + TS) * panel(kBM)) * NP);
     float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sDs) + (kFused ? 4 * panel(kBM) : 0));
-    float *sRow = sDq + (kFused ? kDqBufs * kBM * kDqS : 0);
+    float *sRow = sDq + (kFused ? kDqBufs * kBM * D : 0);
     // per row stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
     uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * 4 * kBM);
     uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages, *tfull = empty + kStages, *tempty = tfull + TS;
@@ -160,6 +169,11 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                     return hi >= lo ? lo / kBM : INT64_MAX;
                 };
                 int64_t hcur = -1, nlast = nt0;
+                int *pending = nullptr;  // the counter of the last tile added, released once its add is done
+                auto release = [&](int *c) {
+                    fence_proxy_async_global();
+                    counter_release_inc(c);
+                };
                 int it = 0;
                 for (int idx = qi.next(qi.first); idx <= qi.last; idx = qi.next(idx + 1), ++it) {
                     const int b = it % kDqBufs;
@@ -167,25 +181,39 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                     if (h != hcur) hcur = h, nlast = nt0;
                     while (nlast + 1 < nkt && first_tile(nlast + 1) <= ti) ++nlast;
                     int *cnt = fd.cnt + (int64_t(blockIdx.z) * p.hq + h) * fd.mtiles + ti;
-                    float *g = fd.acc + ((sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + m0) * D;
-                    const float *st = sDq + b * kBM * kDqS;
-                    const int rows = int(lq - m0 < kBM ? lq - m0 : kBM), rank = int(nlast - nt0);
+                    float *g = fd.tile(p, sr, blockIdx.z, h, m0, D);
+                    const float *st = sDq + b * kBM * D;
+                    const int rank = int(nlast - nt0);
                     mbar_wait(&dq_full[b], (it / kDqBufs) & 1);
                     constexpr bool kOrdered = FATTN_SM90_DQ_FUSED != 2;  // (2: a measurement build, tiles.h)
                     if (kOrdered) counter_wait_eq(cnt, rank);  // the later key tiles have added theirs
                     fence_proxy_async_global();
-                    for (int r = 0; r < rows; ++r) {
-                        if (kOrdered && rank == 0)
-                            bulk_s2g(g + r * D, st + r * kDqS, uint32_t(D * 4));
-                        else
-                            bulk_s2g_add_f32(g + r * D, st + r * kDqS, uint32_t(D * 4));
-                    }
+                    // the whole tile (rows past the sequence included: the tile's own rows) in one copy
+                    if (kOrdered && rank == 0)
+                        bulk_s2g(g, st, uint32_t(kBM * D * 4));
+                    else
+                        bulk_s2g_add_f32(g, st, uint32_t(kBM * D * 4));
                     bulk_commit();
                     bulk_wait_read<0>();
                     mbar_arrive(&dq_empty[b]);
+                    // The previous tile's add is done (all groups but this one): its counter lets
+                    // the next key tile add to it. Waiting one tile late, the writer does not stall
+                    // on the add it has just issued (FATTN_SM90_DQF_LAG=0: it does, the release is
+                    // one tile sooner).
+                    if (FATTN_SM90_DQF_LAG == 0) {
+                        bulk_wait<0>();
+                        release(cnt);
+                    } else {
+                        if (pending) {
+                            bulk_wait<1>();
+                            release(pending);
+                        }
+                        pending = cnt;
+                    }
+                }
+                if (pending) {
                     bulk_wait<0>();
-                    fence_proxy_async_global();
-                    counter_release_inc(cnt);
+                    release(pending);
                 }
             }
         }
@@ -423,18 +451,19 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             // the second warpgroup adds its keys' part to the first's (a fixed order)
             const int b = it % kDqBufs;
             if (it >= kDqBufs) mbar_wait(&dq_empty[b], ((it / kDqBufs) - 1) & 1);
-            float *dqs = sDq + b * kBM * kDqS + (D > 64 ? 64 * cw : 0);
+            // this thread's four values of register group j (columns 8j.. of its warpgroup's
+            // block) as float4 j·128 + its thread (sm90_dqf_index)
+            float4 *dqs = reinterpret_cast<float4 *>(sDq + b * kBM * D) + (D > 64 ? cw * 8 * 128 : 0) + (tid % 128);
             auto put = [&](bool add) {
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        float2 *x = reinterpret_cast<float2 *>(dqs + (16 * wl + g + 8 * hf) * kDqS + 8 * j + 2 * t4);
-                        float2 v;
-                        v.x = add ? x->x + dq[4 * j + 2 * hf] : dq[4 * j + 2 * hf];
-                        v.y = add ? x->y + dq[4 * j + 2 * hf + 1] : dq[4 * j + 2 * hf + 1];
-                        *x = v;
+                for (int j = 0; j < 8; ++j) {
+                    float4 v = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+                    if (add) {
+                        const float4 o = dqs[j * 128];
+                        v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
                     }
+                    dqs[j * 128] = v;
+                }
             };
             if constexpr (D > 64) {
                 put(false);
