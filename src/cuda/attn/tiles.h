@@ -214,9 +214,12 @@ constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 6
 #ifndef FATTN_SM90_DQ_FUSED
 #define FATTN_SM90_DQ_FUSED 0
 #endif
-// FATTN_SM90_DQF_LAG: 1 (default): the dQ writer releases a tile's counter once it has issued
-// the next tile's add (its own add is then done: it waits for all but the newest bulk group), so it
-// never waits on the add it has just issued; 0: it waits for each add before the next tile.
+// FATTN_SM90_DQF_LAG: 1 (default): where the dQ tile has two buffers (D64), the writer releases a
+// tile's counter once it has issued the next tile's add (its own add is then done: it waits for
+// all but the newest bulk group), so it never waits on the add it has just issued; with one buffer
+// (D128) it waits for each add before the next tile, since there the consumers wait for the
+// buffer, and a release one tile late would put each CTA of a query tile's chain a tile behind the
+// one before it. 0: it waits for each add at every head dim.
 #ifndef FATTN_SM90_DQF_LAG
 #define FATTN_SM90_DQF_LAG 1
 #endif

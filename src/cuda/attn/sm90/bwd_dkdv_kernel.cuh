@@ -198,9 +198,10 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                     mbar_arrive(&dq_empty[b]);
                     // The previous tile's add is done (all groups but this one): its counter lets
                     // the next key tile add to it. Waiting one tile late, the writer does not stall
-                    // on the add it has just issued (FATTN_SM90_DQF_LAG=0: it does, the release is
-                    // one tile sooner).
-                    if (FATTN_SM90_DQF_LAG == 0) {
+                    // on the add it has just issued (tiles.h: FATTN_SM90_DQF_LAG; with one buffer
+                    // it waits, so the release comes one tile sooner).
+                    constexpr bool kLag = FATTN_SM90_DQF_LAG != 0 && kDqBufs > 1;
+                    if (!kLag) {
                         bulk_wait<0>();
                         release(cnt);
                     } else {
