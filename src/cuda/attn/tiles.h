@@ -206,24 +206,29 @@ constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 6
 // [bm, 64] each) and the f32 dQ tile, [bm, d] in the wgmma accumulators' order (sm90_dqf_index:
 // each thread's values of 8 columns as one float4, the warpgroup's 128 threads side by side, so
 // the consumers' 16-byte stores fill whole bank rows and the writer adds the tile with one bulk
-// copy to a tile of the same order in the workspace), in one buffer at D128 (two are 128 bytes
-// too many beside K, V and the dS buffers), two at D64.
+// copy to a tile of the same order in the workspace), in two buffers (at D128 they fit because a
+// fused item's row stage keeps only lse and δ: the fused dQ takes no bias, so no lse' or ceiling).
 // -DFATTN_SM90_DQ_FUSED=2: the same with the adds in whatever order the CTAs come, into a zeroed
 // accumulator (a measurement build only, never a library: its dq is not bitwise repeatable), so
 // that an A/B prices the order.
 #ifndef FATTN_SM90_DQ_FUSED
 #define FATTN_SM90_DQ_FUSED 0
 #endif
-// FATTN_SM90_DQF_LAG: 1 (default): where the dQ tile has two buffers (D64), the writer releases a
-// tile's counter once it has issued the next tile's add (its own add is then done: it waits for
-// all but the newest bulk group), so it never waits on the add it has just issued; with one buffer
-// (D128) it waits for each add before the next tile, since there the consumers wait for the
-// buffer, and a release one tile late would put each CTA of a query tile's chain a tile behind the
-// one before it. 0: it waits for each add at every head dim.
+// FATTN_SM90_DQF_LAG: 1 (default): the dQ writer releases a tile's counter once it has issued the
+// next tile's add (its own add is then done: it waits for all but the newest bulk group), so it
+// never waits on the add it has just issued; the consumers wait only for the buffer of the tile
+// before, so a release one tile late does not hold them. With one buffer (FATTN_SM90_DQF_BUFS=1)
+// it would: each CTA of a query tile's chain would run a tile behind the one before it, and the
+// writer then waits for each add, as with 0.
 #ifndef FATTN_SM90_DQF_LAG
 #define FATTN_SM90_DQF_LAG 1
 #endif
-constexpr int sm90_dqf_bufs(int d) { return d > 64 ? 1 : 2; }
+#ifndef FATTN_SM90_DQF_BUFS
+#define FATTN_SM90_DQF_BUFS 2
+#endif
+constexpr int sm90_dqf_bufs(int) { return FATTN_SM90_DQF_BUFS; }
+// Row arrays per stage of the dK/dV kernel: lse, δ, lse', ceiling; the fused dQ (no bias) keeps two.
+constexpr int sm90_dkdv_row_arrays(bool fused_dq) { return fused_dq ? 2 : 4; }
 constexpr size_t sm90_dqf_smem(int d) {
     return size_t(2 * 2 * sm90_dkdv_bm()) * 128 + size_t(sm90_dqf_bufs(d)) * sm90_dkdv_bm() * d * 4;
 }
@@ -239,7 +244,7 @@ constexpr int64_t sm90_dqf_index(int r, int c) {
 constexpr size_t sm90_dkdv_smem(int d, size_t es = 2, bool fused_dq = false) {
     return (size_t(2 * sm90_dkdv_bn(d)) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
                size_t(d) * es +
-           (fused_dq ? sm90_dqf_smem(d) : 0) + size_t(sm90_dkdv_stages(d, es)) * 4 * sm90_dkdv_bm(es) * 4 +
+           (fused_dq ? sm90_dqf_smem(d) : 0) + size_t(sm90_dkdv_stages(d, es)) * sm90_dkdv_row_arrays(fused_dq) * sm90_dkdv_bm(es) * 4 +
            sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) + (fused_dq ? 2 * sm90_dqf_bufs(d) : 0) +
                           (es == 4 ? sm90_dkdv_stages(d, es) : 0)) +
            1024;

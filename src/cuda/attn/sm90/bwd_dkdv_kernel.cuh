@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sDs) + (kFused ? 4 * panel(kBM) : 0));
     float *sRow = sDq + (kFused ? kDqBufs * kBM * D : 0);
     // per row stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
-    uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * 4 * kBM);
+    constexpr int kRowArr = sm90_dkdv_row_arrays(kFused);  // the fused dQ takes no bias: lse and δ only
+    uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * kRowArr * kBM);
     uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages, *tfull = empty + kStages, *tempty = tfull + TS;
     uint64_t *dq_full = tempty + TS, *dq_empty = dq_full + kDqBufs;  // kFused
     uint64_t *ready = dq_full + (kFused ? 2 * kDqBufs : 0);           // tf32: a stage's rows rounded
@@ -200,7 +201,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                     // the next key tile add to it. Waiting one tile late, the writer does not stall
                     // on the add it has just issued (tiles.h: FATTN_SM90_DQF_LAG; with one buffer
                     // it waits, so the release comes one tile sooner).
-                    constexpr bool kLag = FATTN_SM90_DQF_LAG != 0 && kDqBufs > 1;
+                    constexpr bool kLag = FATTN_SM90_DQF_LAG != 0 && kDqBufs > 1;  // (tiles.h)
                     if (!kLag) {
                         bulk_wait<0>();
                         release(cnt);
@@ -256,14 +257,16 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
                                 int(h), int(sr.batch_index));
                 }
             }
-            float *rows = sRow + st * 4 * kBM;
+            float *rows = sRow + st * kRowArr * kBM;
             for (int c = lane; c < kBM; c += 32) {
                 const int64_t i = m0 + c;
                 const bool ok = i < lq;
                 rows[c] = ok ? row_lse(p, sr, h, i) : -INFINITY;
                 rows[kBM + c] = ok ? a.delta[(sr.batch_index * p.hq + h) * p.total_q + sr.q_begin + i] : 0.f;
-                rows[2 * kBM + c] = ok && p.bias ? row_lse_rel(p, a, sr, h, i) : -INFINITY;
-                rows[3 * kBM + c] = ok ? row_ceil(p, a, sr, h, i) : 0.f;
+                if constexpr (!kFused) {
+                    rows[2 * kBM + c] = ok && p.bias ? row_lse_rel(p, a, sr, h, i) : -INFINITY;
+                    rows[3 * kBM + c] = ok ? row_ceil(p, a, sr, h, i) : 0.f;
+                }
             }
             mbar_arrive(&full[st]);  // release: the row stores above are visible to the waiters
             if constexpr (kTf32) {  // this item's Qᵀ, dOᵀ once every consumer is done with the last one's
@@ -306,7 +309,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         const int st = it % kStages;
         mbar_wait(&full[st], (it / kStages) & 1);
         const int64_t h = qi.head(idx), m0 = qi.row0(idx);
-        const float *cL = sRow + st * 4 * kBM, *cD = cL + kBM, *cLr = cL + 2 * kBM, *cC = cL + 3 * kBM;
+        // (cLr, cC: read only with a bias, which the fused dQ never has)
+        const float *cL = sRow + st * kRowArr * kBM, *cD = cL + kBM, *cLr = cL + (kFused ? 0 : 2 * kBM), *cC = cL + (kFused ? 0 : 3 * kBM);
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
         if constexpr (kTf32) mbar_wait(&ready[st], (it / kStages) & 1);  // its Q and dO rows rounded
 
