@@ -182,7 +182,7 @@ constexpr size_t sm90_dq_smem(int d, size_t es = 2) {
 // 128 keys per CTA (two consumer warpgroups × 64; tf32 with one warpgroup of 64 keys ran L2-bound:
 // every item's four query-side tiles then serve half the keys; H200, 2026-12-02). Query rows per item:
 // 64 (at D64, 128 rows spilled ~250 B: Sᵀ, dPᵀ and their fragments double while dK + dV only
-// halve); tf32 32. Two row stages (Q, dO [bm, D] and 4 row arrays of bm floats); tf32 also
+// halve); tf32 32. Two row stages (Q, dO [bm, D] and 4 row arrays of bm floats, 2 with the fused dQ); tf32 also
 // stages Qᵀ, dOᵀ (the same bytes as Q, dO), one stage at D128 (K, V of 128 keys take 128 KB:
 // 231.5 KB in all), two at D64; 16-bit reads Q, dO MN-major from the row stage instead.
 // D256 (16-bit, FATTN_SM90_D256): dK + dV of 64 keys × 256 columns would take 256 registers a

@@ -114,8 +114,9 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     T *sDs = reinterpret_cast<T *>(base + (2 * panel(kBN) + 2 * (kStages + TS) * panel(kBM)) * NP);
     float *sDq = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(sDs) + (kFused ? 4 * panel(kBM) : 0));
     float *sRow = sDq + (kFused ? kDqBufs * kBM * D : 0);
-    // per row stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each
-    constexpr int kRowArr = sm90_dkdv_row_arrays(kFused);  // the fused dQ takes no bias: lse and δ only
+    // per row stage: [0] lse (natural; -inf: masked row) [1] δ [2] lse' [3] ceiling, kBM each;
+    // the fused dQ takes no bias: [0] and [1] only
+    constexpr int kRowArr = sm90_dkdv_row_arrays(kFused);
     uint64_t *bars = reinterpret_cast<uint64_t *>(sRow + kStages * kRowArr * kBM);
     uint64_t *barKV = bars, *full = bars + 1, *empty = full + kStages, *tfull = empty + kStages, *tempty = tfull + TS;
     uint64_t *dq_full = tempty + TS, *dq_empty = dq_full + kDqBufs;  // kFused
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         // Pᵀ into s, dSᵀ = Pᵀ ∘ (dPᵀ − δ) into dp. Element (j, e) of row half hf: key kj[hf],
         // query column c = 8j + 2·t4 + (e & 1).
         const bool full_tile = tile_full(p, m0, m0 + kBM, k0w, k0w + 64, lq, lkv);
-        const bool use_bias = p.bias && qi.state(idx) == kBiasRead;
+        const bool use_bias = !kFused && p.bias && qi.state(idx) == kBiasRead;  // (the fused dQ: never a bias)
         if (full_tile && !use_bias) {  // interior: every query row has keys, so lse is finite
 #pragma unroll
             for (int j = 0; j < NQ; ++j)
