@@ -201,7 +201,8 @@ constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 6
 // kernel), FlashAttention-3's deterministic scheme: each CTA stages its dQ tile in f32 in shared
 // memory and a writer warp adds it to an f32 accumulator in the workspace, the CTAs of one query
 // tile in a fixed order (a counter per tile; bwd_dkdv_kernel.cuh); a small kernel then scales and
-// converts. Off: 1.6-2.2x slower fwd+bwd on an H100 (2026-12-06, docs/EXPERIMENTS.md); the
+// converts. Off: its earlier form (a row-major tile added one row per bulk copy) was 1.6-2.2x
+// slower fwd+bwd on an H100 (2026-12-06, docs/EXPERIMENTS.md); this one is not yet timed; the
 // emulation checks it (the fattn_emu_alt library). Extra shared memory: dS of the item in two buffers (two 64-key panels of
 // [bm, 64] each) and the f32 dQ tile, [bm, d] in the wgmma accumulators' order (sm90_dqf_index:
 // each thread's values of 8 columns as one float4, the warpgroup's 128 threads side by side, so
@@ -226,11 +227,11 @@ constexpr int sm90_dkdv_t_stages(int d, size_t es = 2) { return es == 4 ? (d > 6
 #ifndef FATTN_SM90_DQF_BUFS
 #define FATTN_SM90_DQF_BUFS 2
 #endif
-constexpr int sm90_dqf_bufs(int) { return FATTN_SM90_DQF_BUFS; }
+constexpr int sm90_dqf_bufs() { return FATTN_SM90_DQF_BUFS; }
 // Row arrays per stage of the dK/dV kernel: lse, δ, lse', ceiling; the fused dQ (no bias) keeps two.
 constexpr int sm90_dkdv_row_arrays(bool fused_dq) { return fused_dq ? 2 : 4; }
 constexpr size_t sm90_dqf_smem(int d) {
-    return size_t(2 * 2 * sm90_dkdv_bm()) * 128 + size_t(sm90_dqf_bufs(d)) * sm90_dkdv_bm() * d * 4;
+    return size_t(2 * 2 * sm90_dkdv_bm()) * 128 + size_t(sm90_dqf_bufs()) * sm90_dkdv_bm() * d * 4;
 }
 // Where element (r, c) of a fused-dQ tile [64 rows, d] lives, in floats from the tile's start:
 // column block c / 64 (the consumer warpgroup that owns it at D128), then the accumulator
@@ -245,7 +246,7 @@ constexpr size_t sm90_dkdv_smem(int d, size_t es = 2, bool fused_dq = false) {
     return (size_t(2 * sm90_dkdv_bn(d)) + size_t(2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) * sm90_dkdv_bm(es))) *
                size_t(d) * es +
            (fused_dq ? sm90_dqf_smem(d) : 0) + size_t(sm90_dkdv_stages(d, es)) * sm90_dkdv_row_arrays(fused_dq) * sm90_dkdv_bm(es) * 4 +
-           sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) + (fused_dq ? 2 * sm90_dqf_bufs(d) : 0) +
+           sm90_bar_bytes(1 + 2 * (sm90_dkdv_stages(d, es) + sm90_dkdv_t_stages(d, es)) + (fused_dq ? 2 * sm90_dqf_bufs() : 0) +
                           (es == 4 ? sm90_dkdv_stages(d, es) : 0)) +
            1024;
 }

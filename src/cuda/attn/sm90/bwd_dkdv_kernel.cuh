@@ -76,7 +76,7 @@ struct Sm90DqAcc {
     // The accumulator tile of sequence s (range sr), query head h, rows from m0: varlen sequences
     // are 64 rows apart, so the last tile of one ends before the next one's first (workspace.h).
     FATTN_HD float *tile(const AttnBwdParams &p, const SeqRange &sr, int64_t s, int64_t h, int64_t m0, int d) const {
-        return acc + ((sr.batch_index * p.hq + h) * rows + sr.q_begin + (p.cu_seqlens_q ? 64 * s : 0) + m0) * d;
+        return acc + ((sr.batch_index * p.hq + h) * rows + sr.q_begin + (p.cu_seqlens_q ? sm90_dkdv_bm() * s : 0) + m0) * d;
     }
 };
 
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     constexpr int NP = D / PC, NO = DO / 8, NQ = kBM / 8, NK = kBM / KS;
     static_assert(!kFused || (!kTf32 && kBM == 64 && kBN == 128 && NC == 2), "fused dQ: 16-bit, 64-query items, 128 keys");
     static_assert(!kSplit || (!kTf32 && !kFused && kBN == 64 && DO == 128), "D 256: 16-bit, unfused, 64 keys");
-    constexpr int kDqBufs = kFused ? sm90_dqf_bufs(D) : 1;
+    constexpr int kDqBufs = kFused ? sm90_dqf_bufs() : 1;
     FATTN_DYN_SMEM(smem_raw);
     unsigned char *base = reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     T *sK = reinterpret_cast<T *>(base);                           // NP × [kBN, PC]
@@ -310,8 +310,8 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         const int st = it % kStages;
         mbar_wait(&full[st], (it / kStages) & 1);
         const int64_t h = qi.head(idx), m0 = qi.row0(idx);
-        // (cLr, cC: read only with a bias, which the fused dQ never has)
-        const float *cL = sRow + st * kRowArr * kBM, *cD = cL + kBM, *cLr = cL + (kFused ? 0 : 2 * kBM), *cC = cL + (kFused ? 0 : 3 * kBM);
+        // (cLr, cC: read only with a bias, which the fused dQ never has: its stage has no such rows)
+        const float *cL = sRow + st * kRowArr * kBM, *cD = cL + kBM, *cLr = cL + 2 * kBM, *cC = cL + 3 * kBM;
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
         if constexpr (kTf32) mbar_wait(&ready[st], (it / kStages) & 1);  // its Q and dO rows rounded
 
