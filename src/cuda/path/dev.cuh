@@ -211,6 +211,16 @@ PK_DEV V16 ld16(const void *g) {
 #endif
 }
 
+// One 16-byte store (g 16-byte aligned).
+PK_DEV void st16(void *g, const V16 &v) {
+#if defined(__CUDACC__)
+    *static_cast<uint4 *>(g) = make_uint4(v.w[0], v.w[1], v.w[2], v.w[3]);
+#else
+    emu::check_align(g, 16, "st16");
+    std::memcpy(g, &v, 16);
+#endif
+}
+
 // Four f32 in one 16-byte store (g 16-byte aligned).
 PK_DEV void st16f(float *g, float a, float b, float c, float d) {
 #if defined(__CUDACC__)

@@ -1,0 +1,135 @@
+// bwd_intra_scores.cuh — KIntraScores (intra_split_at, params.h): the scores of seg-intra's pairs
+// in a kernel of their own, key chunk by key chunk, every CTA independent of the others.
+//
+// Per (segment r, query head, key chunk cj = 8r + j, j < 7), K~_cj and V_cj loaded once, for the
+// query chunks ci = 8r + i, i = j + 1 .. 7 in order:
+//   X = the pair's state (KHist's slot intra_slot(i, j)),
+//   P = exp(scale (X K~^T + G_t - G_j) - lse),  dS = scale P (dO V^T - delta),
+//   dK~_cj += dS^T X, dV_cj += P^T dO: summed over i in shared memory, added to the workspace once;
+//   chunk cj's dG entries -= dS's column sums, pair after pair;
+//   the pair's dS (input dtype) and its row sums into p.dsi / p.rsi, from which KSegIntra adds
+//   gamma += dS K~ and the dG rows in its chain of gamma steps.
+// The same products in the same types as KSegIntra::scores16 (16-bit inputs only).
+#pragma once
+
+#include "cuda/path/common.cuh"
+
+namespace fattn::pathk {
+
+template <typename Tin, int D> struct KIntraScores {
+    using Tw = walk_t<Tin>;
+    static_assert(sizeof(Tin) == 2, "16-bit inputs (intra_split_at)");
+    static constexpr int kThreads = 256, NW = 8;
+    using FT = F32Tiles<D>;
+    static constexpr int SD = FT::SD, NB = FT::NB;
+    static constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
+    static constexpr size_t TI = tile_bytes<Tin>(kC, D), T64 = tile_bytes<Tin>(kC, kC);
+    // layout: K~ | V | X | dO (Tin 64 x D) | P | dS (Tin 64 x 64) | the dK~ and dV sums (f32 64 x D) |
+    // rsum [2][64], csum [4][64] | lse2, dl, gq, gk (64 floats each)
+    static constexpr size_t OFF_P = 4 * TI, OFF_ACC = OFF_P + 2 * T64, OFF_SUM = OFF_ACC + 2 * FT::BIG,
+                            OFF_ROW = OFF_SUM + 6 * kC * 4;
+    static constexpr size_t smem() { return OFF_ROW + 4 * kC * 4; }
+
+    PK_DEV static void run(const PathDev &p, char *smem) {
+        const int64_t gs = bid_x() / (kNcs - 1);
+        const int j = int(bid_x() % (kNcs - 1)), hq = bid_y(), h = hq / p.grp;
+        const SeqInfo sq = seq_of_seg(p, gs);
+        const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC), cj = r * kNcs + j;
+        if (cj + 1 >= nc) return;  // no query chunk of the segment after it
+        Tin *k16 = reinterpret_cast<Tin *>(smem), *v16 = k16 + TI / sizeof(Tin), *x16 = v16 + TI / sizeof(Tin),
+            *dO16 = x16 + TI / sizeof(Tin);
+        Tin *p16 = reinterpret_cast<Tin *>(smem + OFF_P), *ds16 = p16 + T64 / sizeof(Tin);
+        float *accK = reinterpret_cast<float *>(smem + OFF_ACC), *accV = accK + FT::BIG / sizeof(float);
+        float *rsum = reinterpret_cast<float *>(smem + OFF_SUM), *csum = rsum + 2 * kC;  // [2][64], [4][64]
+        float *lse2 = reinterpret_cast<float *>(smem + OFF_ROW), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC;
+        const int64_t krow = sq.row0 + cj * kC, hqd = int64_t(p.hq) * D, pairs = (gs * p.hq + hq) * int64_t(kIntraPairs);
+        const Tw *states = static_cast<const Tw *>(p.qts) + pairs * kC * D;
+        Tin *dsg = static_cast<Tin *>(p.dsi) + pairs * kC * kC;
+        float *rsg = p.rsi + pairs * kC;
+        // the key chunk (whole: a query chunk follows it) and the sums
+        load_tile<Tin, kThreads>(k16, STi, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, int64_t(p.h) * D, kC, D, kC, D,
+                                 true);
+        load_tile<Tin, kThreads>(v16, STi, static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh,
+                                 p.v_ss, kC, D, kC, p.V, p.vec_v);
+        zero_tile<float, kThreads>(accK, SD, kC, D);
+        zero_tile<float, kThreads>(accV, SD, kC, D);
+        for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
+        for (int64_t i = j + 1; i < kNcs; ++i) {
+            const int64_t ci = r * kNcs + i;
+            if (ci >= nc) break;
+            const int64_t c0 = ci * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
+            const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC), slot = intra_slot(i, j);
+            sync();  // the previous pair's X, dO, P, dS, sums and row statistics read
+            const Tw *xs = states + int64_t(slot) * kC * D;
+            if constexpr (std::is_same<Tw, Tin>::value) load_tile<Tin, kThreads>(x16, STi, xs, D, kC, D, kC, D, true);
+            else load_tile_cvt<Tin, Tw, kThreads, false, 4>(x16, STi, xs, D, kC, D, kC, D, true);
+            load_tile<Tin, kThreads>(dO16, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
+                                     p.do_ss, kC, D, nq, p.V, p.vec_do);
+            for (int a = tid(); a < kC; a += kThreads) {
+                const bool ok = a < nq;
+                lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+                dl[a] = ok ? p.delta[(qrow + a) * p.hq + hq] : 0.f;
+                gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
+            }
+            cp_landed();
+            {
+                // this warp's 16 x 32 block of S = X K~^T and dP = dO V^T in two 16 x 16 halves, P and
+                // dS into Tin tiles, the f32 partial row / column sums of dS (fixed order)
+                const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
+                float rs[2] = {0.f, 0.f};
+                for (int half = 0; half < 2; ++half) {
+                    const int nh = n0 + 16 * half;
+                    float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+                    zero_acc(S);
+                    zero_acc(dP);
+                    warp_gemm<Tin, false, false, 2>(S, x16, STi, k16, STi, m0, nh, D);
+                    warp_gemm<Tin, false, false, 2>(dP, dO16, STi, v16, STi, m0, nh, D);
+                    for (int jj = 0; jj < 2; ++jj)
+                        for (int hh = 0; hh < 2; ++hh) {
+                            const int a = m0 + acc_row(2 * hh), b = nh + acc_col(jj, 0);
+                            float P[2], ds[2];
+                            for (int e = 0; e < 2; ++e) {
+                                P[e] = a < nq ? exp2_fast(p.sl2 * (S[jj][2 * hh + e] + gq[a] - gk[b + e]) - lse2[a]) : 0.f;
+                                ds[e] = p.scale * P[e] * (dP[jj][2 * hh + e] - dl[a]);
+                                rs[hh] += ds[e];
+                                cs[jj][e] += ds[e];
+                            }
+                            st_pair<Tin>(p16, a * ST64 + b, P[0], P[1]);
+                            st_pair<Tin>(ds16, a * ST64 + b, ds[0], ds[1]);
+                        }
+                    for (int jj = 0; jj < 2; ++jj)
+                        for (int e = 0; e < 2; ++e) {
+                            float x = cs[jj][e];
+                            x += shfl_xor(x, 4);
+                            x += shfl_xor(x, 8);
+                            x += shfl_xor(x, 16);
+                            if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(jj, e)] = x;
+                        }
+                }
+                for (int hh = 0; hh < 2; ++hh) {
+                    const float x = quad_sum(rs[hh]);
+                    if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
+                }
+            }
+            sync();
+            cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, ds16, ST64, x16, STi, accK, SD, 1.f, kC);
+            cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, p16, ST64, dO16, STi, accV, SD, 1.f, kC);
+            // the pair's dS and dS row sums for seg-intra; chunk cj's dG columns
+            for (int e = tid(); e < kC * kC / 8; e += kThreads) {
+                const int a = e / (kC / 8), c = (e % (kC / 8)) * 8;
+                st16(dsg + (int64_t(slot) * kC + a) * kC + c, ld16(ds16 + a * ST64 + c));
+            }
+            if (tid() < kC) {
+                rsg[int64_t(slot) * kC + tid()] = rsum[tid()] + rsum[kC + tid()];
+            } else if (tid() < 2 * kC) {
+                const int b = tid() - kC;
+                p.dgs[(krow + b) * p.hq + hq] -= ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b];
+            }
+        }
+        sync();
+        add_tile_f32<D, kThreads>(dkt_of<D>(p, krow) + hq * D, hqd, accK, SD, kC, 1.f);
+        add_tile_f32<D, kThreads>(p.dvacc + (krow * p.hq + hq) * D, hqd, accV, SD, kC, 1.f);
+    }
+};
+
+}  // namespace fattn::pathk
