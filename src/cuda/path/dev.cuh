@@ -211,6 +211,28 @@ PK_DEV V16 ld16(const void *g) {
 #endif
 }
 
+// ---- a counter in global memory that orders CTAs (GPU scope) ----
+// Spin until *c == v; later accesses are ordered after the read (acquire). The emulation runs blocks
+// one after another: a value other than v there is reported as a deadlock.
+PK_DEV void counter_wait_eq(const int *c, int v) {
+#if defined(__CUDACC__)
+    int x;
+    do {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(x) : "l"(c) : "memory");
+    } while (x != v);
+#else
+    emu::counter_wait_eq(c, v);
+#endif
+}
+// *c += 1, ordered after this thread's earlier accesses (release).
+PK_DEV void counter_release_inc(int *c) {
+#if defined(__CUDACC__)
+    asm volatile("fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.s32 [%0], 1;" ::"l"(c) : "memory");
+#else
+    ++*c;
+#endif
+}
+
 // One 16-byte store (g 16-byte aligned).
 PK_DEV void st16(void *g, const V16 &v) {
 #if defined(__CUDACC__)

@@ -35,7 +35,7 @@ struct GpuWs {
     size_t cu = 0, chunk_base = 0, seg_base = 0, hist_base = 0, pair_base = 0, bad = 0;
     size_t gsum = 0, uw = 0, ww = 0, kt = 0, dmat = 0;
     size_t kh = 0, emat = 0, hist = 0, delta = 0, dkh = 0, dvacc = 0, dkt = 0, dkt_hi = 0, du = 0, dwacc = 0,
-           dko = 0, ddm = 0, dgs = 0, dep = 0, gam = 0, qts = 0, pch = 0, dsi = 0, rsi = 0;
+           dko = 0, ddm = 0, dgs = 0, dep = 0, gam = 0, qts = 0, pch = 0, dsi = 0, rsi = 0, icnt = 0;
     int64_t dkt_split = 0;  // dK~ rows [0, dkt_split) at dkt, the rest at dkt_hi
     size_t history_bytes = 0;
     size_t total = 0;
@@ -124,6 +124,7 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
             w.dsi = take(sat_prod({segs, HQ, kIntraPairs, kC, kC, es}));
             w.rsi = take(sat_prod({segs, HQ, kIntraPairs, kC, f}));
         }
+        if (intra_gamma_at(size_t(es), w.D)) w.icnt = take(sat_prod({segs, HQ, kNcs, 4}));
         // Written only after KSegInter, so they take the dead span [ww, span_end) where they fit,
         // in this order, else space of their own: the own-chunk partials dD (first written by
         // KOwn), the seg-intra states (KSegIntra) and, in their place once seg-intra is done,

@@ -93,7 +93,7 @@ inline PathDev make_dev(const PathBwdParams &p, const PathLayout &lay, const Gpu
     d.dep = static_cast<float *>(at(w.dep)), d.gam = static_cast<float *>(at(w.gam));
     d.seg_split = w.seg_split;
     d.qts = at(w.qts), d.pch = at(w.pch);
-    d.dsi = at(w.dsi), d.rsi = static_cast<float *>(at(w.rsi));
+    d.dsi = at(w.dsi), d.rsi = static_cast<float *>(at(w.rsi)), d.icnt = static_cast<int *>(at(w.icnt));
     d.bad = static_cast<unsigned long long *>(at(w.bad));
     return d;
 }
