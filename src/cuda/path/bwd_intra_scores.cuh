@@ -24,9 +24,12 @@ template <typename Tin, int D> struct KIntraScores {
     static constexpr int SD = FT::SD, NB = FT::NB;
     static constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), T64 = tile_bytes<Tin>(kC, kC);
-    // layout: K~ | V | X | dO (Tin 64 x D) | P | dS (Tin 64 x 64) | the dK~ and dV sums (f32 64 x D) |
-    // rsum [2][64], csum [4][64] | lse2, dl, gq, gk (64 floats each)
-    static constexpr size_t OFF_P = 4 * TI, OFF_ACC = OFF_P + 2 * T64, OFF_SUM = OFF_ACC + 2 * FT::BIG,
+    // layout: K~ | V | X, dO of a pair (Tin 64 x D) x 2 stages | P | dS (Tin 64 x 64) | the dK~ and dV
+    // sums (f32 64 x D) | rsum [2][64], csum [4][64] | lse2, dl, gq, gk (64 floats each): 189 KiB at
+    // D 128, one CTA per SM, the next pair's X and dO in flight while a pair's products run.
+    // X lands in the walk type (f16) and is converted to Tin in place (bf16 inputs).
+    static_assert(TI == tile_bytes<Tw>(kC, D), "X in either type");
+    static constexpr size_t OFF_P = 6 * TI, OFF_ACC = OFF_P + 2 * T64, OFF_SUM = OFF_ACC + 2 * FT::BIG,
                             OFF_ROW = OFF_SUM + 6 * kC * 4;
     static constexpr size_t smem() { return OFF_ROW + 4 * kC * 4; }
 
@@ -36,8 +39,9 @@ template <typename Tin, int D> struct KIntraScores {
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC), cj = r * kNcs + j;
         if (cj + 1 >= nc) return;  // no query chunk of the segment after it
-        Tin *k16 = reinterpret_cast<Tin *>(smem), *v16 = k16 + TI / sizeof(Tin), *x16 = v16 + TI / sizeof(Tin),
-            *dO16 = x16 + TI / sizeof(Tin);
+        Tin *k16 = reinterpret_cast<Tin *>(smem), *v16 = k16 + TI / sizeof(Tin);
+        // stage b: X at smem + (2 + 2b) TI, dO after it
+        auto x_of = [&](int b) { return smem + (2 + 2 * b) * TI; };
         Tin *p16 = reinterpret_cast<Tin *>(smem + OFF_P), *ds16 = p16 + T64 / sizeof(Tin);
         float *accK = reinterpret_cast<float *>(smem + OFF_ACC), *accV = accK + FT::BIG / sizeof(float);
         float *rsum = reinterpret_cast<float *>(smem + OFF_SUM), *csum = rsum + 2 * kC;  // [2][64], [4][64]
@@ -54,24 +58,43 @@ template <typename Tin, int D> struct KIntraScores {
         zero_tile<float, kThreads>(accK, SD, kC, D);
         zero_tile<float, kThreads>(accV, SD, kC, D);
         for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
-        for (int64_t i = j + 1; i < kNcs; ++i) {
-            const int64_t ci = r * kNcs + i;
-            if (ci >= nc) break;
-            const int64_t c0 = ci * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
-            const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC), slot = intra_slot(i, j);
-            sync();  // the previous pair's X, dO, P, dS, sums and row statistics read
-            const Tw *xs = states + int64_t(slot) * kC * D;
-            if constexpr (std::is_same<Tw, Tin>::value) load_tile<Tin, kThreads>(x16, STi, xs, D, kC, D, kC, D, true);
-            else load_tile_cvt<Tin, Tw, kThreads, false, 4>(x16, STi, xs, D, kC, D, kC, D, true);
-            load_tile<Tin, kThreads>(dO16, STi, static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh,
-                                     p.do_ss, kC, D, nq, p.V, p.vec_do);
+        const int64_t iend = nc - r * kNcs < kNcs ? nc - r * kNcs : kNcs;  // the query chunks: i < iend
+        // pair i's X (as stored) and dO into stage b (cp.async; the caller commits)
+        auto issue = [&](int64_t i, int b) {
+            const int64_t c0 = (r * kNcs + i) * kC, t0 = sq.begin + c0;
+            const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
+            load_tile<Tw, kThreads>(reinterpret_cast<Tw *>(x_of(b)), STi, states + int64_t(intra_slot(i, j)) * kC * D, D, kC, D, kC, D,
+                                    true);
+            load_tile<Tin, kThreads>(reinterpret_cast<Tin *>(x_of(b) + TI), STi,
+                                     static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh, p.do_ss, kC, D,
+                                     nq, p.V, p.vec_do);
+        };
+        issue(j + 1, 0);
+        cp_commit();
+        for (int64_t i = j + 1; i < iend; ++i) {
+            const int64_t c0 = (r * kNcs + i) * kC, t0 = sq.begin + c0, qrow = sq.row0 + c0;
+            const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC), slot = intra_slot(i, j), st = int(i - j - 1) & 1;
+            Tin *x16 = reinterpret_cast<Tin *>(x_of(st)), *dO16 = x16 + TI / sizeof(Tin);
+            sync();  // the previous pair's stage, P, dS, sums and row statistics read
+            if (i + 1 < iend) issue(i + 1, st ^ 1);
+            cp_commit();
+            cp_wait<1>();
             for (int a = tid(); a < kC; a += kThreads) {
                 const bool ok = a < nq;
                 lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
                 dl[a] = ok ? p.delta[(qrow + a) * p.hq + hq] : 0.f;
                 gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
             }
-            cp_landed();
+            sync();
+            if constexpr (!std::is_same<Tw, Tin>::value) {  // X to the input dtype in place, element by element
+                const Tw *xw = reinterpret_cast<const Tw *>(x16);
+                for (int e = tid(); e < kC * D; e += kThreads) {
+                    const int a = e / D, c = e % D;
+                    const float x = to_f(xw[a * STi + c]);
+                    x16[a * STi + c] = from_f<Tin>(x);
+                }
+                sync();
+            }
             {
                 // this warp's 16 x 32 block of S = X K~^T and dP = dO V^T in two 16 x 16 halves, P and
                 // dS into Tin tiles, the f32 partial row / column sums of dS (fixed order)
