@@ -117,9 +117,9 @@ constexpr int intra_slot(int64_t i, int64_t j) { return int(i * (i - 1) / 2 + j)
 // row sums from the workspace (8.25 KiB per pair: 29.5 MiB at T4096 H16 D128). 2: the same, and
 // the chain of gamma steps one CTA per query chunk (KIntraGamma, bwd_intra_gamma.cuh, 16-bit tiles:
 // two CTAs per SM), whose adds to the key chunks' dU and dW are ordered by a counter per (segment,
-// query head, key chunk). 0 = neither (default).
+// query head, key chunk) (default). 0 = neither.
 #ifndef FATTN_PATH_INTRA_SPLIT
-#define FATTN_PATH_INTRA_SPLIT 0
+#define FATTN_PATH_INTRA_SPLIT 2
 #endif
 constexpr bool intra_split_at(size_t es, int D) { return FATTN_PATH_INTRA_SPLIT >= 1 && es == 2 && D >= 128 && intra_states_at(D); }
 constexpr bool intra_gamma_at(size_t es, int D) { return FATTN_PATH_INTRA_SPLIT >= 2 && intra_split_at(es, D); }
