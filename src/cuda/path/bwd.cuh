@@ -1,6 +1,6 @@
 // bwd.cuh — the backward's kernel order (after the gate sums and the prep of sequence.h):
 //   KSegPrep (K^, E)  KDelta  KHist (the history)  KDkv (inter-segment dK^, dV, dG columns)
-//   KSegInter (gamma, dE)  zero dU, dW, dK~  [KIntraScores]  KSegIntra or KIntraGamma (own-segment pairs)  KOwn (own chunk, dq)
+//   KSegInter (gamma, dE)  zero dU, dW, dK~  KSegIntra (own-segment pairs; or KIntraScores, KIntraGamma)  KOwn (own chunk, dq)
 //   KGroupSum (GQA)  KChainA (segment chain)  KChainB (UT chain, dk dv dw dbeta)
 // Each kernel writes what it owns; later kernels add to earlier ones' buffers in launch order,
 // so every sum has a fixed order (no atomics).
@@ -61,8 +61,8 @@ template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d
     l.fill(d.dwacc, 0, size_t(rows) * row_bytes);
     if (d.dkt_split > 0) l.fill(d.dkt, 0, size_t(d.dkt_split) * row_bytes);
     if (d.dkt_split < rows) l.fill(d.dkt_hi, 0, size_t(rows - d.dkt_split) * row_bytes);
-    if constexpr (intra_split_at(sizeof(Tin), D)) l.template launch<KIntraScores<Tin, D>>(d.total_segs * (kNcs - 1), d.hq, d);
-    if constexpr (intra_gamma_at(sizeof(Tin), D)) {
+    if constexpr (intra_split_at(sizeof(Tin), D)) {
+        l.template launch<KIntraScores<Tin, D>>(d.total_segs * (kNcs - 1), d.hq, d);
         l.fill(d.icnt, 0, size_t(d.total_segs) * d.hq * kNcs * sizeof(int));
         l.template launch<KIntraGamma<Tin, D>>(d.total_segs * (kNcs - 1), d.hq, d);
     } else {

@@ -63,10 +63,6 @@ template <typename Tin, int D> struct KSegIntra {
     // kPreKV (D 128, 16-bit, FATTN_PATH_LOAD_OVERLAP): K~ and V of a pair in a region of their own
     // (one CTA per SM has the room), loaded while gamma's step runs
     static constexpr bool kPreKV = kS16 && FATTN_PATH_LOAD_OVERLAP && D > 64;
-    // kSplit (intra_split_at, params.h): the pairs' scores come from KIntraScores; this kernel
-    // keeps the chain of gamma steps and adds gamma += dS K~ from the workspace's dS (in K~ and V's
-    // places: kPreKV's region, else R)
-    static constexpr bool kSplit = intra_split_at(sizeof(Tin), D);
     static constexpr size_t OFF_KV = OFF_SMALL + 5 * kC * 4;
     static constexpr size_t smem() { return OFF_KV + (kPreKV ? 2 * TI : 0); }
 
@@ -74,28 +70,6 @@ template <typename Tin, int D> struct KSegIntra {
     PK_DEV static void issue_kv(const PathDev &p, const Tin *gkt, const Tin *gv, Tin *k16) {
         load_tile<Tin, kThreads>(k16, STi, gkt, int64_t(p.h) * D, kC, D, kC, D, true);
         load_tile<Tin, kThreads>(k16 + TI / sizeof(Tin), STi, gv, p.v_ss, kC, D, kC, p.V, p.vec_v);
-    }
-
-    // kSplit: the pair's K~ and dS (from KIntraScores) into Tin tiles at k16 and k16 + TI (cp.async;
-    // the caller commits).
-    PK_DEV static void issue_kd(const Tin *gkt, int64_t hd, const Tin *gds, Tin *k16) {
-        load_tile<Tin, kThreads>(k16, STi, gkt, hd, kC, D, kC, D, true);
-        load_tile<Tin, kThreads>(k16 + TI / sizeof(Tin), ST64, gds, kC, kC, kC, kC, kC, true);
-    }
-    // kSplit: the pair's part of gamma, gamma += dS K~, and of the dG row sums (kPreKV: K~ and dS
-    // issued by the caller)
-    PK_DEV static void scores_split(const Tin *gkt, int64_t hd, const Tin *gds, const float *grs, char *smem) {
-        float *sG = reinterpret_cast<float *>(smem + DOB);
-        Tin *k16 = reinterpret_cast<Tin *>(kPreKV ? smem + OFF_KV : smem + OFF_R), *ds16 = k16 + TI / sizeof(Tin);
-        float *dgr = reinterpret_cast<float *>(smem + OFF_SMALL) + 4 * kC;
-        if constexpr (!kPreKV) {
-            issue_kd(gkt, hd, gds, k16);
-            cp_commit();
-        }
-        cp_wait<0>();
-        sync();
-        cta_gemm<Tin, false, true, NB, NW>(kC, D, kC, ds16, ST64, k16, STi, [&](int a, int c, float v) { sG[a * SD + c] += v; });
-        if (tid() < kC) dgr[tid()] += grs[tid()];
     }
 
     // The scores of pair (query chunk, key chunk krow) in the input dtype (kS16; the gamma step is
@@ -242,8 +216,7 @@ template <typename Tin, int D> struct KSegIntra {
             const int nq = int(sq.len - c0 < kC ? sq.len - c0 : kC);
             sync();
             const Tin *gdo = static_cast<const Tin *>(p.dout) + sq.b * p.do_sb + t0 * p.do_ss + hq * p.do_sh;
-            if constexpr (kSplit) (void)gdo;
-            else if constexpr (kS16) load_tile<Tin, kThreads>(dO16, STi, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
+            if constexpr (kS16) load_tile<Tin, kThreads>(dO16, STi, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
             else load_tile_cvt<float, Tin, kThreads, true, CI>(sDO, SD, gdo, p.do_ss, kC, D, nq, p.V, p.vec_do);
             load_ws_f32<D, kThreads>(sG, p.gam + (qrow * p.hq + hq) * D, hqd, nq);
             if constexpr (!kSt) {
@@ -293,12 +266,8 @@ template <typename Tin, int D> struct KSegIntra {
                 // the scores' K~ and V tiles load while the states and gamma's step run
                 const Tin *gkt = static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D;
                 const Tin *gv = static_cast<const Tin *>(p.v) + sq.b * p.v_sb + (sq.begin + cj * kC) * p.v_ss + h * p.v_sh;
-                // kSplit: the pair's dS and dS row sums from KIntraScores
-                const int64_t pslot = (gs * p.hq + hq) * int64_t(kIntraPairs) + intra_slot(i, j);
-                [[maybe_unused]] const Tin *gds = kSplit ? static_cast<const Tin *>(p.dsi) + pslot * kC * kC : nullptr;
-                [[maybe_unused]] const float *grs = kSplit ? p.rsi + pslot * kC : nullptr;
                 TileRegs<Tin, D, kThreads> rk, rv;
-                if constexpr (!kS16 && !kSplit) {
+                if constexpr (!kS16) {
                     rk.issue(gkt, hd, kC, D);
                     if (p.vec_v) rv.issue(gv, p.v_ss, kC, p.V);
                 }
@@ -311,8 +280,7 @@ template <typename Tin, int D> struct KSegIntra {
                         // cp.async (and kPreKV: the scores' K~ and V, a group of their own): one round trip
                         if constexpr (kPreKV) {
                             cp_commit();
-                            if constexpr (kSplit) issue_kd(gkt, hd, gds, kv16);
-                            else issue_kv(p, gkt, gv, kv16);
+                            issue_kv(p, gkt, gv, kv16);
                         }
                         TileRegs<Tw, D, kThreads> rx, ru;
                         if (ldx) rx.issue(xs(), D, kC, D);
@@ -341,16 +309,14 @@ template <typename Tin, int D> struct KSegIntra {
                 } else {  // no gamma step (r = 0, j = 0)
                     if constexpr (kPreKV || kSt) sync();
                     if constexpr (kPreKV) {
-                        if constexpr (kSplit) issue_kd(gkt, hd, gds, kv16);
-                        else issue_kv(p, gkt, gv, kv16);
+                        issue_kv(p, gkt, gv, kv16);
                         cp_commit();
                     }
-                    if constexpr (kSt && !kSplit) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs(), D, kC, D, kC, D, true);
+                    if constexpr (kSt) load_tile_cvt<float, Tw, kThreads, true, CI>(sX, SD, xs(), D, kC, D, kC, D, true);
                 }
                 // scores against chunk cj
                 sync();
-                if constexpr (kSplit) scores_split(gkt, hd, gds, grs, smem);
-                else if constexpr (kS16) scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
+                if constexpr (kS16) scores16(p, gkt, gv, smem, nq, krow, hq, hqd);
                 else scores_tf32(p, rk, rv, gv, smem, nq, krow, hq, hqd);
             }
             sync();

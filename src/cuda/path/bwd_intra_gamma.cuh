@@ -1,4 +1,4 @@
-// bwd_intra_gamma.cuh — KIntraGamma (intra_gamma_at, params.h): seg-intra's chain of gamma steps,
+// bwd_intra_gamma.cuh — KIntraGamma (intra_split_at, params.h): seg-intra's chain of gamma steps,
 // one CTA per query chunk, its pairs' scores from KIntraScores.
 //
 // Per (segment r, query head, query chunk ci = 8r + i, 1 <= i <= 7), gamma = dLoss/dQh of chunk ci
@@ -26,7 +26,7 @@ namespace fattn::pathk {
 
 template <typename Tin, int D> struct KIntraGamma {
     using Tw = walk_t<Tin>;
-    static_assert(sizeof(Tin) == 2, "16-bit inputs (intra_gamma_at)");
+    static_assert(sizeof(Tin) == 2, "16-bit inputs (intra_split_at)");
     static constexpr int kThreads = 256, NW = 8, kMinBlocks = 2;
     using FT = F32Tiles<D>;
     static constexpr int SD = FT::SD, S64 = FT::S64, NB = FT::NB, NB64 = FT::NB64;

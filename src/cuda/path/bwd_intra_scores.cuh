@@ -7,7 +7,7 @@
 //   P = exp(scale (X K~^T + G_t - G_j) - lse),  dS = scale P (dO V^T - delta),
 //   dK~_cj += dS^T X, dV_cj += P^T dO: summed over i in shared memory, added to the workspace once;
 //   chunk cj's dG entries -= dS's column sums, pair after pair;
-//   the pair's dS (input dtype) and its row sums into p.dsi / p.rsi, from which KSegIntra adds
+//   the pair's dS (input dtype) and its row sums into p.dsi / p.rsi, from which KIntraGamma adds
 //   gamma += dS K~ and the dG rows in its chain of gamma steps.
 // The same products in the same types as KSegIntra::scores16 (16-bit inputs only).
 #pragma once

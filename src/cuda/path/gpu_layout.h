@@ -119,12 +119,13 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         // intra_states_at(D): the seg-intra states, written by KHist (before KSegInter), in space
         // of their own; chain-A's suffix products take it once seg-intra is done
         if (intra_states_at(w.D)) w.qts = w.pch = take(sat_prod({segs, HQ, kIntraPairs, kC, D, wsz}));
-        // intra_split_at: the pairs' dS and dS row sums, written by KIntraScores, read by KSegIntra
+        // intra_split_at: the pairs' dS and dS row sums (written by KIntraScores, read by
+        // KIntraGamma) and KIntraGamma's counters
         if (intra_split_at(size_t(es), w.D)) {
             w.dsi = take(sat_prod({segs, HQ, kIntraPairs, kC, kC, es}));
             w.rsi = take(sat_prod({segs, HQ, kIntraPairs, kC, f}));
+            w.icnt = take(sat_prod({segs, HQ, kNcs, 4}));
         }
-        if (intra_gamma_at(size_t(es), w.D)) w.icnt = take(sat_prod({segs, HQ, kNcs, 4}));
         // Written only after KSegInter, so they take the dead span [ww, span_end) where they fit,
         // in this order, else space of their own: the own-chunk partials dD (first written by
         // KOwn), the seg-intra states (KSegIntra) and, in their place once seg-intra is done,

@@ -87,7 +87,7 @@ struct PathDev {
     void *pch;       // [segments, H, 6, D, D] walk type: chain-A's suffix products (the space of qts, after seg-intra)
     void *dsi;       // intra_split_at: [segments, Hq, 28, 64, 64] every seg-intra pair's dS, input dtype (KIntraScores)
     float *rsi;      // intra_split_at: [segments, Hq, 28, 64] the row sums of each pair's dS (f32)
-    int *icnt;       // intra_gamma_at: [segments, Hq, 8] KIntraGamma's counters (zeroed before it)
+    int *icnt;       // intra_split_at: [segments, Hq, 8] KIntraGamma's counters (zeroed before it)
     unsigned long long *bad;  // w/beta check: first offending (row * H + h), or ~0
 };
 
@@ -109,20 +109,19 @@ constexpr int kIntraPairs = 28;
 // The slot of pair (i, j) among a (segment, query head)'s kIntraPairs states.
 constexpr int intra_slot(int64_t i, int64_t j) { return int(i * (i - 1) / 2 + j); }
 
-// FATTN_PATH_INTRA_SPLIT: seg-intra in more independent CTAs, 16-bit inputs at D 128 (where
-// intra_states_at(D)). 1: the scores of its pairs (P, dS, dK~ += dS^T X, dV += P^T dO and the dG
-// columns) in a kernel of their own, KIntraScores (bwd_intra_scores.cuh), one CTA per (segment,
-// query head, key chunk) that sums its key chunk's dK~ and dV over the query chunks in shared
-// memory; KSegIntra keeps the chain of gamma steps and reads each pair's dS (input dtype) and dS
-// row sums from the workspace (8.25 KiB per pair: 29.5 MiB at T4096 H16 D128). 2: the same, and
-// the chain of gamma steps one CTA per query chunk (KIntraGamma, bwd_intra_gamma.cuh, 16-bit tiles:
-// two CTAs per SM), whose adds to the key chunks' dU and dW are ordered by a counter per (segment,
-// query head, key chunk) (default). 0 = neither.
+// FATTN_PATH_INTRA_SPLIT: seg-intra in independent CTAs, 16-bit inputs at D 128 (where
+// intra_states_at(D)), two kernels in place of KSegIntra: KIntraScores (bwd_intra_scores.cuh), the
+// scores of its pairs (P, dS, dK~ += dS^T X, dV += P^T dO and the dG columns) one CTA per
+// (segment, query head, key chunk), which sums its key chunk's dK~ and dV over the query chunks
+// in shared memory and writes each pair's dS (input dtype) and dS row sums to the workspace
+// (8.25 KiB a pair: 29.5 MiB at T4096 H16 D128); then KIntraGamma (bwd_intra_gamma.cuh), the chain
+// of gamma steps one CTA per query chunk (16-bit tiles: two CTAs per SM), whose adds to the key
+// chunks' dU and dW are ordered by a counter per (segment, query head, key chunk). 1 = on; 0 = off
+// (default: not yet timed on a GPU).
 #ifndef FATTN_PATH_INTRA_SPLIT
-#define FATTN_PATH_INTRA_SPLIT 2
+#define FATTN_PATH_INTRA_SPLIT 0
 #endif
-constexpr bool intra_split_at(size_t es, int D) { return FATTN_PATH_INTRA_SPLIT >= 1 && es == 2 && D >= 128 && intra_states_at(D); }
-constexpr bool intra_gamma_at(size_t es, int D) { return FATTN_PATH_INTRA_SPLIT >= 2 && intra_split_at(es, D); }
+constexpr bool intra_split_at(size_t es, int D) { return FATTN_PATH_INTRA_SPLIT && es == 2 && D >= 128 && intra_states_at(D); }
 
 // One sequence as a kernel sees it.
 struct SeqInfo {
