@@ -40,6 +40,70 @@ template <int D, int NT> PK_DEV void load_ws_f32(float *s, const float *g, int64
     load_tile<float, NT>(s, F32Tiles<D>::SD, g, gstride, kC, D, n, D, true);
 }
 
+// The row statistics of a query chunk's rows (lse in log2 units, delta, gate sums), 0 past row n.
+template <int NT>
+PK_DEV void query_row_stats(const PathDev &p, const SeqInfo &sq, int hq, int64_t t0, int64_t row, int n, float *lse2, float *dl,
+                            float *gq) {
+    for (int a = tid(); a < kC; a += NT) {
+        const bool ok = a < n;
+        lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
+        dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
+        gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
+    }
+}
+
+// The scores of a chunk pair in the input dtype, one warp's part of eight: its 16 x 32 block of
+// S = X K~^T and dP = dO V^T in two 16 x 16 halves (fewer accumulators live at once),
+// P = exp(scale (S + G_t - G_j) - lse) (0 at rows >= nq) and dS = scale P (dP - delta) into the
+// Tin tiles p16 and ds16 (64 x 64), and the f32 partial sums of dS: row sums rsum [2][64] over the
+// warp's 32 columns, column sums csum [4][64] over its 16 rows, each written once. 64 x D tiles of
+// row stride tile_stride<Tin>(D); lse2, dl, gq: the query rows', gk: the key rows' gate sums.
+template <typename Tin, int D>
+PK_DEV void pair_scores16(const PathDev &p, const Tin *x16, const Tin *k16, const Tin *dO16, const Tin *v16, Tin *p16, Tin *ds16,
+                          int nq, const float *lse2, const float *dl, const float *gq, const float *gk, float *rsum, float *csum) {
+    constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
+    const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
+    float rs[2] = {0.f, 0.f};
+    for (int half = 0; half < 2; ++half) {
+        const int nh = n0 + 16 * half;
+        float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+        zero_acc(S);
+        zero_acc(dP);
+        warp_gemm<Tin, false, false, 2>(S, x16, STi, k16, STi, m0, nh, D);
+        warp_gemm<Tin, false, false, 2>(dP, dO16, STi, v16, STi, m0, nh, D);
+        for (int j = 0; j < 2; ++j)
+            for (int hh = 0; hh < 2; ++hh) {
+                const int a = m0 + acc_row(2 * hh), b = nh + acc_col(j, 0);
+                float P[2], ds[2];
+                for (int e = 0; e < 2; ++e) {
+                    P[e] = a < nq ? exp2_fast(p.sl2 * (S[j][2 * hh + e] + gq[a] - gk[b + e]) - lse2[a]) : 0.f;
+                    ds[e] = p.scale * P[e] * (dP[j][2 * hh + e] - dl[a]);
+                    rs[hh] += ds[e];
+                    cs[j][e] += ds[e];
+                }
+                st_pair<Tin>(p16, a * ST64 + b, P[0], P[1]);
+                st_pair<Tin>(ds16, a * ST64 + b, ds[0], ds[1]);
+            }
+        // column partials over the warp's 16 rows (its 8 row lanes), each written once
+        for (int j = 0; j < 2; ++j)
+            for (int e = 0; e < 2; ++e) {
+                float x = cs[j][e];
+                x += shfl_xor(x, 4);
+                x += shfl_xor(x, 8);
+                x += shfl_xor(x, 16);
+                if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(j, e)] = x;
+            }
+    }
+    // row partials over the warp's 32 columns (the quad's lanes)
+    for (int hh = 0; hh < 2; ++hh) {
+        const float x = quad_sum(rs[hh]);
+        if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
+    }
+}
+// dS's row sum of row a and column sum of column b from pair_scores16's partials, in a fixed order.
+PK_DEV float ds_row_sum(const float *rsum, int a) { return rsum[a] + rsum[kC + a]; }
+PK_DEV float ds_col_sum(const float *csum, int b) { return ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b]; }
+
 template <typename Tin, int D> struct KSegIntra {
     using Tw = walk_t<Tin>;
     static constexpr int kThreads = 256, NW = 8, kMinBlocks = D <= 64 ? 2 : 1, CI = cvt_if<D>();
@@ -100,55 +164,16 @@ template <typename Tin, int D> struct KSegIntra {
         for (int b = tid(); b < kC; b += kThreads) gk[b] = p.has_gate ? p.gsum[(krow + b) * p.hq + hq] : 0.f;
         cp_wait<0>();
         sync();
-        {
-            // this warp's 16 x 32 block in two 16 x 16 halves (fewer accumulators live at once)
-            const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
-            float rs[2] = {0.f, 0.f};
-            for (int half = 0; half < 2; ++half) {
-                const int nh = n0 + 16 * half;
-                float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-                zero_acc(S);
-                zero_acc(dP);
-                warp_gemm<Tin, false, false, 2>(S, x16, STi, k16, STi, m0, nh, D);
-                warp_gemm<Tin, false, false, 2>(dP, dO16, STi, v16, STi, m0, nh, D);
-                for (int j = 0; j < 2; ++j)
-                    for (int hh = 0; hh < 2; ++hh) {
-                        const int a = m0 + acc_row(2 * hh), b = nh + acc_col(j, 0);
-                        float P[2], ds[2];
-                        for (int e = 0; e < 2; ++e) {
-                            P[e] = a < nq ? exp2_fast(p.sl2 * (S[j][2 * hh + e] + gq[a] - gk[b + e]) - lse2[a]) : 0.f;
-                            ds[e] = p.scale * P[e] * (dP[j][2 * hh + e] - dl[a]);
-                            rs[hh] += ds[e];
-                            cs[j][e] += ds[e];
-                        }
-                        st_pair<Tin>(p16, a * ST64 + b, P[0], P[1]);
-                        st_pair<Tin>(ds16, a * ST64 + b, ds[0], ds[1]);
-                    }
-                // column partials over the warp's 16 rows (its 8 row lanes), each written once
-                for (int j = 0; j < 2; ++j)
-                    for (int e = 0; e < 2; ++e) {
-                        float x = cs[j][e];
-                        x += shfl_xor(x, 4);
-                        x += shfl_xor(x, 8);
-                        x += shfl_xor(x, 16);
-                        if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(j, e)] = x;
-                    }
-            }
-            // row partials over the warp's 32 columns (the quad's lanes)
-            for (int hh = 0; hh < 2; ++hh) {
-                const float x = quad_sum(rs[hh]);
-                if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
-            }
-        }
+        pair_scores16<Tin, D>(p, x16, k16, dO16, v16, p16, ds16, nq, lse2, dl, gq, gk, rsum, csum);
         sync();
         cta_gemm<Tin, false, true, NB, NW>(kC, D, kC, ds16, ST64, k16, STi, [&](int a, int c, float v) { sG[a * SD + c] += v; });
         cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, ds16, ST64, x16, STi, dkt_of<D>(p, krow) + hq * D, hqd, 1.f, kC);
         cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, p16, ST64, dO16, STi, p.dvacc + (krow * p.hq + hq) * D, hqd, 1.f, kC);
         if (tid() < kC) {
-            dgr[tid()] += rsum[tid()] + rsum[kC + tid()];
+            dgr[tid()] += ds_row_sum(rsum, tid());
         } else if (tid() < 2 * kC) {
             const int b = tid() - kC;
-            p.dgs[(krow + b) * p.hq + hq] -= ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b];
+            p.dgs[(krow + b) * p.hq + hq] -= ds_col_sum(csum, b);
         }
     }
 
@@ -351,17 +376,7 @@ template <typename Tin, int D> struct KOwn {
         else run32(p, smem);
     }
 
-    // The pieces run16 and run32 share. The chunk's query rows' lse (log2 units), delta and gate
-    // sums, 0 past row n:
-    PK_DEV static void row_stats(const PathDev &p, const SeqInfo &sq, int hq, int64_t t0, int64_t row, int n, float *lse2,
-                                 float *dl, float *gq) {
-        for (int a = tid(); a < kC; a += kThreads) {
-            const bool ok = a < n;
-            lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
-            dl[a] = ok ? p.delta[(row + a) * p.hq + hq] : 0.f;
-            gq[a] = ok && p.has_gate ? p.gsum[(row + a) * p.hq + hq] : 0.f;
-        }
-    }
+    // The pieces run16 and run32 share.
     // dG of the chunk's rows += dA's row sums - its column sums (dA: a synced 64 x 64 f32 tile)
     PK_DEV static void add_dg(const PathDev &p, int hq, int64_t row, int n, const float *dA) {
         if (tid() < n) {
@@ -415,7 +430,7 @@ template <typename Tin, int D> struct KOwn {
                                  n, p.K, p.vec_q);
         load_w_f32<kThreads>(sW, SD, p, sq, c0, h, D, n);
         ldK();
-        row_stats(p, sq, hq, t0, row, n, lse2, dl, gq);
+        query_row_stats<kThreads>(p, sq, hq, t0, row, n, lse2, dl, gq);
         cp_landed();
         cta_gemm<Tin, false, false, NB64, NW>(kC, kC, D, Q16, STi, sW, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
         cta_gemm<Tin, false, false, NB64, NW>(kC, kC, D, Q16, STi, K16, STi, [&](int a, int b, float v) { M2[a * S64 + b] = v; });
@@ -509,7 +524,7 @@ template <typename Tin, int D> struct KOwn {
         load_w_f32<kThreads>(B1, SD, p, sq, c0, h, D, n);
         ldK(B2);
         auto ldDm = [&] { load_dm_f32<Tw, kThreads>(B2, S64, static_cast<const Tw *>(p.dmat) + (gc * p.h + h) * kC * kC); };
-        row_stats(p, sq, hq, t0, row, n, lse2, dl, gq);
+        query_row_stats<kThreads>(p, sq, hq, t0, row, n, lse2, dl, gq);
         cp_landed();
         cta_gemm<float, false, false, NB64, NW, kRA>(kC, kC, D, B0, SD, B1, SD, [&](int a, int b, float v) { M1[a * S64 + b] = b <= a ? tf32_round(v) : 0.f; });
         cta_gemm<float, false, false, NB64, NW, kRA | kRB>(kC, kC, D, B0, SD, B2, SD, [&](int a, int b, float v) { M2[a * S64 + b] = v; });

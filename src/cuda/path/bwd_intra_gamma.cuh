@@ -57,6 +57,11 @@ template <typename Tin, int D> struct KIntraGamma {
         for (int j = 0; j < i; ++j) {
             const int64_t cj = r * kNcs + j, krow = sq.row0 + cj * kC, slot = pairs + intra_slot(i, j);
             sync();  // the previous pair's K~ and dS read
+            // the pair's K~ and dS into the places of X and XW (cp.async; the caller commits)
+            auto issue_kd = [&] {
+                load_tile<Tin, kThreads>(k16, STi, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
+                load_tile<Tin, kThreads>(ds16, ST64, static_cast<const Tin *>(p.dsi) + slot * kC * kC, kC, kC, kC, kC, kC, true);
+            };
             if (r >= 1 || j >= 1) {
                 // the pair's state, U and W (whole chunks: chunk ci follows cj)
                 load_tile<Tw, kThreads>(X16, STw, static_cast<const Tw *>(p.qts) + slot * kC * D, D, kC, D, kC, D, true);
@@ -76,13 +81,11 @@ template <typename Tin, int D> struct KIntraGamma {
                 sync();
                 if (tid() == 0) counter_release_inc(cnt + j);
                 // X and XW read: K~ and dS take their places while gamma -= GU W runs
-                load_tile<Tin, kThreads>(k16, STi, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
-                load_tile<Tin, kThreads>(ds16, ST64, static_cast<const Tin *>(p.dsi) + slot * kC * kC, kC, kC, kC, kC, kC, true);
+                issue_kd();
                 cp_commit();
                 cta_gemm<float, false, true, NB, NW, kRA, Tw>(kC, D, kC, M2, S64, W16, STw, [&](int a, int c, float v) { sG[a * SD + c] -= v; });
             } else {  // no gamma step (r = 0, j = 0)
-                load_tile<Tin, kThreads>(k16, STi, static_cast<const Tin *>(p.kt) + (krow * p.h + h) * D, hd, kC, D, kC, D, true);
-                load_tile<Tin, kThreads>(ds16, ST64, static_cast<const Tin *>(p.dsi) + slot * kC * kC, kC, kC, kC, kC, kC, true);
+                issue_kd();
             }
             cp_landed();
             cta_gemm<Tin, false, true, NB, NW>(kC, D, kC, ds16, ST64, k16, STi, [&](int a, int c, float v) { sG[a * SD + c] += v; });

@@ -9,10 +9,10 @@
 //   chunk cj's dG entries -= dS's column sums, pair after pair;
 //   the pair's dS (input dtype) and its row sums into p.dsi / p.rsi, from which KIntraGamma adds
 //   gamma += dS K~ and the dG rows in its chain of gamma steps.
-// The same products in the same types as KSegIntra::scores16 (16-bit inputs only).
+// The same products in the same types as KSegIntra::scores16 (pair_scores16; 16-bit inputs only).
 #pragma once
 
-#include "cuda/path/common.cuh"
+#include "cuda/path/bwd_intra.cuh"
 
 namespace fattn::pathk {
 
@@ -79,12 +79,7 @@ template <typename Tin, int D> struct KIntraScores {
             if (i + 1 < iend) issue(i + 1, st ^ 1);
             cp_commit();
             cp_wait<1>();
-            for (int a = tid(); a < kC; a += kThreads) {
-                const bool ok = a < nq;
-                lse2[a] = ok ? p.lse[sq.b * p.lse_sb + hq * p.lse_sh + t0 + a] * 1.4426950408889634f : 0.f;
-                dl[a] = ok ? p.delta[(qrow + a) * p.hq + hq] : 0.f;
-                gq[a] = ok && p.has_gate ? p.gsum[(qrow + a) * p.hq + hq] : 0.f;
-            }
+            query_row_stats<kThreads>(p, sq, hq, t0, qrow, nq, lse2, dl, gq);
             sync();
             if constexpr (!std::is_same<Tw, Tin>::value) {  // X to the input dtype in place, element by element
                 const Tw *xw = reinterpret_cast<const Tw *>(x16);
@@ -95,45 +90,7 @@ template <typename Tin, int D> struct KIntraScores {
                 }
                 sync();
             }
-            {
-                // this warp's 16 x 32 block of S = X K~^T and dP = dO V^T in two 16 x 16 halves, P and
-                // dS into Tin tiles, the f32 partial row / column sums of dS (fixed order)
-                const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
-                float rs[2] = {0.f, 0.f};
-                for (int half = 0; half < 2; ++half) {
-                    const int nh = n0 + 16 * half;
-                    float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-                    zero_acc(S);
-                    zero_acc(dP);
-                    warp_gemm<Tin, false, false, 2>(S, x16, STi, k16, STi, m0, nh, D);
-                    warp_gemm<Tin, false, false, 2>(dP, dO16, STi, v16, STi, m0, nh, D);
-                    for (int jj = 0; jj < 2; ++jj)
-                        for (int hh = 0; hh < 2; ++hh) {
-                            const int a = m0 + acc_row(2 * hh), b = nh + acc_col(jj, 0);
-                            float P[2], ds[2];
-                            for (int e = 0; e < 2; ++e) {
-                                P[e] = a < nq ? exp2_fast(p.sl2 * (S[jj][2 * hh + e] + gq[a] - gk[b + e]) - lse2[a]) : 0.f;
-                                ds[e] = p.scale * P[e] * (dP[jj][2 * hh + e] - dl[a]);
-                                rs[hh] += ds[e];
-                                cs[jj][e] += ds[e];
-                            }
-                            st_pair<Tin>(p16, a * ST64 + b, P[0], P[1]);
-                            st_pair<Tin>(ds16, a * ST64 + b, ds[0], ds[1]);
-                        }
-                    for (int jj = 0; jj < 2; ++jj)
-                        for (int e = 0; e < 2; ++e) {
-                            float x = cs[jj][e];
-                            x += shfl_xor(x, 4);
-                            x += shfl_xor(x, 8);
-                            x += shfl_xor(x, 16);
-                            if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(jj, e)] = x;
-                        }
-                }
-                for (int hh = 0; hh < 2; ++hh) {
-                    const float x = quad_sum(rs[hh]);
-                    if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
-                }
-            }
+            pair_scores16<Tin, D>(p, x16, k16, dO16, v16, p16, ds16, nq, lse2, dl, gq, gk, rsum, csum);
             sync();
             cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, ds16, ST64, x16, STi, accK, SD, 1.f, kC);
             cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, p16, ST64, dO16, STi, accV, SD, 1.f, kC);
@@ -143,10 +100,10 @@ template <typename Tin, int D> struct KIntraScores {
                 st16(dsg + (int64_t(slot) * kC + a) * kC + c, ld16(ds16 + a * ST64 + c));
             }
             if (tid() < kC) {
-                rsg[int64_t(slot) * kC + tid()] = rsum[tid()] + rsum[kC + tid()];
+                rsg[int64_t(slot) * kC + tid()] = ds_row_sum(rsum, tid());
             } else if (tid() < 2 * kC) {
                 const int b = tid() - kC;
-                p.dgs[(krow + b) * p.hq + hq] -= ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b];
+                p.dgs[(krow + b) * p.hq + hq] -= ds_col_sum(csum, b);
             }
         }
         sync();
