@@ -62,11 +62,11 @@ template <class L, typename Tin, int D> void bwd_sequence(L &l, const PathDev &d
     if (d.dkt_split > 0) l.fill(d.dkt, 0, size_t(d.dkt_split) * row_bytes);
     if (d.dkt_split < rows) l.fill(d.dkt_hi, 0, size_t(rows - d.dkt_split) * row_bytes);
     if constexpr (intra_split_at(sizeof(Tin), D)) {
-        const int64_t gx = FATTN_PATH_INTRA_ORDER ? d.total_segs * (kNcs - 1) * d.hq : d.total_segs * (kNcs - 1);
-        const int gy = FATTN_PATH_INTRA_ORDER ? 1 : d.hq;
-        l.template launch<KIntraScores<Tin, D>>(gx, gy, d);
+        // one grid dimension, chunk major (intra_chunk_major, common.cuh)
+        const int64_t items = d.total_segs * (kNcs - 1) * d.hq;
+        l.template launch<KIntraScores<Tin, D>>(items, 1, d);
         l.fill(d.icnt, 0, size_t(d.total_segs) * d.hq * kNcs * sizeof(int));
-        l.template launch<KIntraGamma<Tin, D>>(gx, gy, d);
+        l.template launch<KIntraGamma<Tin, D>>(items, 1, d);
     } else {
         l.template launch<KSegIntra<Tin, D>>(d.total_segs, d.hq, d);
     }

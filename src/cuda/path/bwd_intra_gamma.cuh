@@ -38,13 +38,9 @@ template <typename Tin, int D> struct KIntraGamma {
     static constexpr size_t smem() { return OFF_DG + kC * 4; }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
-#if FATTN_PATH_INTRA_ORDER
-        const int64_t per = p.total_segs * p.hq, gs = bid_x() % p.total_segs;
-        const int i = kNcs - 1 - int(bid_x() / per), hq = int(bid_x() % per / p.total_segs), h = hq / p.grp;
-#else
-        const int64_t gs = bid_x() / (kNcs - 1);
-        const int i = kNcs - 1 - int(bid_x() % (kNcs - 1)), hq = bid_y(), h = hq / p.grp;
-#endif
+        const IntraItem it = intra_chunk_major(p);
+        const int64_t gs = it.gs;
+        const int i = kNcs - 1 - it.c, hq = it.hq, h = hq / p.grp;
         const SeqInfo sq = seq_of_seg(p, gs);
         const int64_t r = gs - sq.seg0, nc = ceil_div(sq.len, kC), ci = r * kNcs + i;
         if (ci >= nc) return;

@@ -90,6 +90,20 @@ PK_DEV GridItem heavy_first(int64_t nx, int ny, bool last_heavy) {
     const int64_t lin = int64_t(bid_y()) * nx + bid_x(), i = lin / ny;
     return {last_heavy ? nx - 1 - i : i, int(lin % ny)};
 }
+// The split seg-intra kernels' block order, chunk major (one grid dimension of 7 x segments x Hq
+// blocks): a chunk index c = 0 .. 6 for every (segment, query head) before c + 1. KIntraScores
+// takes key chunk c (key chunk 0, the most query chunks after it, first); KIntraGamma query chunk
+// 7 - c, so that its CTAs start after the ones of the same (segment, query head) whose adds to dU
+// and dW they wait on, rather than holding a slot while those run (H100, 2026-12-07: 498 -> 381 us
+// at T4096 H16 D128 against a (segment, query head)'s seven CTAs side by side; docs/PERF.md).
+struct IntraItem {
+    int64_t gs;
+    int c, hq;
+};
+PK_DEV IntraItem intra_chunk_major(const PathDev &p) {
+    const int64_t per = p.total_segs * p.hq, b = bid_x();
+    return {b % p.total_segs, int(b / per), int(b % per / p.total_segs)};
+}
 PK_DEV SeqInfo seq_of_chunk(const PathDev &p, int64_t gc) {
     return seq_info(p, p.cu ? seq_search(p.chunk_base, p.num_seqs, gc) : gc / ceil_div(p.T, kC));
 }

@@ -119,18 +119,11 @@ constexpr int intra_slot(int64_t i, int64_t j) { return int(i * (i - 1) / 2 + j)
 // chunks' dU and dW are ordered by a counter per (segment, query head, key chunk). 1 = on (default);
 // 0 = KSegIntra (bwd_intra.cuh), one CTA per (segment, query head). On an H100 (2026-12-07, tree
 // b4d96d7, docs/PERF.md): seg-intra 789 -> 251 + 500 us at T4096 H16 D128 (ncu), fwd+bwd
-// 4.085 / 4.100 -> 3.970 / 4.011 ms, H4 3.681 / 3.670 -> 3.654 / 3.659.
+// 4.085 / 4.100 -> 3.970 / 4.011 ms, H4 3.681 / 3.670 -> 3.654 / 3.659, with a (segment, query
+// head)'s CTAs side by side; in the chunk-major block order (intra_chunk_major, common.cuh)
+// KIntraGamma took 498 -> 381 us, KIntraScores 252 -> 240, fwd+bwd 4.002 / 4.024 -> 3.867 / 3.925.
 #ifndef FATTN_PATH_INTRA_SPLIT
 #define FATTN_PATH_INTRA_SPLIT 1
-#endif
-// FATTN_PATH_INTRA_ORDER: the block order of KIntraScores and KIntraGamma. 1 = chunk
-// major: one grid dimension, KIntraGamma's CTAs of query chunk 7 of every (segment, query head)
-// first, then those of chunk 6, ..., so that a CTA starts after the ones whose adds it waits on
-// rather than holding a slot while they run; KIntraScores' key chunk 0 (the most pairs) first.
-// 0 (default: 1 not yet timed on a GPU) = (segment, chunk) in x, query head in y: a (segment,
-// query head)'s CTAs side by side.
-#ifndef FATTN_PATH_INTRA_ORDER
-#define FATTN_PATH_INTRA_ORDER 0
 #endif
 constexpr bool intra_split_at(size_t es, int D) { return FATTN_PATH_INTRA_SPLIT && es == 2 && D >= 128 && intra_states_at(D); }
 
