@@ -334,6 +334,11 @@ std::vector<Region> bwd_regions(const PathBwdParams &p, const pathk::GpuWs &w, c
         {"dkt", w.dkt, size_t(w.dkt_split) * rb, true}, {"dkt_hi", w.dkt_hi, (rows - size_t(w.dkt_split)) * rb, true},
     };
     if (p.g) r.push_back({"gsum", w.gsum, rows * HQ * 4, false});
+    if (pathk::intra_split_at(es, int(D))) {  // the split seg-intra's pairs (KIntraScores, KIntraGamma)
+        r.push_back({"dsi", w.dsi, segs * HQ * pathk::kIntraPairs * 64 * 64 * es, true});
+        r.push_back({"rsi", w.rsi, segs * HQ * pathk::kIntraPairs * 64 * 4, true});
+        r.push_back({"icnt", w.icnt, segs * HQ * pathk::kNcs * 4, true});
+    }
     return r;
 }
 
@@ -434,6 +439,24 @@ TEST(PathEmuLayout, VarlenPackWorkspace) {
     // o + lse (forward) and dq dk dv (bf16) dw (f32) dbeta beside it: the fwd+bwd peak
     const double outs = (32 + 1) + (3 * 32 + 64 + 1);
     EXPECT_LT(double(w.total) / MiB + outs, 0.75 * 1070.5);
+}
+
+// The split seg-intra's pairs (dS, its row sums, KIntraGamma's counters: 29.5 MiB at T4096 H16
+// D128) are written after KSegInter: with FATTN_PATH_INTRA_SPAN they take the dead span beside dD
+// and dK~'s rows rather than space of their own (the span holds W 16, K^ 16, E 4 and the history
+// 56 MiB there).
+TEST(PathEmuLayout, SplitIntraPairsInTheDeadSpan) {
+    if (!pathk::intra_split_at(2, 128) || !FATTN_PATH_INTRA_SPAN) GTEST_SKIP() << "built without the split seg-intra in the span";
+    PathBwdParams p{};
+    p.B = 1, p.T = 4096, p.hq = 16, p.h = 16, p.dk = 128, p.dv = 128, p.dtype = FATTN_BF16;
+    p.history = FATTN_PATH_HISTORY_PACKED;
+    const PathLayout lay = path_layout(p, false);
+    const pathk::GpuWs w = pathk::gpu_workspace(p, lay, FATTN_DIR_BWD);
+    const size_t span0 = w.ww, span1 = w.hist + (w.history_bytes + 127) / 128 * 128;
+    for (size_t at : {w.dsi, w.rsi, w.icnt}) EXPECT_TRUE(at >= span0 && at < span1) << at;
+    EXPECT_EQ(w.dkt_split, lay.rows);
+    const double MiB = 1024.0 * 1024.0;
+    if (getenv("FATTN_PATH_VERBOSE")) printf("workspace %.2f MiB\n", double(w.total) / MiB);
 }
 
 // T = 1: one key per query; o = v, and only dv has a non-zero reference.

@@ -119,18 +119,12 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         // intra_states_at(D): the seg-intra states, written by KHist (before KSegInter), in space
         // of their own; chain-A's suffix products take it once seg-intra is done
         if (intra_states_at(w.D)) w.qts = w.pch = take(sat_prod({segs, HQ, kIntraPairs, kC, D, wsz}));
-        // intra_split_at: the pairs' dS and dS row sums (written by KIntraScores, read by
-        // KIntraGamma) and KIntraGamma's counters
-        if (intra_split_at(size_t(es), w.D)) {
-            w.dsi = take(sat_prod({segs, HQ, kIntraPairs, kC, kC, es}));
-            w.rsi = take(sat_prod({segs, HQ, kIntraPairs, kC, f}));
-            w.icnt = take(sat_prod({segs, HQ, kNcs, 4}));
-        }
         // Written only after KSegInter, so they take the dead span [ww, span_end) where they fit,
         // in this order, else space of their own: the own-chunk partials dD (first written by
         // KOwn), the seg-intra states (KSegIntra) and, in their place once seg-intra is done,
-        // chain-A's suffix products (both in the walk type), then the leading rows of dK~
-        // (first added to by KSegIntra) in what is left
+        // chain-A's suffix products (both in the walk type), with intra_split_at the pairs' dS
+        // and dS row sums (written by KIntraScores, read by KIntraGamma) and KIntraGamma's
+        // counters, then the leading rows of dK~ (first added to by seg-intra) in what is left
         size_t at = w.ww;
         auto place = [&](size_t bytes) {
             bytes = sat_round(bytes, kGpuWsAlign);
@@ -143,6 +137,12 @@ inline GpuWs gpu_workspace(const PathFwdParams &p, const PathLayout &lay, fattn_
         if (!intra_states_at(w.D)) {
             w.qts = place(std::max(sat_prod({segs, HQ, kNcs - 2, kC, D, wsz}), sat_prod({segs, H, kNcs - 2, D, D, wsz})));
             w.pch = w.qts;
+        }
+        if (intra_split_at(size_t(es), w.D)) {  // FATTN_PATH_INTRA_SPAN (params.h), else space of their own
+            auto put = [&](size_t bytes) { return FATTN_PATH_INTRA_SPAN ? place(bytes) : take(bytes); };
+            w.dsi = put(sat_prod({segs, HQ, kIntraPairs, kC, kC, es}));
+            w.rsi = put(sat_prod({segs, HQ, kIntraPairs, kC, f}));
+            w.icnt = put(sat_prod({segs, HQ, kNcs, 4}));
         }
         w.dkt_split = chunk_start_at_most(p, rows, int64_t((span_end - at) / row_bytes));
         if (w.dkt_split > 0) w.dkt = place(sat_mul(size_t(w.dkt_split), row_bytes));
