@@ -52,19 +52,25 @@ PK_DEV void query_row_stats(const PathDev &p, const SeqInfo &sq, int hq, int64_t
     }
 }
 
-// The scores of a chunk pair in the input dtype, one warp's part of eight: its 16 x 32 block of
-// S = X K~^T and dP = dO V^T in two 16 x 16 halves (fewer accumulators live at once),
-// P = exp(scale (S + G_t - G_j) - lse) (0 at rows >= nq) and dS = scale P (dP - delta) into the
-// Tin tiles p16 and ds16 (64 x 64), and the f32 partial sums of dS: row sums rsum [2][64] over the
-// warp's 32 columns, column sums csum [4][64] over its 16 rows, each written once. 64 x D tiles of
-// row stride tile_stride<Tin>(D); lse2, dl, gq: the query rows', gk: the key rows' gate sums.
-template <typename Tin, int D>
+// The scores of a chunk pair in the input dtype, one warp's part of NW (8 or 16): its 16 x W block
+// (W = 32 with eight warps, in two 16 x 16 halves so fewer accumulators live at once; 16 with
+// sixteen) of S = X K~^T and dP = dO V^T, P = exp(scale (S + G_t - G_j) - lse) (0 at rows >= nq)
+// and dS = scale P (dP - delta) into the Tin tiles p16 and ds16 (64 x 64), and the f32 partial
+// sums of dS: row sums rsum [64 / W][64] over the warp's W columns, column sums csum [4][64] over
+// its 16 rows, each written once. 64 x D tiles of row stride tile_stride<Tin>(D); lse2, dl, gq: the
+// query rows', gk: the key rows' gate sums.
+template <int NW> constexpr int score_col_blocks() {
+    static_assert(NW == 8 || NW == 16, "eight or sixteen warps");
+    return NW / 4;
+}
+template <typename Tin, int D, int NW = 8>
 PK_DEV void pair_scores16(const PathDev &p, const Tin *x16, const Tin *k16, const Tin *dO16, const Tin *v16, Tin *p16, Tin *ds16,
                           int nq, const float *lse2, const float *dl, const float *gq, const float *gk, float *rsum, float *csum) {
     constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
-    const int w = warp_id(), m0 = (w >> 1) * 16, n0 = (w & 1) * 32;
+    constexpr int NCB = score_col_blocks<NW>(), W = kC / NCB;
+    const int w = warp_id(), m0 = (w / NCB) * 16, n0 = (w % NCB) * W;
     float rs[2] = {0.f, 0.f};
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < W / 16; ++half) {
         const int nh = n0 + 16 * half;
         float S[2][4], dP[2][4], cs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
         zero_acc(S);
@@ -94,14 +100,18 @@ PK_DEV void pair_scores16(const PathDev &p, const Tin *x16, const Tin *k16, cons
                 if (lane_id() < 4) csum[(m0 / 16) * kC + nh + acc_col(j, e)] = x;
             }
     }
-    // row partials over the warp's 32 columns (the quad's lanes)
+    // row partials over the warp's W columns (the quad's lanes)
     for (int hh = 0; hh < 2; ++hh) {
         const float x = quad_sum(rs[hh]);
-        if ((lane_id() & 3) == 0) rsum[(n0 / 32) * kC + m0 + acc_row(2 * hh)] = x;
+        if ((lane_id() & 3) == 0) rsum[(n0 / W) * kC + m0 + acc_row(2 * hh)] = x;
     }
 }
-// dS's row sum of row a and column sum of column b from pair_scores16's partials, in a fixed order.
-PK_DEV float ds_row_sum(const float *rsum, int a) { return rsum[a] + rsum[kC + a]; }
+// dS's row sum of row a and column sum of column b from pair_scores16<.., NW>'s partials, in a fixed order.
+template <int NW = 8> PK_DEV float ds_row_sum(const float *rsum, int a) {
+    float s = rsum[a];
+    for (int c = 1; c < score_col_blocks<NW>(); ++c) s += rsum[c * kC + a];
+    return s;
+}
 PK_DEV float ds_col_sum(const float *csum, int b) { return ((csum[b] + csum[kC + b]) + csum[2 * kC + b]) + csum[3 * kC + b]; }
 
 template <typename Tin, int D> struct KSegIntra {

@@ -19,18 +19,19 @@ namespace fattn::pathk {
 template <typename Tin, int D> struct KIntraScores {
     using Tw = walk_t<Tin>;
     static_assert(sizeof(Tin) == 2, "16-bit inputs (intra_split_at)");
-    static constexpr int kThreads = 256, NW = 8;
-    using FT = F32Tiles<D>;
+    // FATTN_PATH_SCORES_WIDE (params.h): sixteen warps, each a 16 x 16 block of a pair's scores
+    static constexpr int NW = FATTN_PATH_SCORES_WIDE ? 16 : 8, kThreads = 32 * NW, NCB = score_col_blocks<NW>();
+    using FT = F32Tiles<D, NW>;
     static constexpr int SD = FT::SD, NB = FT::NB;
     static constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
     static constexpr size_t TI = tile_bytes<Tin>(kC, D), T64 = tile_bytes<Tin>(kC, kC);
     // layout: K~ | V | X, dO of a pair (Tin 64 x D) x 2 stages | P | dS (Tin 64 x 64) | the dK~ and dV
-    // sums (f32 64 x D) | rsum [2][64], csum [4][64] | lse2, dl, gq, gk (64 floats each): 189 KiB at
+    // sums (f32 64 x D) | rsum [NCB][64], csum [4][64] | lse2, dl, gq, gk (64 floats each): 189 KiB at
     // D 128, one CTA per SM, the next pair's X and dO in flight while a pair's products run.
     // X lands in the walk type (f16) and is converted to Tin in place (bf16 inputs).
     static_assert(TI == tile_bytes<Tw>(kC, D), "X in either type");
     static constexpr size_t OFF_P = 6 * TI, OFF_ACC = OFF_P + 2 * T64, OFF_SUM = OFF_ACC + 2 * FT::BIG,
-                            OFF_ROW = OFF_SUM + 6 * kC * 4;
+                            OFF_ROW = OFF_SUM + (NCB + 4) * kC * 4;
     static constexpr size_t smem() { return OFF_ROW + 4 * kC * 4; }
 
     PK_DEV static void run(const PathDev &p, char *smem) {
@@ -45,7 +46,7 @@ template <typename Tin, int D> struct KIntraScores {
         auto x_of = [&](int b) { return smem + (2 + 2 * b) * TI; };
         Tin *p16 = reinterpret_cast<Tin *>(smem + OFF_P), *ds16 = p16 + T64 / sizeof(Tin);
         float *accK = reinterpret_cast<float *>(smem + OFF_ACC), *accV = accK + FT::BIG / sizeof(float);
-        float *rsum = reinterpret_cast<float *>(smem + OFF_SUM), *csum = rsum + 2 * kC;  // [2][64], [4][64]
+        float *rsum = reinterpret_cast<float *>(smem + OFF_SUM), *csum = rsum + NCB * kC;  // [NCB][64], [4][64]
         float *lse2 = reinterpret_cast<float *>(smem + OFF_ROW), *dl = lse2 + kC, *gq = dl + kC, *gk = gq + kC;
         const int64_t krow = sq.row0 + cj * kC, hqd = int64_t(p.hq) * D, pairs = (gs * p.hq + hq) * int64_t(kIntraPairs);
         const Tw *states = static_cast<const Tw *>(p.qts) + pairs * kC * D;
@@ -91,7 +92,7 @@ template <typename Tin, int D> struct KIntraScores {
                 }
                 sync();
             }
-            pair_scores16<Tin, D>(p, x16, k16, dO16, v16, p16, ds16, nq, lse2, dl, gq, gk, rsum, csum);
+            pair_scores16<Tin, D, NW>(p, x16, k16, dO16, v16, p16, ds16, nq, lse2, dl, gq, gk, rsum, csum);
             sync();
             cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, ds16, ST64, x16, STi, accK, SD, 1.f, kC);
             cta_gemm_rmw<Tin, true, true, NB, NW>(kC, D, kC, p16, ST64, dO16, STi, accV, SD, 1.f, kC);
@@ -101,7 +102,7 @@ template <typename Tin, int D> struct KIntraScores {
                 st16(dsg + (int64_t(slot) * kC + a) * kC + c, ld16(ds16 + a * ST64 + c));
             }
             if (tid() < kC) {
-                rsg[int64_t(slot) * kC + tid()] = ds_row_sum(rsum, tid());
+                rsg[int64_t(slot) * kC + tid()] = ds_row_sum<NW>(rsum, tid());
             } else if (tid() < 2 * kC) {
                 const int b = tid() - kC;
                 p.dgs[(krow + b) * p.hq + hq] -= ds_col_sum(csum, b);

@@ -125,6 +125,13 @@ constexpr int intra_slot(int64_t i, int64_t j) { return int(i * (i - 1) / 2 + j)
 #ifndef FATTN_PATH_INTRA_SPLIT
 #define FATTN_PATH_INTRA_SPLIT 1
 #endif
+// FATTN_PATH_SCORES_WIDE (bwd_intra_scores.cuh): 1 = KIntraScores in sixteen warps (each a 16 x 16
+// block of a pair's scores, the dK~ / dV products on warp tiles of half the width), where eight
+// leave its one CTA per SM (193 KiB of shared memory) at 12.5% occupancy with 70% of cycles
+// issuing nothing (ncu, H100, 2026-12-07, docs/PERF.md). 0 (default): eight warps.
+#ifndef FATTN_PATH_SCORES_WIDE
+#define FATTN_PATH_SCORES_WIDE 0
+#endif
 // FATTN_PATH_INTRA_SPAN (gpu_layout.h): 1 = the split seg-intra's pairs (dS, its row sums and
 // KIntraGamma's counters: 29.5 MiB at T4096 H16 D128) take the backward's dead span (W, K^, E and
 // the history, read last by KSegInter) where they fit, rather than space of their own (default;
