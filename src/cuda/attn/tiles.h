@@ -133,6 +133,14 @@ constexpr int sm90_fwd_bm() { return 128; }
 #ifndef FATTN_SM90_PINGPONG
 #define FATTN_SM90_PINGPONG 0
 #endif
+// -DFATTN_SM90_DKDV_PIPE=N (CUDA flags): the 16-bit dK/dV kernel (unfused, D <= 128) issues the
+// next item's Sᵀ and dPᵀ products right behind this item's dV and dK products, before waiting for
+// them (bwd_dkdv_kernel.cuh), so a consumer warpgroup's tensor-core work runs back to back: N = 1
+// at D64, 2 at D64 and D128 (whose consumers have no registers to spare: an A/B build). 0 (default):
+// each item's products waited for before the next item's.
+#ifndef FATTN_SM90_DKDV_PIPE
+#define FATTN_SM90_DKDV_PIPE 0
+#endif
 // -DFATTN_SM90_TF32_ROUND=0 (CUDA flags): the tf32 backward's producer warps leave the landed
 // stages of q / dout (dK/dV) and k / v (dQ) unrounded (sm90_round_stage_tf32, fwd_kernel.cuh), so
 // wgmma truncates them: a measurement build only (the parity bars were not set for truncation),

@@ -299,6 +299,10 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     const uint32_t kw_off = uint32_t(kSplit ? 0 : cw * 64 * 128);
     const uint32_t k_base0 = saddr(sK) + kw_off, v_base0 = saddr(sV) + kw_off;
 
+    // kPipe (tiles.h: FATTN_SM90_DKDV_PIPE): the next item's Sᵀ and dPᵀ are issued behind this
+    // item's dV and dK, so the two groups run back to back
+    constexpr bool kPipe = !kTf32 && !kFused && !kSplit && FATTN_SM90_DKDV_PIPE >= (D > 64 ? 2 : 1);
+    float s[kBM / 2], dp[kBM / 2];  // an item's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [64 keys, kBM queries]
     mbar_wait(barKV, 0);
     if constexpr (kTf32) {  // this warpgroup's 64 keys of K and V to tf32, once
         sm90_round_rows_tf32<NP, kBN>(reinterpret_cast<float *>(sK), cw);
@@ -315,18 +319,27 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
         if constexpr (kTf32) mbar_wait(&ready[st], (it / kStages) & 1);  // its Q and dO rows rounded
 
-        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [64 keys, kBM queries]
-        float s[kBM / 2], dp[kBM / 2];
+        // Sᵀ and dPᵀ
         // tf32: opaque per item, so ptxas forms the descriptors of K and V here instead of keeping
         // all 2·D/KS of them live across the loop (D128 consumers spilled 172 B in the item loop,
         // 48 B without; the dK/dV kernel 3.30 -> 2.56 ms by ncu at 24/240). The 16-bit kernel ran
         // 2-6% slower fwd+bwd with it at D128, so it keeps the hoisted form.
         const uint32_t k_base = kTf32 ? opaque(k_base0) : k_base0, v_base = kTf32 ? opaque(v_base0) : v_base0;
-        wgmma_fence();
-        sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), q_base, uint32_t(panel(kBM)));
-        sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), do_base, uint32_t(panel(kBM)));
-        wgmma_commit();
-        wgmma_wait<0>();
+        if constexpr (kPipe) {
+            if (it == 0) {  // the first item's products (the later ones': issued and waited for by the iteration before)
+                wgmma_fence();
+                sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), q_base, uint32_t(panel(kBM)));
+                sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), do_base, uint32_t(panel(kBM)));
+                wgmma_commit();
+                wgmma_wait<0>();
+            }
+        } else {
+            wgmma_fence();
+            sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), q_base, uint32_t(panel(kBM)));
+            sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), do_base, uint32_t(panel(kBM)));
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
         reg_fence(s);
         reg_fence(dp);
 
@@ -429,14 +442,38 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         sm90_rs_product<T, DO>(dv, pa, dot_base, do_base + col_off, uint32_t(panel(kBM)));
         sm90_rs_product<T, DO>(dk, sa, qt_base, q_base + col_off, uint32_t(panel(kBM)));
         wgmma_commit();
-        wgmma_wait<0>();
+        const bool more = !kPipe || qi.next(idx + 1) <= qi.last;  // kPipe: an item after this one
+        if constexpr (kPipe) {
+            // The next item's Sᵀ and dPᵀ behind them, once its stage has landed; then this item's
+            // group (the older of the two) is waited for before its stage is released. After the
+            // last item the products are issued on its own stage and discarded, so that s and dp
+            // are always the wgmma's outputs (a branch around it would merge them with register
+            // moves inside the group, which ptxas serializes: C7514).
+            const int nst = more ? (it + 1) % kStages : st;
+            if (more) mbar_wait(&full[nst], ((it + 1) / kStages) & 1);
+            const uint32_t nq_base = saddr(sQ + nst * kTileElems), ndo_base = saddr(sdO + nst * kTileElems);
+            wgmma_fence();
+            sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), nq_base, uint32_t(panel(kBM)));
+            sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), ndo_base, uint32_t(panel(kBM)));
+            wgmma_commit();
+            wgmma_wait<1>();
+        } else {
+            wgmma_wait<0>();
+        }
         reg_fence(dv);
         reg_fence(dk);
         // releases this thread's reads of the stage (the producer stores into it next)
         if constexpr (kTf32)
             mbar_arrive(&tempty[ts]);
-        else
+        else if (more)
             mbar_arrive(&empty[st]);
+        // kPipe: the next item's products are waited for here, in this iteration, so that no move
+        // of the loop-carried s and dp falls inside their wgmma group (ptxas would serialize it);
+        // after the last item, before its stage is released (the discarded products read it)
+        if constexpr (kPipe) {
+            wgmma_wait<0>();
+            if (!more) mbar_arrive(&empty[st]);
+        }
         if constexpr (kFused) {
             // dQ = dS·K [64 queries, 64 columns]: at D128 columns 64·cw.. over all 128 keys, at D64
             // all columns over this warpgroup's 64 keys (dS read K-major, K's rows MN-major). Issued
