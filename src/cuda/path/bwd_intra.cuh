@@ -67,8 +67,8 @@ template <typename Tin, int D, int NW = 8>
 PK_DEV void pair_scores16(const PathDev &p, const Tin *x16, const Tin *k16, const Tin *dO16, const Tin *v16, Tin *p16, Tin *ds16,
                           int nq, const float *lse2, const float *dl, const float *gq, const float *gk, float *rsum, float *csum) {
     constexpr int STi = tile_stride<Tin>(D), ST64 = tile_stride<Tin>(kC);
-    constexpr int NCB = score_col_blocks<NW>(), W = kC / NCB;
-    const int w = warp_id(), m0 = (w / NCB) * 16, n0 = (w % NCB) * W;
+    constexpr int NCB = score_col_blocks<NW>(), W = kC / NCB, LB = NCB == 2 ? 1 : 2;  // LB = log2(NCB)
+    const int w = warp_id(), m0 = (w >> LB) * 16, n0 = (w & (NCB - 1)) * W;
     float rs[2] = {0.f, 0.f};
     for (int half = 0; half < W / 16; ++half) {
         const int nh = n0 + 16 * half;
