@@ -303,6 +303,13 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
     // item's dV and dK, so the two groups run back to back
     constexpr bool kPipe = !kTf32 && !kFused && !kSplit && FATTN_SM90_DKDV_PIPE >= (D > 64 ? 2 : 1);
     float s[kBM / 2], dp[kBM / 2];  // an item's Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ  [64 keys, kBM queries]
+    // issues and commits the products into s and dp for the Q and dO rows at q_b and do_b
+    auto issue_scores = [&](uint32_t k_base, uint32_t v_base, uint32_t q_b, uint32_t do_b) {
+        wgmma_fence();
+        sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), q_b, uint32_t(panel(kBM)));
+        sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), do_b, uint32_t(panel(kBM)));
+        wgmma_commit();
+    };
     mbar_wait(barKV, 0);
     if constexpr (kTf32) {  // this warpgroup's 64 keys of K and V to tf32, once
         sm90_round_rows_tf32<NP, kBN>(reinterpret_cast<float *>(sK), cw);
@@ -319,25 +326,14 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
         const uint32_t q_base = saddr(sQ + st * kTileElems), do_base = saddr(sdO + st * kTileElems);
         if constexpr (kTf32) mbar_wait(&ready[st], (it / kStages) & 1);  // its Q and dO rows rounded
 
-        // Sᵀ and dPᵀ
+        // Sᵀ and dPᵀ (kPipe: after the first item, issued and waited for by the iteration before).
         // tf32: opaque per item, so ptxas forms the descriptors of K and V here instead of keeping
         // all 2·D/KS of them live across the loop (D128 consumers spilled 172 B in the item loop,
         // 48 B without; the dK/dV kernel 3.30 -> 2.56 ms by ncu at 24/240). The 16-bit kernel ran
         // 2-6% slower fwd+bwd with it at D128, so it keeps the hoisted form.
         const uint32_t k_base = kTf32 ? opaque(k_base0) : k_base0, v_base = kTf32 ? opaque(v_base0) : v_base0;
-        if constexpr (kPipe) {
-            if (it == 0) {  // the first item's products (the later ones': issued and waited for by the iteration before)
-                wgmma_fence();
-                sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), q_base, uint32_t(panel(kBM)));
-                sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), do_base, uint32_t(panel(kBM)));
-                wgmma_commit();
-                wgmma_wait<0>();
-            }
-        } else {
-            wgmma_fence();
-            sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), q_base, uint32_t(panel(kBM)));
-            sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), do_base, uint32_t(panel(kBM)));
-            wgmma_commit();
+        if (!kPipe || it == 0) {
+            issue_scores(k_base, v_base, q_base, do_base);
             wgmma_wait<0>();
         }
         reg_fence(s);
@@ -451,11 +447,7 @@ __global__ void __launch_bounds__(sm90bwd::threads(sizeof(T)), 1)
             // moves inside the group, which ptxas serializes: C7514).
             const int nst = more ? (it + 1) % kStages : st;
             if (more) mbar_wait(&full[nst], ((it + 1) / kStages) & 1);
-            const uint32_t nq_base = saddr(sQ + nst * kTileElems), ndo_base = saddr(sdO + nst * kTileElems);
-            wgmma_fence();
-            sm90_ss_product<T, D, kBM>(s, k_base, uint32_t(panel(kBN)), nq_base, uint32_t(panel(kBM)));
-            sm90_ss_product<T, D, kBM>(dp, v_base, uint32_t(panel(kBN)), ndo_base, uint32_t(panel(kBM)));
-            wgmma_commit();
+            issue_scores(k_base, v_base, saddr(sQ + nst * kTileElems), saddr(sdO + nst * kTileElems));
             wgmma_wait<1>();
         } else {
             wgmma_wait<0>();
